@@ -1,0 +1,11 @@
+"""Eviction policies: the interface, the registry and the built-in policies."""
+
+from .base import (FEATURES, CandidateView, Policy, ScorePolicy, available_policies, get_policy, policy_class,
+                   register, score_policy)
+from . import builtin  # noqa: F401  (registers the built-in policies)
+from .builtin import DTR, LRU, MSPS, DTREqClass, DTRLocal, LargestStorage, RandomStorage
+
+__all__ = [
+    "FEATURES", "CandidateView", "Policy", "ScorePolicy", "available_policies", "get_policy", "policy_class",
+    "register", "score_policy", "DTR", "DTREqClass", "DTRLocal", "MSPS", "LRU", "LargestStorage", "RandomStorage",
+]

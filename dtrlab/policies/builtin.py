@@ -1,0 +1,104 @@
+"""simrd's policies, with its exact score definitions.
+
+Each score is an exact ``int / int`` division (Python rounds it exactly), with
+``inf`` when the denominator is not positive, as in simrd. Staleness is
+``clock - last_access``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from .base import Policy, ScorePolicy, register
+
+
+@register(aliases=["DTR", "h_dtr"])
+class DTR(ScorePolicy):
+    """h_DTR: (own + evicted-neighbourhood e* compute) / (size x staleness)."""
+
+    name = "dtr"
+    features = frozenset({"e_star"})
+
+    def score_of(self, sim, s):
+        denominator = sim.size[s] * (sim.clock - sim.last_access[s])
+        if denominator > 0:
+            return (sim.compute_cost[s] + sim.region_compute[s] + sim.region_rev_compute[s]) / denominator
+        return math.inf
+
+
+@register(aliases=["DTREqClass"])
+class DTREqClass(ScorePolicy):
+    """h_DTR^eq: (own + neighbouring equivalence-class compute) / (size x staleness)."""
+
+    name = "dtr_eq_class"
+    features = frozenset({"eq_class"})
+
+    def score_of(self, sim, s):
+        denominator = sim.size[s] * (sim.clock - sim.last_access[s])
+        if denominator > 0:
+            return sim.eq_class_compute(s) / denominator
+        return math.inf
+
+
+@register(aliases=["DTRLocal"])
+class DTRLocal(ScorePolicy):
+    """h_DTR^local: own compute / (size x staleness)."""
+
+    name = "dtr_local"
+
+    def score_of(self, sim, s):
+        denominator = sim.size[s] * (sim.clock - sim.last_access[s])
+        return sim.compute_cost[s] / denominator if denominator > 0 else math.inf
+
+
+@register(aliases=["MSPS"])
+class MSPS(ScorePolicy):
+    """h_MSPS: (own + evicted-ancestor compute) / size."""
+
+    name = "msps"
+    features = frozenset({"e_star"})
+
+    def score_of(self, sim, s):
+        size = sim.size[s]
+        return (sim.compute_cost[s] + sim.region_rev_compute[s]) / size if size > 0 else math.inf
+
+
+@register(aliases=["LRU"])
+class LRU(ScorePolicy):
+    """h_LRU: the last access time (least recently used first)."""
+
+    name = "lru"
+
+    def score_of(self, sim, s):
+        return sim.last_access[s]
+
+
+@register(aliases=["LargestStorage", "largest"])
+class LargestStorage(ScorePolicy):
+    """h_size: 1 / size (largest storage first)."""
+
+    name = "largest_storage"
+
+    def score_of(self, sim, s):
+        size = sim.size[s]
+        return 1 / size if size > 0 else math.inf
+
+
+@register(aliases=["RandomStorage", "rand"])
+class RandomStorage(Policy):
+    """Uniformly random candidate, from a seeded generator (``seed`` parameter)."""
+
+    name = "random"
+
+    @classmethod
+    def parameters(cls):
+        return {"seed": 0}
+
+    def start(self, sim):
+        # Re-seeded per run, so that one instance replays identically every time.
+        self._random = random.Random(self.params["seed"])
+
+    def choose(self, sim, candidates):
+        ordered = list(candidates)
+        return [ordered[self._random.randrange(0, len(ordered))]]

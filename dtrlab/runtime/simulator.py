@@ -1,0 +1,453 @@
+"""The DTR simulator: simrd's ``RuntimeV2EagerOptimized``, decision for decision.
+
+State lives in flat Python lists indexed by tensor id; a storage is identified by
+the id of its root tensor (the first tensor that used it), exactly as simrd's
+``Storage.root_id``. The eviction pool is an insertion-ordered dict, which behaves
+like simrd's ``storage_pool`` list (append on unlock, remove on lock or evict) but
+with O(1) membership tests.
+
+The semantics that decide which storage gets evicted, all kept from simrd:
+
+* the pool order: a storage re-enters the pool at the end whenever its last lock is
+  released, so candidates are scanned in that order;
+* the choice: the *last* candidate with the minimal score, stopping at a score of 0;
+* scores are exact ``int / int`` true divisions (Python rounds them exactly);
+* evicted neighbourhoods (regions) and equivalence classes are maintained
+  incrementally with simrd's absorb/rebuild and union-find rules, quirks included
+  (cached compute values, merges with not-yet-computed outputs);
+* rematerialization locks defined parents first, then materializes the undefined
+  ones in argument order, recursively;
+* a release that drops the last external reference frees the storage at once
+  (eager eviction), which is not counted as a policy eviction;
+* thrash is checked after every (re)materialization against ``remat_limit``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+
+from ..trace.model import COMPUTE, GET, PIN, RELEASE, Trace
+
+#: Bump when a change can alter any simulation outcome; caches key on it.
+SIMULATOR_VERSION = 1
+
+
+class OutOfMemory(Exception):
+    """Nothing is left to evict and the allocation does not fit (simrd's MemoryError)."""
+
+
+class Thrash(Exception):
+    """Rematerialization compute exceeded the limit (simrd's RematExceededError)."""
+
+
+class SimulationError(RuntimeError):
+    """The trace asks for something the runtime cannot do (e.g. a get after the last release)."""
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """A change to the runtime's choices, for causal experiments.
+
+    ``withhold``: storages (root tensor ids) never offered as eviction candidates;
+    eager frees still apply to them.
+    """
+
+    withhold: frozenset[int] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.withhold)
+
+
+@dataclass
+class Failure:
+    """Where a failing run stopped."""
+
+    kind: str  # "oom" or "thrash"
+    step: int  # index into the trace's schedule
+    operator: int  # operator being computed or rematerialized
+    tensor: int  # tensor being materialized
+    requested_bytes: int
+    memory_in_use: int
+    candidates: int
+
+
+class Simulator:
+    """One replay of a trace under a memory budget.
+
+    Use :func:`dtrlab.runtime.simulate` unless you need the live state (the policy
+    API reads it through :class:`dtrlab.policies.CandidateView`).
+    """
+
+    def __init__(self, trace: Trace, policy, budget_bytes: float, remat_limit: float = math.inf,
+                 intervention: Intervention | None = None, recorder=None):
+        self.trace = trace
+        self.policy = policy
+        self.budget = budget_bytes
+        self.remat_limit = remat_limit
+        self.intervention = intervention or Intervention()
+        self.recorder = recorder
+
+        features = frozenset(getattr(policy, "features", ()))
+        self.track_regions = "e_star" in features
+        self.track_eq_class = "eq_class" in features
+
+        n = trace.n_tensors
+        ops = trace.operators
+        self.ops = ops
+        self.tensor_op = trace.tensor_op
+        self.tensor_index = trace.tensor_index
+        self.parents = [ops[trace.tensor_op[t]].args for t in range(n)]
+        self.siblings = [tuple(u for u in ops[trace.tensor_op[t]].outputs if u != t) for t in range(n)]
+        self.children: list[list[int]] = [[] for _ in range(n)]
+        self.defined = [False] * n
+        self.storage = [-1] * n
+
+        # Storage state, indexed by root tensor id.
+        self.size = [0] * n
+        self.compute_cost = [0] * n
+        self.material = [False] * n
+        self.tensors: list[list[int]] = [[] for _ in range(n)]
+        self.ref_int = [0] * n
+        self.ref_ext = [0] * n
+        self.pinned = [False] * n
+        self.last_access = [-math.inf] * n
+        self.pool: dict[int, None] = {}
+
+        if self.track_regions:
+            # Forward region (through children) and reverse region (through parents).
+            self.region_interior: list[set | None] = [None] * n
+            self.region_frontier: list[set | None] = [None] * n
+            self.region_compute = [0] * n
+            self.region_rev_interior: list[set | None] = [None] * n
+            self.region_rev_frontier: list[set | None] = [None] * n
+            self.region_rev_compute = [0] * n
+        if self.track_eq_class:
+            # Union-find over equivalence-class nodes; a storage points at its node
+            # while evicted (or before its first computation), -1 otherwise.
+            self.eq_node = [-1] * n
+            self.eq_parent: list[int] = []
+            self.eq_value: list[int] = []
+
+        self.clock = 1
+        self.memory = 0
+        self.peak_memory = 0
+        self.model_compute = 0
+        self.remat_compute = 0
+        self.remats = 0
+        self.evicted: list[int] = []
+        self.step = -1
+        self.failure: Failure | None = None
+        self._pending: list[int] = []  # tensors being materialized, outermost first
+        policy.start(self)
+
+    # ------------------------------------------------------------------ replay
+    def run(self) -> str:
+        """Replay the whole schedule; returns "pass", "oom" or "thrash"."""
+        old_limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(old_limit, 20 * self.trace.n_tensors + 1000))
+        try:
+            compute_op, get, release, pin = self.compute_op, self.get, self.release, self.pin
+            for self.step, (kind, operand) in enumerate(self.trace.schedule):
+                if kind == COMPUTE:
+                    compute_op(operand)
+                elif kind == RELEASE:
+                    release(operand)
+                elif kind == GET:
+                    get(operand)
+                else:
+                    pin(operand)
+            return "pass"
+        except OutOfMemory:
+            return "oom"
+        except Thrash:
+            return "thrash"
+        finally:
+            sys.setrecursionlimit(old_limit)
+
+    def compute_op(self, op_index: int) -> None:
+        op = self.ops[op_index]
+        storage, tensors, size, compute_cost = self.storage, self.tensors, self.size, self.compute_cost
+        new_storages = []
+        for index, t in enumerate(op.outputs):
+            alias = op.aliases[index]
+            if alias == -1:
+                s = t
+                size[s] = op.sizes[index]
+                new_storages.append(s)
+            else:
+                s = storage[op.args[alias]]
+            storage[t] = s
+            # A storage's compute counts each operator once (two outputs of one
+            # operator can alias the same storage; they are added consecutively).
+            if not tensors[s] or self.tensor_op[tensors[s][-1]] != op_index:
+                compute_cost[s] += op.cost
+            tensors[s].append(t)
+            self.ref_ext[s] += 1
+        children = self.children
+        for p in op.args:
+            children[p].extend(op.outputs)
+        for s in new_storages:
+            if self.track_regions:
+                self.region_interior[s] = set()
+                self.region_frontier[s] = set()
+                self.region_rev_interior[s] = set()
+                self.region_rev_frontier[s] = set()
+            if self.track_eq_class:
+                self.eq_node[s] = self._eq_new(0)
+        self.materialize(op.outputs[0], False)
+        clock = self.clock
+        for t in op.outputs:
+            self.last_access[storage[t]] = clock
+
+    def get(self, t: int) -> None:
+        s = self.storage[t]
+        if self.ref_ext[s] <= 0:
+            raise SimulationError(f"get of {self.trace.tensor_names[t]} after its storage lost every reference")
+        self.ref_ext[s] += 1
+
+    def release(self, t: int) -> None:
+        s = self.storage[t]
+        if self.ref_ext[s] <= 0:
+            raise SimulationError(f"release of {self.trace.tensor_names[t]} whose storage has no references")
+        self.ref_ext[s] -= 1
+        if self.ref_ext[s] == 0 and self.material[s] and not self.pinned[s]:
+            self.evict(s)
+            if self.recorder is not None:
+                self.recorder.on_free(self, s)
+
+    def pin(self, t: int) -> None:
+        if not self.defined[t]:
+            self.materialize(t, True)
+        s = self.storage[t]
+        if self.pinned[s]:
+            return
+        self.lock(s)
+        self.pinned[s] = True
+
+    # ------------------------------------------------------- materialization
+    def materialize(self, t: int, rematerialize: bool) -> None:
+        storage, defined, clock, last_access = self.storage, self.defined, self.clock, self.last_access
+        parents = self.parents[t]
+        for p in parents:
+            last_access[storage[p]] = clock
+        undefined = [p for p in parents if not defined[p]]
+        for p in parents:
+            if defined[p]:
+                self.lock(storage[p])
+        self._pending.append(t)
+        for p in undefined:
+            if not defined[p]:  # a sibling's rematerialization may have defined it
+                self.materialize(p, True)
+            self.lock(storage[p])
+        op = self.ops[self.tensor_op[t]]
+        total_size = op.total_size
+        if self.memory + total_size > self.budget:
+            self.free(total_size, t)
+        self._compute(t, op, rematerialize)
+        self._pending.pop()
+        for p in parents:
+            self.unlock(storage[p])
+        if self.remat_compute > self.remat_limit:
+            self._fail("thrash", t, 0)
+            raise Thrash()
+
+    def _compute(self, t: int, op, rematerialize: bool) -> None:
+        storage, defined, material = self.storage, self.defined, self.material
+        siblings = self.siblings[t]
+        duplicate = [u for u in siblings if defined[u]]
+        remat_siblings = [u for u in siblings if not defined[u]]
+        remat_storages = [storage[u] for u in siblings if not material[storage[u]]]
+        if not material[storage[t]]:
+            remat_storages.append(storage[t])
+
+        self.clock += op.cost
+        self.memory += op.total_size
+        if self.memory > self.peak_memory:
+            self.peak_memory = self.memory
+        material[storage[t]] = True
+        defined[t] = True
+        if rematerialize:
+            self.remat_compute += op.cost
+            self.remats += 1
+        else:
+            self.model_compute += op.cost
+        for u in remat_siblings:
+            material[storage[u]] = True
+            defined[u] = True
+        sizes, tensor_index = op.sizes, self.tensor_index
+        for u in duplicate:
+            # The operator recomputed an output that was still resident; drop the copy.
+            self.memory -= sizes[tensor_index[u]]
+        pool = self.pool
+        for s in remat_storages:
+            pool[s] = None  # a no-op when already present: the position is kept
+        if self.recorder is not None and rematerialize:
+            self.recorder.on_remat(self, t)
+
+        if self.track_regions:
+            affected, affected_rev = set(), set()
+            for s in remat_storages:
+                self._rebuild(s, True)
+                self._rebuild(s, False)
+                affected.update(self.region_rev_frontier[s])
+                affected_rev.update(self.region_frontier[s])
+            for s in affected:
+                self._rebuild(s, True)
+            for s in affected_rev:
+                self._rebuild(s, False)
+        if self.track_eq_class:
+            eq_node, eq_value = self.eq_node, self.eq_value
+            for s in remat_storages:
+                root = self._eq_root(eq_node[s])
+                eq_value[root] -= self.compute_cost[s]
+                eq_node[s] = -1
+
+    # ----------------------------------------------------- locks and the pool
+    def lock(self, s: int) -> None:
+        if self.ref_int[s] == 0:
+            del self.pool[s]
+        self.ref_int[s] += 1
+
+    def unlock(self, s: int) -> None:
+        self.ref_int[s] -= 1
+        if self.ref_int[s] == 0:
+            self.pool[s] = None
+
+    def candidates(self):
+        """The storages offered to the policy, in simrd's scan order."""
+        withhold = self.intervention.withhold
+        if withhold:
+            return [s for s in self.pool if s not in withhold]
+        return self.pool
+
+    def free(self, needed: int, t: int) -> None:
+        while self.memory + needed > self.budget:
+            candidates = self.candidates()
+            if not candidates:
+                self._fail("oom", t, needed)
+                raise OutOfMemory()
+            chosen = self.policy.choose(self, candidates)
+            if self.recorder is not None:
+                self.recorder.on_choose(self, candidates, chosen)
+            for s in chosen:
+                self.evicted.append(s)
+                self.evict(s)
+
+    def evict(self, s: int) -> None:
+        self.material[s] = False
+        self.memory -= self.size[s]
+        self.pool.pop(s, None)
+        defined = self.defined
+        for t in self.tensors[s]:
+            defined[t] = False
+        if self.track_regions:
+            region_compute, region_rev_compute = self.region_compute, self.region_rev_compute
+            for p in self.region_rev_frontier[s]:
+                region_compute[p] += self._absorb(self.region_interior[p], self.region_frontier[p], s,
+                                                  self.region_interior[s], self.region_frontier[s])
+            for c in self.region_frontier[s]:
+                region_rev_compute[c] += self._absorb(self.region_rev_interior[c], self.region_rev_frontier[c], s,
+                                                      self.region_rev_interior[s], self.region_rev_frontier[s])
+            self.region_interior[s].clear()
+            self.region_frontier[s].clear()
+            self.region_rev_interior[s].clear()
+            self.region_rev_frontier[s].clear()
+            region_compute[s] = 0
+            region_rev_compute[s] = 0
+        if self.track_eq_class:
+            node = self._eq_new(self.compute_cost[s])
+            self.eq_node[s] = node
+            for n in self.evicted_neighbours(s):
+                self._eq_merge(self.eq_node[n], node)
+
+    # ------------------------------------------------- evicted neighbourhoods
+    def _absorb(self, interior: set, frontier: set, s: int, s_interior: set, s_frontier: set) -> int:
+        """Grow a region over its just-evicted frontier storage ``s``; returns the added compute."""
+        frontier.remove(s)
+        frontier.update(s_frontier)
+        added = s_interior - interior
+        added.add(s)
+        compute_cost = self.compute_cost
+        gained = 0
+        for u in added:
+            gained += compute_cost[u]
+        interior.update(added)
+        return gained
+
+    def _rebuild(self, base: int, forward: bool) -> None:
+        interior, frontier = set(), set()
+        gained = 0
+        edges = self.children if forward else self.parents
+        storage, material, tensors, compute_cost = self.storage, self.material, self.tensors, self.compute_cost
+        stack = [base]
+        while stack:
+            for t in tensors[stack.pop()]:
+                for u in edges[t]:
+                    us = storage[u]
+                    if material[us]:
+                        if us != base:
+                            frontier.add(us)
+                    elif us not in interior:
+                        gained += compute_cost[us]
+                        interior.add(us)
+                        stack.append(us)
+        if forward:
+            self.region_interior[base], self.region_frontier[base], self.region_compute[base] = interior, frontier, gained
+        else:
+            self.region_rev_interior[base], self.region_rev_frontier[base] = interior, frontier
+            self.region_rev_compute[base] = gained
+
+    def evicted_neighbours(self, s: int) -> set[int]:
+        """Evicted storages adjacent to ``s`` (through any of its tensors' parents or children)."""
+        storage, material = self.storage, self.material
+        neighbours = set()
+        for t in self.tensors[s]:
+            for u in self.parents[t]:
+                us = storage[u]
+                if not material[us] and us != s:
+                    neighbours.add(us)
+            for u in self.children[t]:
+                us = storage[u]
+                if not material[us] and us != s:
+                    neighbours.add(us)
+        return neighbours
+
+    # ------------------------------------------------- equivalence classes
+    def _eq_new(self, value: int) -> int:
+        self.eq_parent.append(-1)
+        self.eq_value.append(value)
+        return len(self.eq_parent) - 1
+
+    def _eq_root(self, node: int) -> int:
+        parent = self.eq_parent
+        root = node
+        while parent[root] != -1:
+            root = parent[root]
+        while parent[node] != -1 and parent[node] != root:  # path compression
+            parent[node], node = root, parent[node]
+        return root
+
+    def _eq_merge(self, lhs: int, rhs: int) -> None:
+        left, right = self._eq_root(lhs), self._eq_root(rhs)
+        if left != right:
+            self.eq_parent[left] = right
+            self.eq_value[right] += self.eq_value[left]
+
+    def eq_class_compute(self, s: int) -> int:
+        """Compute of ``s`` plus its evicted neighbours' distinct equivalence classes."""
+        roots = {self._eq_root(self.eq_node[n]) for n in self.evicted_neighbours(s)}
+        eq_value = self.eq_value
+        return self.compute_cost[s] + sum(eq_value[r] for r in roots)
+
+    # ------------------------------------------------------------ failure
+    def _fail(self, kind: str, t: int, needed: int) -> None:
+        if self.failure is not None:
+            return
+        self.failure = Failure(
+            kind=kind, step=self.step, operator=self.tensor_op[t], tensor=t, requested_bytes=needed,
+            memory_in_use=self.memory, candidates=len(self.candidates()),
+        )
+        if self.recorder is not None:
+            self.recorder.on_failure(self, self.failure)

@@ -1,0 +1,410 @@
+"""Record one training step of a PyTorch module as a simrd-format DTR log.
+
+``record(module, inputs)`` runs forward, backward and optionally an optimizer step
+under a :class:`~torch.utils._python_dispatch.TorchDispatchMode` and writes one log
+instruction per event, in simrd's JSON-lines format (the DTR artifact's format):
+
+* parameters, buffers and inputs become ``CONSTANT`` + ``MEMORY`` then ``COPY`` to the
+  name the step uses, and ``RELEASE`` of the constant's own name (as the artifact does);
+  tensors first met inside the step without having been produced by a recorded
+  operator (e.g. ``torch.tensor(...)`` data, optimizer state) become constants too;
+* an operator call becomes ``CALL`` followed by one ``MEMORY`` and one ``ALIAS`` line
+  per tensor result.  A result that shares a storage with an argument is an alias:
+  size 0 and the argument's index; otherwise its size is the bytes of its storage;
+* an operator that writes to an argument (per its schema) becomes ``MUTATE`` with the
+  indices of the written arguments;
+* ``RELEASE`` is written when the last reference to a tensor goes away (a weakref
+  finalizer on the Python tensor; PyTorch keeps that object alive for as long as C++
+  holds the tensor);
+* ``ANNOTATE START`` precedes the step and ``ANNOTATE BACKWARD`` the backward pass.
+
+Tensors saved for backward are kept through a saved-tensors hook that returns the
+tensor itself, so the log's reference to them lives exactly as long as autograd's;
+without it autograd keeps outputs through hidden C++ shallow copies that the log
+could not see (and the log would free their storage too early).
+
+Independently of the log, the recorder accounts the bytes of live storages (a
+finalizer on each storage object) and reports their peak, which a replay of the log
+without a memory budget should reproduce.
+
+Costs are either median wall time in nanoseconds over ``repeats`` runs of each
+operator (``cost="time"``, the artifact's unit) or FLOPs (``cost="flops"``):
+``torch.utils.flop_counter``'s formulas for matmuls, convolutions and attention, and
+one FLOP per output element for every other operator that allocates or writes.
+FLOP traces are deterministic: the same model and torch version give the same log.
+
+This module imports torch; the rest of dtrlab does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import gzip
+import json
+import statistics
+import sys
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils.flop_counter import flop_registry
+
+COST_MODELS = ("time", "flops")
+
+# Operators whose schema does not declare a write they perform: (op, argument names).
+# native_batch_norm updates running_mean/running_var in place when training.
+_UNDECLARED_WRITES = {
+    torch.ops.aten.native_batch_norm.default: ("running_mean", "running_var"),
+}
+
+
+@dataclass
+class Recording:
+    """A recorded step: the log instructions plus what was measured while recording."""
+
+    lines: list[dict]
+    #: Peak bytes of live tensor storages during the step, measured from storage
+    #: lifetimes (independently of the log's RELEASE lines).
+    peak_live_bytes: int
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def op_count(self) -> int:
+        """Number of CALL and MUTATE instructions."""
+        return sum(1 for line in self.lines if line["INSTRUCTION"] in ("CALL", "MUTATE"))
+
+    def to_jsonl(self) -> str:
+        # Sorted keys and no spaces, exactly as the artifact's logs are written.
+        return "".join(json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n" for line in self.lines)
+
+    def write(self, path: str | Path) -> Path:
+        """Write the log; gzip-compressed (reproducibly: mtime 0) if the name ends in .gz."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = self.to_jsonl().encode()
+        if path.suffix == ".gz":
+            with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+                gz.write(data)
+        else:
+            path.write_bytes(data)
+        return path
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+class _Recorder(TorchDispatchMode):
+    """Dispatch mode that turns every ATen call into log instructions."""
+
+    def __init__(self, cost: str, repeats: int):
+        super().__init__()
+        if cost not in COST_MODELS:
+            raise ValueError(f"cost must be one of {COST_MODELS}, got {cost!r}")
+        self.cost = cost
+        self.repeats = max(1, repeats)
+        self.lines: list[dict] = []
+        self.closed = False
+        self._next_name = 0
+        self._names: dict[int, list[str]] = {}  # id(tensor) -> its live log names
+        self._tensor_finalizers: dict[int, weakref.finalize] = {}
+        self._pending_releases: list[str] = []  # finalizers may run mid-instruction; flushed at safe points
+        self._storage_names: dict[int, dict[str, None]] = {}  # storage key -> live names on it
+        self._name_storage: dict[str, int] = {}
+        # Independent accounting of live storage bytes.
+        self._live_storages: dict[int, int] = {}  # storage key -> bytes
+        self._storage_finalizers: list[weakref.finalize] = []
+        self.live_bytes = 0
+        self.peak_live_bytes = 0
+        self.skipped_ops: dict[str, int] = {}
+
+    # -- names and lifetimes -------------------------------------------------------
+
+    def _fresh(self) -> str:
+        name = f"x{self._next_name}"
+        self._next_name += 1
+        return name
+
+    def _emit(self, **line) -> None:
+        self.lines.append(line)
+
+    def _bind(self, t: torch.Tensor, name: str) -> None:
+        key = id(t)
+        if key not in self._names:
+            self._names[key] = []
+            self._tensor_finalizers[key] = weakref.finalize(t, self._on_tensor_death, key)
+        self._names[key].append(name)
+        storage = _storage_key(t)
+        self._storage_names.setdefault(storage, {})[name] = None
+        self._name_storage[name] = storage
+
+    def _on_tensor_death(self, key: int) -> None:
+        if self.closed:
+            return
+        del self._tensor_finalizers[key]
+        for name in self._names.pop(key):
+            self._pending_releases.append(name)
+            storage = self._name_storage.pop(name)
+            names = self._storage_names[storage]
+            del names[name]
+            if not names:
+                del self._storage_names[storage]
+
+    def flush_releases(self) -> None:
+        while self._pending_releases:
+            self._emit(INSTRUCTION="RELEASE", NAME=self._pending_releases.pop(0))
+
+    def _track_storage(self, t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        key = storage._cdata
+        if key in self._live_storages:
+            return
+        self._live_storages[key] = storage.nbytes()
+        self._storage_finalizers.append(weakref.finalize(storage, self._on_storage_death, key))
+        self.live_bytes += storage.nbytes()
+        self.peak_live_bytes = max(self.peak_live_bytes, self.live_bytes)
+
+    def _on_storage_death(self, key: int) -> None:
+        if not self.closed:
+            self.live_bytes -= self._live_storages.pop(key)
+
+    def name_of(self, t: torch.Tensor) -> str:
+        """The tensor's log name, declaring it first if the log has not met it yet."""
+        names = self._names.get(id(t))
+        if names:
+            return names[0]
+        existing = self._storage_names.get(_storage_key(t))
+        if existing:
+            # A view made outside the dispatcher (e.g. ``.data``) of a known storage.
+            source = next(iter(existing))
+            name = self._fresh()
+            self._emit(INSTRUCTION="CALL", NAME="untracked_alias", ARGS=[source], RESULT=[name], TIME="0")
+            self._emit(INSTRUCTION="MEMORY", NAME=name, MEMORY="0")
+            self._emit(INSTRUCTION="ALIAS", NAME=name, ALIAS="0")
+        else:
+            constant, name = self._fresh(), self._fresh()
+            self._track_storage(t)
+            self._emit(INSTRUCTION="CONSTANT", NAME=constant)
+            self._emit(INSTRUCTION="MEMORY", NAME=constant, MEMORY=str(t.untyped_storage().nbytes()))
+            self._emit(INSTRUCTION="COPY", DST=name, SRC=constant)
+            self._emit(INSTRUCTION="RELEASE", NAME=constant)
+        self._bind(t, name)
+        return name
+
+    def close(self) -> None:
+        """Stop logging; tensors that die from now on are not part of the step."""
+        self.flush_releases()
+        self.closed = True
+        for finalizer in list(self._tensor_finalizers.values()) + self._storage_finalizers:
+            finalizer.detach()
+
+    # -- operators -----------------------------------------------------------------
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.flush_releases()
+        arg_tensors = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        arg_names = [self.name_of(t) for t in arg_tensors]
+        written = _written_tensor_ids(func, args, kwargs)
+
+        out, seconds = self._run(func, args, kwargs, written)
+        results = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+        new_results = [o for o in results if id(o) not in written]
+        mutated = [i for i, t in enumerate(arg_tensors) if id(t) in written]
+
+        if not new_results and not mutated:
+            # Nothing the log can express (e.g. ``.item()``): no tensor produced or written.
+            self.skipped_ops[func.overloadpacket.__name__] = self.skipped_ops.get(func.overloadpacket.__name__, 0) + 1
+            return out
+
+        cost = seconds if self.cost == "time" else self._flops(func, args, kwargs, out, new_results, arg_tensors, mutated)
+        op_name = func.overloadpacket.__name__
+        if new_results:
+            self._emit_call(op_name, arg_tensors, arg_names, new_results, cost)
+        if mutated:
+            # An operator that both returns fresh tensors and writes its arguments
+            # (batch norm) is charged once, on the CALL.
+            self._emit(INSTRUCTION="MUTATE", NAME=op_name, ARGS=arg_names, MUTATE=mutated,
+                       TIME=str(0 if new_results else cost))
+        self.flush_releases()
+        return out
+
+    def _emit_call(self, op_name, arg_tensors, arg_names, results, cost) -> None:
+        args = list(arg_names)
+        arg_storages = [_storage_key(t) for t in arg_tensors]
+        claimed: set[int] = set()  # storages allocated by this very call
+        entries = []
+        for o in results:
+            storage = _storage_key(o)
+            if storage in arg_storages:
+                size, alias = 0, arg_storages.index(storage)
+            elif storage in self._storage_names:
+                # A view of a live storage that is not an argument: make that dependency explicit.
+                args.append(next(iter(self._storage_names[storage])))
+                arg_storages.append(storage)
+                size, alias = 0, len(args) - 1
+            elif storage in claimed:
+                # Two results of one call on one new storage: charge the storage once.
+                size, alias = 0, -1
+            else:
+                claimed.add(storage)
+                size, alias = o.untyped_storage().nbytes(), -1
+                self._track_storage(o)
+            entries.append((o, self._fresh(), size, alias))
+        self._emit(INSTRUCTION="CALL", NAME=op_name, ARGS=args, RESULT=[name for _, name, _, _ in entries],
+                   TIME=str(cost))
+        for o, name, size, alias in entries:
+            self._emit(INSTRUCTION="MEMORY", NAME=name, MEMORY=str(size))
+            self._emit(INSTRUCTION="ALIAS", NAME=name, ALIAS=str(alias))
+            self._bind(o, name)
+
+    def _run(self, func, args, kwargs, written: set[int]):
+        """Run the operator; in time mode also time it, returning the median in ns."""
+        start = time.perf_counter_ns()
+        out = func(*args, **kwargs)
+        samples = [time.perf_counter_ns() - start]
+        if self.cost != "time" or torch.Tag.nondeterministic_seeded in func.tags:
+            # Repeating a random operator would advance the generator the step uses.
+            return out, samples[0]
+        for _ in range(self.repeats - 1):
+            # Repeats of an in-place operator write to clones so the step's values are unchanged.
+            clones: dict[int, torch.Tensor] = {}
+
+            def clone_written(a):
+                if isinstance(a, torch.Tensor) and id(a) in written:
+                    if id(a) not in clones:
+                        clones[id(a)] = a.clone()
+                    return clones[id(a)]
+                return a
+
+            rep_args, rep_kwargs = tree_map(clone_written, (args, kwargs))
+            start = time.perf_counter_ns()
+            func(*rep_args, **rep_kwargs)
+            samples.append(time.perf_counter_ns() - start)
+        return out, int(statistics.median(samples))
+
+    @staticmethod
+    def _flops(func, args, kwargs, out, new_results, arg_tensors, mutated) -> int:
+        formula = flop_registry.get(func.overloadpacket)
+        if formula is not None:
+            return int(formula(*args, **kwargs, out_val=out))
+        # One FLOP per element produced; views produce nothing.
+        produced = [o for o in new_results if _storage_key(o) not in {_storage_key(a) for a in arg_tensors}]
+        produced += [arg_tensors[i] for i in mutated]
+        return sum(o.numel() for o in produced)
+
+
+def _written_tensor_ids(func, args, kwargs) -> set[int]:
+    """ids of the tensors the operator writes to, per its schema."""
+    schema = func._schema
+    written_names = set(_UNDECLARED_WRITES.get(func, ()))
+    if func in _UNDECLARED_WRITES and not _argument_value(schema, args, kwargs, "training"):
+        written_names = set()
+    ids = set()
+    for argument in schema.arguments:
+        if argument.name in written_names or (argument.alias_info is not None and argument.alias_info.is_write):
+            value = _argument_value(schema, args, kwargs, argument.name)
+            ids.update(id(t) for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor))
+    return ids
+
+
+def _argument_value(schema, args, kwargs, name):
+    for position, argument in enumerate(schema.arguments):
+        if argument.name == name:
+            if name in kwargs:
+                return kwargs[name]
+            if position < len(args) and not argument.kwarg_only:
+                return args[position]
+            return None
+    raise KeyError(name)
+
+
+def _default_loss(output) -> torch.Tensor:
+    tensors = [t for t in tree_flatten(output)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+    total = tensors[0].sum()
+    for t in tensors[1:]:
+        total = total + t.sum()
+    return total
+
+
+def record(module: torch.nn.Module, inputs, *, loss_fn: Callable | None = None,
+           optimizer: torch.optim.Optimizer | None = None, cost: str = "time", repeats: int = 5) -> Recording:
+    """Record one training step of ``module`` on ``inputs``.
+
+    ``inputs`` is a tensor or a tuple of positional arguments.  The step is
+    ``loss_fn(module(*inputs)).backward()`` (the default loss sums every output
+    that requires grad), then ``optimizer.step()`` if an optimizer is given.
+    Gradients are set to None first so that the step starts from a clean state.
+    """
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    loss_fn = loss_fn or _default_loss
+    module.zero_grad(set_to_none=True)
+    recorder = _Recorder(cost, repeats)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # collection of cycles at random points would make the log nondeterministic
+    try:
+        recorder._emit(INSTRUCTION="ANNOTATE", ANNOTATION="START")
+        for t in _leaf_tensors(module, inputs):
+            recorder.name_of(t)
+        with recorder, torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            loss = loss_fn(module(*inputs))
+            recorder.flush_releases()
+            recorder._emit(INSTRUCTION="ANNOTATE", ANNOTATION="BACKWARD")
+            loss.backward()
+            del loss  # like the model's activations, the loss does not outlive the step
+            if optimizer is not None:
+                optimizer.step()
+        recorder.close()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    meta = {
+        "torch_version": torch.__version__,
+        "cost_model": cost,
+        "cost_unit": "ns" if cost == "time" else "flop",
+        "repeats": recorder.repeats if cost == "time" else 1,
+        "ops": sum(1 for line in recorder.lines if line["INSTRUCTION"] in ("CALL", "MUTATE")),
+        "skipped_ops": recorder.skipped_ops,
+    }
+    return Recording(recorder.lines, recorder.peak_live_bytes, meta)
+
+
+def _leaf_tensors(module: torch.nn.Module, inputs: Sequence) -> Iterable[torch.Tensor]:
+    """Parameters, buffers and input tensors: the step's constants."""
+    yield from module.parameters()
+    yield from module.buffers()
+    yield from (t for t in tree_flatten(list(inputs))[0] if isinstance(t, torch.Tensor))
+
+
+def capture_main(argv: Sequence[str] | None = None) -> int:
+    """``dtrlab capture MODEL --batch N --out PATH [--cost flops]``: record a zoo model."""
+    from . import zoo
+
+    parser = argparse.ArgumentParser(prog="dtrlab capture", description=capture_main.__doc__)
+    parser.add_argument("model", choices=sorted(zoo.MODELS), help="model from dtrlab.trace.zoo")
+    parser.add_argument("--batch", type=int, default=None, help="batch size (default: the model's)")
+    parser.add_argument("--out", required=True, help="output log; gzip-compressed if it ends in .gz")
+    parser.add_argument("--cost", choices=COST_MODELS, default="time",
+                        help="time: median wall time in ns; flops: deterministic FLOP counts")
+    parser.add_argument("--repeats", type=int, default=5, help="timing repeats per operator (cost=time)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    workload = zoo.build(args.model, batch=args.batch, seed=args.seed)
+    recording = record(workload.module, workload.inputs, loss_fn=workload.loss_fn,
+                       cost=args.cost, repeats=args.repeats)
+    recording.write(args.out)
+    summary = {"model": args.model, "batch": workload.batch, "out": args.out,
+               "peak_live_bytes": recording.peak_live_bytes, **recording.meta}
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(capture_main())

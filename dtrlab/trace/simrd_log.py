@@ -1,0 +1,326 @@
+"""Loader for simrd's JSON-lines operator logs (the DTR artifact's format).
+
+The replay schedule built here is the one simrd's ``parse_file(f, start=True)``
+builds, with outputs rematerialized and pinned at the end:
+
+* ``CONSTANT`` + ``MEMORY``: a zero-cost ``constant`` operator, then a pin;
+* ``COPY dst src``: ``dst`` names the same tensor as ``src``; a get;
+* ``RELEASE name``: a release (releases of unknown names are ignored, as simrd does);
+* ``CALL``: an operator, followed by one ``MEMORY`` and one ``ALIAS`` line per result;
+  an aliasing result has size 0;
+* ``MUTATE``: an operator whose outputs are fresh storages (named ``arg$``) of the
+  mutated arguments' storage sizes, then a release of each replaced tensor;
+* ``COPY_FROM dst src``: release what ``dst`` named, ``dst`` now names ``src``; a get;
+* ``ANNOTATE START`` / ``BACKWARD``: the start of the step and of the backward pass.
+
+Every problem is reported as a :class:`TraceFormatError` that names the file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import zipfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from .model import COMPUTE, CONSTANT_OP, GET, PIN, RELEASE, Operator, Trace
+
+
+class TraceFormatError(ValueError):
+    """A log that cannot be read; the message names the file and the line."""
+
+    def __init__(self, source: str, line_number: int | None, message: str):
+        where = f"{source}:{line_number}" if line_number is not None else source
+        super().__init__(f"{where}: {message}")
+        self.source = source
+        self.line_number = line_number
+
+
+_KNOWN = {"CONSTANT", "MEMORY", "COPY", "RELEASE", "CALL", "MUTATE", "ANNOTATE", "COPY_FROM", "ALIAS"}
+
+
+class _Builder:
+    """Accumulates operators, tensors and the schedule while reading a log."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.operators: list[Operator] = []
+        self.tensor_names: list[str] = []
+        self.tensor_op: list[int] = []
+        self.tensor_index: list[int] = []
+        self.tensor_refs: list[int] = []  # parse-time reference counts, for the output pins
+        self.schedule: list[tuple[int, int]] = []
+        self.names: dict[str, int] = {}  # log name -> tensor id (released names stay, as in simrd)
+        self.in_backward = False
+
+    def error(self, line_number: int, message: str) -> TraceFormatError:
+        return TraceFormatError(self.source, line_number, message)
+
+    def lookup(self, name: str, line_number: int) -> int:
+        try:
+            return self.names[name]
+        except KeyError:
+            raise self.error(line_number, f"reference to undefined tensor {name!r}") from None
+
+    def add_operator(self, name, cost, args, sizes, aliases, result_names) -> tuple[int, ...]:
+        op_index = len(self.operators)
+        outputs = tuple(range(len(self.tensor_names), len(self.tensor_names) + len(sizes)))
+        for index, result_name in enumerate(result_names):
+            self.tensor_names.append(result_name)
+            self.tensor_op.append(op_index)
+            self.tensor_index.append(index)
+            self.tensor_refs.append(1)
+        self.operators.append(
+            Operator(name, cost, tuple(args), outputs, tuple(sizes), tuple(aliases), self.in_backward)
+        )
+        self.schedule.append((COMPUTE, op_index))
+        return outputs
+
+    def storage_size(self, tensor: int) -> int:
+        """Bytes of the storage behind ``tensor`` (an alias's root storage)."""
+        op = self.operators[self.tensor_op[tensor]]
+        index = self.tensor_index[tensor]
+        alias = op.aliases[index]
+        return op.sizes[index] if alias == -1 else self.storage_size(op.args[alias])
+
+
+def _field(record: dict, key: str, source: str, line_number: int):
+    try:
+        return record[key]
+    except KeyError:
+        raise TraceFormatError(source, line_number, f"{record.get('INSTRUCTION')} lacks field {key!r}") from None
+
+
+def _integer(value, what: str, source: str, line_number: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise TraceFormatError(source, line_number, f"{what} is not an integer: {value!r}") from None
+
+
+def parse_lines(lines: Iterable[str], source: str = "<log>", name: str | None = None, start: bool = True) -> Trace:
+    """Build a :class:`Trace` from the lines of a simrd log.
+
+    With ``start=True`` everything before ``ANNOTATE START`` is skipped, as the DTR
+    artifact's evaluation does for its logs.
+    """
+    records: list[tuple[int, dict]] = []
+    for line_number, line in enumerate(lines, start=1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(source, line_number, f"malformed JSON ({exc.msg})") from None
+        if not isinstance(record, dict) or "INSTRUCTION" not in record:
+            raise TraceFormatError(source, line_number, "a log line must be a JSON object with an INSTRUCTION")
+        if record["INSTRUCTION"] not in _KNOWN:
+            raise TraceFormatError(
+                source, line_number,
+                f"unknown instruction {record['INSTRUCTION']!r} (known: {', '.join(sorted(_KNOWN))})",
+            )
+        records.append((line_number, record))
+
+    position = 0
+    if start:
+        while position < len(records) and not (
+            records[position][1]["INSTRUCTION"] == "ANNOTATE" and records[position][1].get("ANNOTATION") == "START"
+        ):
+            position += 1
+        if position == len(records):
+            raise TraceFormatError(source, None, "no ANNOTATE START in the log (load it with start=False)")
+        position += 1
+
+    build = _Builder(source)
+
+    def take(expected: str, result_name: str, after: int) -> tuple[int, dict]:
+        nonlocal position
+        if position >= len(records):
+            raise build.error(after, f"log ends where a {expected} line for {result_name!r} should follow")
+        line_number, record = records[position]
+        position += 1
+        if record["INSTRUCTION"] != expected or record.get("NAME") != result_name:
+            raise build.error(line_number, f"expected {expected} for {result_name!r}, found {record['INSTRUCTION']}")
+        return line_number, record
+
+    while position < len(records):
+        line_number, record = records[position]
+        position += 1
+        instruction = record["INSTRUCTION"]
+        get = lambda key: _field(record, key, source, line_number)  # noqa: E731
+        if instruction == "CONSTANT":
+            name_ = get("NAME")
+            memory_line, memory = take("MEMORY", name_, line_number)
+            size = _integer(_field(memory, "MEMORY", source, memory_line), "MEMORY", source, memory_line)
+            (tensor,) = build.add_operator(CONSTANT_OP, 0, (), (size,), (-1,), (name_,))
+            build.schedule.append((PIN, tensor))
+            build.names[name_] = tensor
+        elif instruction == "COPY":
+            destination, src = get("DST"), get("SRC")
+            if destination in build.names:
+                raise build.error(line_number, f"COPY to already defined tensor {destination!r}")
+            tensor = build.lookup(src, line_number)
+            build.names[destination] = tensor
+            build.tensor_refs[tensor] += 1
+            build.schedule.append((GET, tensor))
+        elif instruction == "RELEASE":
+            tensor = build.names.get(get("NAME"))
+            if tensor is not None:
+                build.tensor_refs[tensor] -= 1
+                build.schedule.append((RELEASE, tensor))
+        elif instruction == "CALL":
+            op_name, results = get("NAME"), get("RESULT")
+            build.in_backward |= "backward" in op_name
+            sizes, aliases = [], []
+            for result_name in results:
+                memory_line, memory = take("MEMORY", result_name, line_number)
+                alias_line, alias = take("ALIAS", result_name, line_number)
+                alias_index = _integer(_field(alias, "ALIAS", source, alias_line), "ALIAS", source, alias_line)
+                size = _integer(_field(memory, "MEMORY", source, memory_line), "MEMORY", source, memory_line)
+                sizes.append(0 if alias_index != -1 else size)
+                aliases.append(alias_index)
+            args = [build.lookup(arg, line_number) for arg in get("ARGS")]
+            for alias_index in aliases:
+                if not -1 <= alias_index < len(args):
+                    raise build.error(line_number, f"ALIAS index {alias_index} out of range for {len(args)} arguments")
+            for result_name in results:
+                if result_name in build.names:
+                    raise build.error(line_number, f"CALL result {result_name!r} is already defined")
+            cost = _integer(get("TIME"), "TIME", source, line_number)
+            outputs = build.add_operator(op_name, cost, args, sizes, aliases, results)
+            build.names.update(zip(results, outputs))
+        elif instruction == "MUTATE":
+            op_name, arg_names, mutated = get("NAME"), get("ARGS"), get("MUTATE")
+            build.in_backward |= "backward" in op_name
+            args = [build.lookup(arg, line_number) for arg in arg_names]
+            for index in mutated:
+                if not 0 <= index < len(args):
+                    raise build.error(line_number, f"MUTATE index {index} out of range for {len(args)} arguments")
+            sizes = [build.storage_size(args[index]) for index in mutated]
+            new_names = [build.tensor_names[args[index]] + "$" for index in mutated]
+            cost = _integer(get("TIME"), "TIME", source, line_number)
+            outputs = build.add_operator(op_name, cost, args, sizes, [-1] * len(mutated), new_names)
+            for index, new_tensor in zip(mutated, outputs):
+                old_tensor = build.names[arg_names[index]]
+                build.names[arg_names[index]] = new_tensor
+                build.tensor_refs[old_tensor] -= 1
+                build.schedule.append((RELEASE, old_tensor))
+        elif instruction == "ANNOTATE":
+            if record.get("ANNOTATION") == "BACKWARD":
+                build.in_backward = True
+        elif instruction == "COPY_FROM":
+            destination, src = get("DST"), get("SRC")
+            old_tensor = build.lookup(destination, line_number)
+            tensor = build.lookup(src, line_number)
+            build.names[destination] = tensor
+            build.tensor_refs[old_tensor] -= 1
+            build.tensor_refs[tensor] += 1
+            build.schedule.append((RELEASE, old_tensor))
+            build.schedule.append((GET, tensor))
+        else:  # MEMORY or ALIAS outside of the CONSTANT/CALL they belong to
+            raise build.error(line_number, f"{instruction} line does not follow a CONSTANT or CALL")
+
+    # Outputs: every name still holding a reference is rematerialized and pinned, in
+    # the order the names were first defined (a dict keeps simrd's order).
+    for tensor in build.names.values():
+        if build.tensor_refs[tensor] > 0:
+            build.schedule.append((PIN, tensor))
+
+    return Trace(
+        name=name or source,
+        operators=tuple(build.operators),
+        tensor_names=tuple(build.tensor_names),
+        tensor_op=tuple(build.tensor_op),
+        tensor_index=tuple(build.tensor_index),
+        schedule=tuple(build.schedule),
+        source=source,
+    )
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def trace_name(path: str | os.PathLike) -> str:
+    """Short name of a log file: the file name without ``.log``/``.jsonl``/``.gz``."""
+    name = Path(path).name
+    for suffix in (".gz", ".log", ".jsonl", ".json"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def load_log(path: str | os.PathLike, start: bool = True) -> Trace:
+    """Load one simrd log (``.log``, ``.jsonl`` or gzip-compressed ``.gz``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no log file at {path}")
+    with _open_text(path) as handle:
+        return parse_lines(handle, source=str(path), name=trace_name(path), start=start)
+
+
+def _manifest_entries(manifest: dict, where: str) -> list[dict]:
+    try:
+        return list(manifest["models"])
+    except (KeyError, TypeError):
+        raise TraceFormatError(where, None, "manifest.json must have a 'models' list") from None
+
+
+def load_directory(directory: str | os.PathLike) -> dict[str, Trace]:
+    """Load every log of a directory, keyed by trace name.
+
+    With a ``manifest.json`` (the DTR artifact's shape) its models are loaded in its
+    order, resolving each ``log`` path by file name inside ``directory`` and using
+    its ``has_start`` flag; otherwise every ``*.log``/``*.jsonl``/``*.jsonl.gz`` file.
+    """
+    directory = Path(directory)
+    manifest_path = directory / "manifest.json"
+    if manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text())
+        traces = {}
+        for entry in _manifest_entries(manifest, str(manifest_path)):
+            log_path = directory / Path(entry["log"]).name
+            trace = load_log(log_path, start=entry.get("has_start", True))
+            trace.meta.update({"manifest_name": entry.get("name"), "title": entry.get("title")})
+            traces[trace.name] = trace
+        return traces
+    paths = sorted(p for p in directory.iterdir() if p.name.endswith((".log", ".jsonl", ".jsonl.gz")))
+    if not paths:
+        raise FileNotFoundError(f"no manifest.json and no .log/.jsonl files in {directory}")
+    return {trace_name(p): load_log(p) for p in paths}
+
+
+def load_zip(path: str | os.PathLike) -> dict[str, Trace]:
+    """Load the logs inside a zip archive such as the DTR artifact's ``logs.zip``."""
+    traces = {}
+    with zipfile.ZipFile(path) as archive:
+        members = {Path(m).name: m for m in archive.namelist() if not m.endswith("/")}
+        has_start = {}
+        if "manifest.json" in members:
+            manifest = json.loads(archive.read(members["manifest.json"]))
+            has_start = {Path(e["log"]).name: e.get("has_start", True)
+                         for e in _manifest_entries(manifest, f"{path}!manifest.json")}
+        for file_name, member in sorted(members.items()):
+            if not file_name.endswith((".log", ".jsonl")):
+                continue
+            with archive.open(member) as raw:
+                lines = io.TextIOWrapper(raw, encoding="utf-8")
+                trace = parse_lines(lines, source=f"{path}!{member}", name=trace_name(file_name),
+                                    start=has_start.get(file_name, True))
+            traces[trace.name] = trace
+    return traces
+
+
+def load(path: str | os.PathLike) -> Trace | dict[str, Trace]:
+    """Load a log file, a directory of logs, or a zip of logs."""
+    path = Path(path)
+    if path.is_dir():
+        return load_directory(path)
+    if path.suffix == ".zip":
+        return load_zip(path)
+    return load_log(path)
