@@ -26,9 +26,16 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field
+from array import array
+from dataclasses import dataclass
 
 from ..trace.model import COMPUTE, GET, PIN, RELEASE, Trace
+from .regions import PyRegionIndex
+
+try:
+    from ._regions import RegionIndex as CRegionIndex
+except ImportError:  # not built (e.g. running from a source tree without `pip install`)
+    CRegionIndex = None
 
 #: Bump when a change can alter any simulation outcome; caches key on it.
 SIMULATOR_VERSION = 1
@@ -81,7 +88,7 @@ class Simulator:
     """
 
     def __init__(self, trace: Trace, policy, budget_bytes: float, remat_limit: float = math.inf,
-                 intervention: Intervention | None = None, recorder=None):
+                 intervention: Intervention | None = None, recorder=None, regions: str = "auto"):
         self.trace = trace
         self.policy = policy
         self.budget = budget_bytes
@@ -104,10 +111,11 @@ class Simulator:
         self.defined = [False] * n
         self.storage = [-1] * n
 
-        # Storage state, indexed by root tensor id.
+        # Storage state, indexed by root tensor id. ``material`` and the compute arrays
+        # are flat buffers so that the compiled region index can share them.
         self.size = [0] * n
-        self.compute_cost = [0] * n
-        self.material = [False] * n
+        self.compute_cost = array("q", bytes(8 * n))
+        self.material = bytearray(n)
         self.tensors: list[list[int]] = [[] for _ in range(n)]
         self.ref_int = [0] * n
         self.ref_ext = [0] * n
@@ -115,14 +123,13 @@ class Simulator:
         self.last_access = [-math.inf] * n
         self.pool: dict[int, None] = {}
 
+        self.regions = None
         if self.track_regions:
-            # Forward region (through children) and reverse region (through parents).
-            self.region_interior: list[set | None] = [None] * n
-            self.region_frontier: list[set | None] = [None] * n
-            self.region_compute = [0] * n
-            self.region_rev_interior: list[set | None] = [None] * n
-            self.region_rev_frontier: list[set | None] = [None] * n
-            self.region_rev_compute = [0] * n
+            # e* compute of the forward region (through children) and the reverse one.
+            self.region_compute = array("q", bytes(8 * n))
+            self.region_rev_compute = array("q", bytes(8 * n))
+            self.regions = _region_index(regions)(n, self.material, self.compute_cost,
+                                                  self.region_compute, self.region_rev_compute)
         if self.track_eq_class:
             # Union-find over equivalence-class nodes; a storage points at its node
             # while evicted (or before its first computation), -1 otherwise.
@@ -188,13 +195,13 @@ class Simulator:
         children = self.children
         for p in op.args:
             children[p].extend(op.outputs)
-        for s in new_storages:
-            if self.track_regions:
-                self.region_interior[s] = set()
-                self.region_frontier[s] = set()
-                self.region_rev_interior[s] = set()
-                self.region_rev_frontier[s] = set()
-            if self.track_eq_class:
+        if self.regions is not None:
+            link = self.regions.link
+            for t in op.outputs:
+                for p in op.args:
+                    link(storage[p], storage[t])
+        if self.track_eq_class:
+            for s in new_storages:
                 self.eq_node[s] = self._eq_new(0)
         self.materialize(op.outputs[0], False)
         clock = self.clock
@@ -286,17 +293,8 @@ class Simulator:
         if self.recorder is not None and rematerialize:
             self.recorder.on_remat(self, t)
 
-        if self.track_regions:
-            affected, affected_rev = set(), set()
-            for s in remat_storages:
-                self._rebuild(s, True)
-                self._rebuild(s, False)
-                affected.update(self.region_rev_frontier[s])
-                affected_rev.update(self.region_frontier[s])
-            for s in affected:
-                self._rebuild(s, True)
-            for s in affected_rev:
-                self._rebuild(s, False)
+        if self.regions is not None:
+            self.regions.materialized(remat_storages)
         if self.track_eq_class:
             eq_node, eq_value = self.eq_node, self.eq_value
             for s in remat_storages:
@@ -342,20 +340,8 @@ class Simulator:
         defined = self.defined
         for t in self.tensors[s]:
             defined[t] = False
-        if self.track_regions:
-            region_compute, region_rev_compute = self.region_compute, self.region_rev_compute
-            for p in self.region_rev_frontier[s]:
-                region_compute[p] += self._absorb(self.region_interior[p], self.region_frontier[p], s,
-                                                  self.region_interior[s], self.region_frontier[s])
-            for c in self.region_frontier[s]:
-                region_rev_compute[c] += self._absorb(self.region_rev_interior[c], self.region_rev_frontier[c], s,
-                                                      self.region_rev_interior[s], self.region_rev_frontier[s])
-            self.region_interior[s].clear()
-            self.region_frontier[s].clear()
-            self.region_rev_interior[s].clear()
-            self.region_rev_frontier[s].clear()
-            region_compute[s] = 0
-            region_rev_compute[s] = 0
+        if self.regions is not None:
+            self.regions.evicted(s)
         if self.track_eq_class:
             node = self._eq_new(self.compute_cost[s])
             self.eq_node[s] = node
@@ -363,42 +349,6 @@ class Simulator:
                 self._eq_merge(self.eq_node[n], node)
 
     # ------------------------------------------------- evicted neighbourhoods
-    def _absorb(self, interior: set, frontier: set, s: int, s_interior: set, s_frontier: set) -> int:
-        """Grow a region over its just-evicted frontier storage ``s``; returns the added compute."""
-        frontier.remove(s)
-        frontier.update(s_frontier)
-        added = s_interior - interior
-        added.add(s)
-        compute_cost = self.compute_cost
-        gained = 0
-        for u in added:
-            gained += compute_cost[u]
-        interior.update(added)
-        return gained
-
-    def _rebuild(self, base: int, forward: bool) -> None:
-        interior, frontier = set(), set()
-        gained = 0
-        edges = self.children if forward else self.parents
-        storage, material, tensors, compute_cost = self.storage, self.material, self.tensors, self.compute_cost
-        stack = [base]
-        while stack:
-            for t in tensors[stack.pop()]:
-                for u in edges[t]:
-                    us = storage[u]
-                    if material[us]:
-                        if us != base:
-                            frontier.add(us)
-                    elif us not in interior:
-                        gained += compute_cost[us]
-                        interior.add(us)
-                        stack.append(us)
-        if forward:
-            self.region_interior[base], self.region_frontier[base], self.region_compute[base] = interior, frontier, gained
-        else:
-            self.region_rev_interior[base], self.region_rev_frontier[base] = interior, frontier
-            self.region_rev_compute[base] = gained
-
     def evicted_neighbours(self, s: int) -> set[int]:
         """Evicted storages adjacent to ``s`` (through any of its tensors' parents or children)."""
         storage, material = self.storage, self.material
@@ -451,3 +401,15 @@ class Simulator:
         )
         if self.recorder is not None:
             self.recorder.on_failure(self, self.failure)
+
+
+def _region_index(kind: str):
+    """The region index class for ``regions="auto" | "c" | "python"``."""
+    if kind == "python" or (kind == "auto" and CRegionIndex is None):
+        return PyRegionIndex
+    if kind in ("c", "auto"):
+        if CRegionIndex is None:
+            raise RuntimeError("the compiled region index is not built; reinstall dtrlab with `pip install -e .` "
+                               "or pass regions='python'")
+        return CRegionIndex
+    raise ValueError(f"regions must be 'auto', 'c' or 'python', got {kind!r}")

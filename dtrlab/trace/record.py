@@ -18,10 +18,10 @@ instruction per event, in simrd's JSON-lines format (the DTR artifact's format):
   holds the tensor);
 * ``ANNOTATE START`` precedes the step and ``ANNOTATE BACKWARD`` the backward pass.
 
-Tensors saved for backward are kept through a saved-tensors hook that returns the
-tensor itself, so the log's reference to them lives exactly as long as autograd's;
-without it autograd keeps outputs through hidden C++ shallow copies that the log
-could not see (and the log would free their storage too early).
+Autograd saves for backward the very tensors the dispatcher returned, so a saved
+tensor keeps its name until autograd frees it.  Should a storage outlive every
+tensor the log knows on it, the two peaks below would disagree; the tests check that
+they do not.
 
 Independently of the log, the recorder accounts the bytes of live storages (a
 finalizer on each storage object) and reports their peak, which a replay of the log
@@ -51,6 +51,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+# The dispatch mode's first use imports torch._dynamo lazily, and that import keeps
+# the Python frames active at that moment alive (with the tensors in their locals)
+# for good. Importing it here keeps it out of the recorded step.
+import torch._dynamo  # noqa: F401
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry
@@ -352,7 +356,7 @@ def record(module: torch.nn.Module, inputs, *, loss_fn: Callable | None = None,
         recorder._emit(INSTRUCTION="ANNOTATE", ANNOTATION="START")
         for t in _leaf_tensors(module, inputs):
             recorder.name_of(t)
-        with recorder, torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        with recorder:
             loss = loss_fn(module(*inputs))
             recorder.flush_releases()
             recorder._emit(INSTRUCTION="ANNOTATE", ANNOTATION="BACKWARD")
