@@ -1,0 +1,28 @@
+# The two commands of README.md: `make figures` (the main job) and `make test`.
+# Both create an isolated environment in .venv and install dtrlab into it first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export MPLBACKEND := agg
+
+.PHONY: setup figures test bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml setup.py dtrlab/runtime/_regions.c
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,torch]'
+	touch $@
+
+figures: setup
+	$(BIN)/python scripts/make_figures.py
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python benchmarks/bench_replay.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info dtrlab/runtime/*.so

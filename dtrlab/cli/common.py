@@ -1,0 +1,58 @@
+"""Arguments and printing shared by several subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..policies import available_policies
+from ..trace import Trace, load
+
+
+def load_traces(paths: list[str]) -> list[Trace]:
+    """Each path may be a log, a directory of logs (with manifest.json) or a zip."""
+    traces = []
+    for path in paths:
+        loaded = load(path)
+        traces.extend(loaded.values() if isinstance(loaded, dict) else [loaded])
+    return traces
+
+
+def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", default="dtr",
+                        help=f"eviction policy (default dtr; available: {', '.join(available_policies())})")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="policy parameter, e.g. --param seed=3 (repeatable; values are parsed as JSON)")
+    parser.add_argument("--overhead-limit", type=float, default=2.0,
+                        help="thrash once total compute exceeds this multiple of the baseline (default 2.0)")
+
+
+def policy_params(pairs: list[str]) -> dict:
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--param takes KEY=VALUE, got {pair!r}")
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    return params
+
+
+def print_table(rows: list[dict]) -> None:
+    """A plain aligned table (no pandas needed for small outputs)."""
+    if not rows:
+        return
+    columns = list(rows[0])
+    cells = [[_format(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+
+
+def _format(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "" if value is None else str(value)
