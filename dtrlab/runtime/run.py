@@ -76,13 +76,15 @@ def budget_for(trace: Trace, ratio: float) -> int:
 
 def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None = None,
              budget_bytes: int | None = None, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
-             intervention: Intervention | None = None, recorder=None, **policy_params) -> RunResult:
+             intervention: Intervention | None = None, recorder=None, regions: str = "auto",
+             **policy_params) -> RunResult:
     """Replay ``trace`` under a memory budget with an eviction policy.
 
     Give exactly one of ``ratio`` (a fraction of the unbounded peak; the budget is
     ``int(peak * ratio)`` as in simrd) or ``budget_bytes``. The run fails with
     ``thrash`` once rematerialization compute exceeds
-    ``baseline compute x (overhead_limit - 1)``.
+    ``baseline compute x (overhead_limit - 1)``. ``regions`` picks the evicted-
+    neighbourhood index: "c" (compiled), "python" (the readable reference) or "auto".
     """
     if (ratio is None) == (budget_bytes is None):
         raise ValueError("give exactly one of ratio= (e.g. 0.5) or budget_bytes= (e.g. 2_000_000_000)")
@@ -95,7 +97,8 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
     policy = get_policy(policy, **policy_params)
     base = baseline(trace)
     remat_limit = base.model_compute * (overhead_limit - 1)
-    sim = Simulator(trace, policy, budget_bytes, remat_limit, intervention=intervention, recorder=recorder)
+    sim = Simulator(trace, policy, budget_bytes, remat_limit, intervention=intervention, recorder=recorder,
+                    regions=regions)
     status = sim.run()
     names = trace.tensor_names
     return RunResult(

@@ -1,0 +1,117 @@
+"""The simrd log loader: schedule semantics, containers, and errors that name file and line."""
+
+import gzip
+import json
+import zipfile
+
+import pytest
+
+from conftest import RESNET_LOG
+from dtrlab.trace import COMPUTE, GET, PIN, RELEASE, LogBuilder, TraceFormatError, load, load_log, parse_lines
+
+
+def small_log() -> LogBuilder:
+    log = LogBuilder(start=False)
+    log.constant("ignored", 4)  # before START: skipped
+    log.annotate("START")
+    log.constant("w", 8)
+    log.copy("w2", "w")
+    log.call("mm", ["w2"], [("y", 16), ("y_view", 0, 0)], time=7)
+    log.backward()
+    log.mutate("add_", ["y", "w"], [0], time=3)
+    log.copy_from("w2", "y")
+    log.release("w2", "nonexistent")
+    return log
+
+
+def test_schedule_follows_simrd_semantics():
+    trace = small_log().trace("small")
+    names = lambda kind_operand: (STEP[kind_operand[0]], trace.tensor_names[kind_operand[1]]  # noqa: E731
+                                  if kind_operand[0] != COMPUTE else trace.operators[kind_operand[1]].name)
+    assert [names(step) for step in trace.schedule] == [
+        ("compute", "constant"), ("pin", "w"),          # CONSTANT + MEMORY
+        ("get", "w"),                                   # COPY w2 <- w
+        ("compute", "mm"),                              # CALL with a tuple result, one alias
+        ("compute", "add_"), ("release", "y"),          # MUTATE: y$ replaces y
+        ("release", "w"), ("get", "y$"),                # COPY_FROM w2 <- y (now y$)
+        ("release", "y$"),                              # RELEASE w2; the unknown name is ignored
+        # outputs: per name (in first-definition order: w, w2, y, y_view) whose tensor
+        # still holds a reference; w2 and y both name y$, so it is pinned twice
+        ("pin", "w"), ("pin", "y$"), ("pin", "y$"), ("pin", "y_view"),
+    ]
+    mm = trace.operators[1]
+    assert (mm.cost, mm.sizes, mm.aliases, mm.backward) == (7, (16, 0), (-1, 0), False)
+    add = trace.operators[2]
+    assert (add.sizes, add.aliases, add.backward) == ((16,), (-1,), True)
+    assert trace.model_compute == 10
+
+
+STEP = {COMPUTE: "compute", GET: "get", PIN: "pin", RELEASE: "release"}
+
+
+@pytest.mark.parametrize("lines, line_number, message", [
+    (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION": "CONST'], 2, "malformed JSON"),
+    (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION":"FROB"}'], 2, "unknown instruction 'FROB'"),
+    (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION":"COPY","DST":"a","SRC":"zz"}'], 2,
+     "undefined tensor 'zz'"),
+    (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION":"CONSTANT","NAME":"a"}',
+      '{"INSTRUCTION":"RELEASE","NAME":"a"}'], 3, "expected MEMORY for 'a'"),
+    (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}',
+      '{"INSTRUCTION":"CALL","NAME":"f","ARGS":[],"RESULT":["r"]}'], 2, "ends where a MEMORY line"),
+    (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION":"CALL","NAME":"f","ARGS":[],"RESULT":["r"]}',
+      '{"INSTRUCTION":"MEMORY","NAME":"r","MEMORY":"4"}', '{"INSTRUCTION":"ALIAS","NAME":"r","ALIAS":"-1"}'], 2,
+     "lacks field 'TIME'"),
+    (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION":"MEMORY","NAME":"r","MEMORY":"4"}'], 2,
+     "does not follow a CONSTANT or CALL"),
+    (['["not", "an", "object"]'], 1, "JSON object with an INSTRUCTION"),
+])
+def test_errors_name_file_and_line(lines, line_number, message):
+    with pytest.raises(TraceFormatError) as error:
+        parse_lines(lines, source="bad.log")
+    assert str(error.value).startswith(f"bad.log:{line_number}: ")
+    assert message in str(error.value)
+    assert error.value.line_number == line_number
+
+
+def test_missing_start_is_explained():
+    with pytest.raises(TraceFormatError, match="no ANNOTATE START"):
+        parse_lines(['{"INSTRUCTION":"CONSTANT","NAME":"a"}'], source="nostart.log")
+
+
+def test_file_error_names_the_path(tmp_path):
+    path = tmp_path / "broken.log"
+    path.write_text('{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}\n{oops\n')
+    with pytest.raises(TraceFormatError, match=r"broken\.log:2: malformed JSON"):
+        load_log(path)
+
+
+def test_containers_load_the_same_trace(tmp_path):
+    log = small_log()
+    plain = tmp_path / "dir" / "small.log"
+    plain.parent.mkdir()
+    log.write(plain)
+    (tmp_path / "dir" / "manifest.json").write_text(json.dumps(
+        {"models": [{"name": "Small", "title": "Small", "log": "logs/small.log", "has_start": True}]}))
+    with gzip.open(tmp_path / "small.jsonl.gz", "wt") as handle:
+        handle.write("\n".join(log.lines()))
+    with zipfile.ZipFile(tmp_path / "logs.zip", "w") as archive:
+        archive.write(plain, "logs/small.log")
+        archive.write(tmp_path / "dir" / "manifest.json", "logs/manifest.json")
+
+    reference = load(plain)
+    from_directory = load(tmp_path / "dir")
+    from_zip = load(tmp_path / "logs.zip")
+    from_gzip = load(tmp_path / "small.jsonl.gz")
+    assert list(from_directory) == list(from_zip) == ["small"]
+    assert from_directory["small"].meta["manifest_name"] == "Small"
+    for trace in (from_directory["small"], from_zip["small"], from_gzip):
+        assert trace.content_hash == reference.content_hash
+        assert trace.schedule == reference.schedule
+
+
+@pytest.mark.shared
+def test_real_log_counts(load_shared_log):
+    trace = load_shared_log(RESNET_LOG)
+    summary = trace.summary()
+    assert (summary["operators"], summary["constants"], summary["tensors"]) == (509, 223, 696)
+    assert summary["schedule_steps"] == 3552
