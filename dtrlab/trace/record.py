@@ -387,10 +387,10 @@ def _leaf_tensors(module: torch.nn.Module, inputs: Sequence) -> Iterable[torch.T
 
 
 def capture_main(argv: Sequence[str] | None = None) -> int:
-    """``dtrlab capture MODEL --batch N --out PATH [--cost flops]``: record a zoo model."""
+    """Record one training step of a zoo model as a simrd log (``dtrlab capture``)."""
     from . import zoo
 
-    parser = argparse.ArgumentParser(prog="dtrlab capture", description=capture_main.__doc__)
+    parser = argparse.ArgumentParser(prog="dtrlab capture", description="Record one training step of a zoo model as a simrd log.")
     parser.add_argument("model", choices=sorted(zoo.MODELS), help="model from dtrlab.trace.zoo")
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: the model's)")
     parser.add_argument("--out", required=True, help="output log; gzip-compressed if it ends in .gz")
