@@ -4,8 +4,12 @@ from .base import (FEATURES, CandidateView, Policy, ScorePolicy, available_polic
                    register, score_policy)
 from . import builtin  # noqa: F401  (registers the built-in policies)
 from .builtin import DTR, LRU, MSPS, DTREqClass, DTRLocal, LargestStorage, RandomStorage
+from .ablations import ABLATIONS, Ablation  # registers simrd's 16 ablations
+from .variants import VARIANTS, ScoreFamily  # registers the h_DTR score variants
+from .twophase import TwoPhase
 
 __all__ = [
     "FEATURES", "CandidateView", "Policy", "ScorePolicy", "available_policies", "get_policy", "policy_class",
     "register", "score_policy", "DTR", "DTREqClass", "DTRLocal", "MSPS", "LRU", "LargestStorage", "RandomStorage",
+    "ABLATIONS", "Ablation", "VARIANTS", "ScoreFamily", "TwoPhase",
 ]

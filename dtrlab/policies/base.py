@@ -119,12 +119,17 @@ class Policy:
         """Return the storage ids (from ``candidates``) to evict now."""
         raise NotImplementedError
 
+    def label_params(self) -> dict:
+        """The parameters shown in :attr:`label`; a policy with many defaults can show only the changed ones."""
+        return self.params
+
     @property
     def label(self) -> str:
-        """Name plus non-default parameters, e.g. ``random(seed=3)``."""
-        if not self.params:
+        """Name plus the :meth:`label_params`, e.g. ``random(seed=3)``."""
+        params = self.label_params()
+        if not params:
             return self.name
-        return f"{self.name}(" + ", ".join(f"{k}={v!r}" for k, v in sorted(self.params.items())) + ")"
+        return f"{self.name}(" + ", ".join(f"{k}={v!r}" for k, v in sorted(params.items())) + ")"
 
     def __repr__(self) -> str:
         return f"<policy {self.label}>"
