@@ -1,0 +1,103 @@
+"""One look for every figure: status and policy colours, panel layout, saving.
+
+Styling lives here, not on policies: a policy is identified by its registry name
+(``dtr``, ``random``, ...); labelled variants such as ``random(seed=3)`` share
+their base policy's style.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+
+#: Outcome colours: pass green, out of memory red, thrash orange.
+STATUS_COLORS = {"pass": "#2ca02c", "oom": "#d62728", "thrash": "#ff7f0e"}
+STATUS_LABELS = {"pass": "pass", "oom": "out of memory", "thrash": "thrash (overhead > limit)"}
+HOLE_COLOR = "#6a3d9a"
+THRESHOLD_COLOR = "#1f1f1f"
+
+
+@dataclass(frozen=True)
+class LineStyle:
+    label: str
+    color: str
+    marker: str
+    linestyle: str = "-"
+
+
+#: The DTR paper's seven simulated policies, in its legend order.
+POLICY_STYLES = {
+    "dtr": LineStyle("DTR (h_DTR)", "#1f77b4", "o"),
+    "dtr_eq_class": LineStyle("DTR eq. class (h_DTR^eq)", "#17becf", "s", "--"),
+    "dtr_local": LineStyle("DTR local (h_DTR^local)", "#9467bd", "^", "-."),
+    "msps": LineStyle("MSPS", "#2ca02c", "D"),
+    "lru": LineStyle("LRU", "#d62728", "v", ":"),
+    "largest_storage": LineStyle("Largest storage", "#8c564b", "P", "--"),
+    "random": LineStyle("Random", "#7f7f7f", "X", ":"),
+}
+_FALLBACK_COLORS = ["#e377c2", "#bcbd22", "#ff7f0e", "#aec7e8", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2"]
+_FALLBACK_MARKERS = ["*", "h", "p", "<", ">", "8", "d", "H"]
+
+
+def policy_base(label: str) -> str:
+    """``random(seed=3)`` -> ``random``: the registry name inside a run's policy label."""
+    return label.split("(", 1)[0]
+
+
+def policy_style(label: str, index: int = 0) -> LineStyle:
+    """Style of a policy label; unknown policies (variants) cycle through spare colours by ``index``."""
+    known = POLICY_STYLES.get(policy_base(label))
+    if known is not None:
+        return known
+    return LineStyle(label, _FALLBACK_COLORS[index % len(_FALLBACK_COLORS)],
+                     _FALLBACK_MARKERS[index % len(_FALLBACK_MARKERS)])
+
+
+def use_style() -> None:
+    """Readable defaults for print and screen (applied by every plotting function)."""
+    mpl.rcParams.update({
+        "figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight",
+        "font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10, "legend.fontsize": 9,
+        "xtick.labelsize": 9, "ytick.labelsize": 9, "axes.grid": True, "grid.alpha": 0.3,
+        "axes.spines.top": False, "axes.spines.right": False, "pdf.fonttype": 42,
+    })
+
+
+def panel_grid(n: int, columns: int = 4, panel_size: tuple[float, float] = (3.6, 2.6), **kwargs):
+    """A figure with ``n`` panels in rows of ``columns``; unused axes are hidden. Returns (fig, axes list)."""
+    use_style()
+    columns = max(1, min(columns, n))
+    rows = max(1, math.ceil(n / columns))
+    fig, axes = plt.subplots(rows, columns, figsize=(panel_size[0] * columns, panel_size[1] * rows),
+                             squeeze=False, **kwargs)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def short_trace_name(name: str) -> str:
+    """``resnet32-56-9000000000.0-2020-...-default`` -> ``resnet32-56``: model and batch of a DTR log name."""
+    parts = name.split("-")
+    if len(parts) > 2 and parts[2].replace(".", "", 1).isdigit():
+        return "-".join(parts[:2])
+    return name
+
+
+def save_figure(fig, directory: str | Path, name: str) -> list[Path]:
+    """Write ``name``.png and ``name``.pdf into ``directory`` (created); returns both paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [directory / f"{name}.{ext}" for ext in ("png", "pdf")]
+    for path in paths:
+        fig.savefig(path)
+    return paths
+
+
+def trace_titles(traces: dict) -> dict[str, str]:
+    """Panel titles: each trace's manifest title (e.g. ``ResNet-32 (56)``), else its short name."""
+    return {name: trace.meta.get("title") or short_trace_name(name) for name, trace in traces.items()}

@@ -1,0 +1,5 @@
+"""Interactive widgets for notebooks (ipywidgets)."""
+
+from .explorer import BudgetExplorer
+
+__all__ = ["BudgetExplorer"]

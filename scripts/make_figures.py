@@ -1,0 +1,111 @@
+"""Run every notebook with papermill: executed notebooks to results/, figures to figures/.
+
+    python scripts/make_figures.py                                  # traces/ -> figures/traces/
+    DTRLAB_LOGS=../shared/dtr-logs python scripts/make_figures.py   # DTR logs -> figures/dtr-logs/
+    python scripts/make_figures.py --only 01 06 --quick             # a quick run of two notebooks
+
+Figures go to ``figures/<trace set>/`` (the trace set is the name of the traces
+directory, so the DTR logs never overwrite the shipped traces' figures, and a
+``--quick`` run writes under ``results/`` instead). Executed notebooks go to
+``results/notebooks/<trace set>/``. Every notebook reads the same sweep cache
+(``$DTRLAB_CACHE`` or ``results/cache``), so reruns only plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+KERNEL = "python3"
+
+
+def notebook_paths(only: list[str] | None = None) -> list[Path]:
+    """The numbered notebooks, in order; ``only`` keeps those whose name starts with one of its prefixes."""
+    paths = sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
+    if only:
+        paths = [p for p in paths if p.name.startswith(tuple(only))]
+        if not paths:
+            names = ", ".join(p.name for p in sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb")))
+            raise SystemExit(f"make_figures: no notebook matches {only}; the notebooks are {names}")
+    return paths
+
+
+def trace_set_name(traces_dir: Path) -> str:
+    """``traces`` for the shipped traces, else the directory's name (``dtr-logs``)."""
+    return traces_dir.resolve().name
+
+
+def notebook_parameters(traces_dir: Path, figures_dir: Path, cache_dir: Path, *, quick: bool, jobs: int,
+                        reference: Path | None) -> dict:
+    """What papermill injects into each notebook's ``parameters`` cell (absolute paths)."""
+    return {"traces_dir": str(traces_dir.resolve()), "figures_dir": str(figures_dir.resolve()),
+            "cache_dir": str(cache_dir.resolve()), "quick": quick, "jobs": jobs,
+            "reference": str(reference.resolve()) if reference else ""}
+
+
+def run_notebook(path: Path, output_dir: Path, parameters: dict) -> Path:
+    """Execute one notebook (in the notebooks folder, headless matplotlib); returns the executed copy."""
+    import papermill
+
+    os.environ["MPLBACKEND"] = "agg"  # the kernel inherits it
+    output_dir.mkdir(parents=True, exist_ok=True)
+    output = output_dir / path.name
+    papermill.execute_notebook(str(path), str(output), parameters=parameters, kernel_name=KERNEL,
+                               cwd=str(NOTEBOOKS), progress_bar=True)
+    return output
+
+
+def _reference_for(traces_dir: Path) -> Path | None:
+    """simrd's reference outcomes next to the DTR logs (``../shared/reference``), when present."""
+    candidate = traces_dir.resolve().parent / "reference" / "simrd-outcomes.jsonl"
+    return candidate if candidate.is_file() else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--traces", type=Path, default=Path(os.environ.get("DTRLAB_LOGS") or ROOT / "traces"),
+                        help="directory of traces or DTR logs (default: $DTRLAB_LOGS, else traces/)")
+    parser.add_argument("--figures", type=Path, help="figure directory (default figures/<trace set>/)")
+    parser.add_argument("--output", type=Path, help="executed notebooks (default results/notebooks/<trace set>/)")
+    parser.add_argument("--cache", type=Path, default=Path(os.environ.get("DTRLAB_CACHE") or ROOT / "results" / "cache"),
+                        help="sweep cache shared by all notebooks (default: $DTRLAB_CACHE, else results/cache)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes per sweep (default: all cores)")
+    parser.add_argument("--quick", action="store_true", help="tiny runs (as the tests do); figures go under results/")
+    parser.add_argument("--only", nargs="+", metavar="NN", help="run only these notebooks, e.g. --only 01 06")
+    args = parser.parse_args(argv)
+
+    if not args.traces.is_dir():
+        parser.error(f"--traces {args.traces} is not a directory; give traces/ or a directory of DTR logs "
+                     "such as ../shared/dtr-logs")
+    name = trace_set_name(args.traces)
+    base = ROOT / "results" / "quick" if args.quick else ROOT
+    figures = args.figures or base / "figures" / name
+    output = args.output or ROOT / "results" / ("notebooks-quick" if args.quick else "notebooks") / name
+    parameters = notebook_parameters(args.traces, figures, args.cache, quick=args.quick, jobs=args.jobs,
+                                     reference=_reference_for(args.traces))
+    failed = []
+    for path in notebook_paths(args.only):
+        started = time.perf_counter()
+        print(f"make_figures: {path.name} on {args.traces} ...", flush=True)
+        try:
+            run_notebook(path, output, parameters)
+        except Exception as exc:  # report every notebook, then fail
+            failed.append(path.name)
+            print(f"make_figures: {path.name} FAILED: {exc}", file=sys.stderr)
+            continue
+        print(f"make_figures: {path.name} done in {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"make_figures: figures in {figures}, executed notebooks in {output}")
+    if failed:
+        print(f"make_figures: {len(failed)} notebook(s) failed: {', '.join(failed)} "
+              f"(the executed copies in {output} show the failing cell)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Every notebook runs under papermill in quick mode and writes its figures; the plot helpers' summaries."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _make_figures():
+    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "scripts" / "make_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+make_figures = _make_figures()
+NOTEBOOKS = make_figures.notebook_paths()
+
+
+def test_every_issue_notebook_is_there():
+    assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07"]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_in_quick_mode_and_writes_figures(notebook, tmp_path, monkeypatch):
+    pytest.importorskip("papermill")
+    monkeypatch.setenv("MPLBACKEND", "agg")
+    figures = tmp_path / "figures"
+    parameters = make_figures.notebook_parameters(ROOT / "traces", figures, tmp_path / "cache", quick=True, jobs=1,
+                                                  reference=None)
+    executed = make_figures.run_notebook(notebook, tmp_path / "executed", parameters)
+    assert executed.stat().st_size > 0
+    prefix = notebook.name[:2]
+    pngs = sorted(figures.glob(f"{prefix}-*.png"))
+    assert pngs, f"{notebook.name} wrote no figure named {prefix}-*.png into {figures}"
+    for png in pngs:
+        pdf = png.with_suffix(".pdf")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+        assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 1000
+
+
+def test_only_selects_notebooks_by_prefix():
+    assert [p.name[:2] for p in make_figures.notebook_paths(["06", "01"])] == ["01", "06"]
+    with pytest.raises(SystemExit, match="no notebook matches"):
+        make_figures.notebook_paths(["99"])
+
+
+def test_figure_directory_is_named_after_the_trace_set(tmp_path):
+    logs = tmp_path / "dtr-logs"
+    logs.mkdir()
+    assert make_figures.trace_set_name(logs) == "dtr-logs"
+    assert make_figures.trace_set_name(ROOT / "traces") == "traces"
+
+
+# ------------------------------------------------------------------ plot helpers
+def _rows(policy, statuses, overheads, trace="t"):
+    return [{"trace": trace, "policy": policy, "ratio": r, "status": s, "overhead": o}
+            for r, s, o in zip([0.2, 0.4, 0.6, 0.8], statuses, overheads)]
+
+
+def test_pareto_curves_lowest_passing_ratio_and_seed_bands():
+    from dtrlab.plots import pareto_curves
+
+    frame = pd.DataFrame(
+        _rows("dtr", ["oom", "pass", "pass", "pass"], [1.9, 1.5, 1.2, 1.0])
+        # a hole at 0.6: the curve starts above it
+        + _rows("lru", ["thrash", "pass", "thrash", "pass"], [2.0, 1.8, 2.0, 1.1])
+        + _rows("random(seed=0)", ["thrash", "pass", "pass", "pass"], [2.0, 1.6, 1.3, 1.0])
+        + _rows("random(seed=1)", ["thrash", "thrash", "pass", "pass"], [2.0, 2.0, 1.5, 1.0])
+        + _rows("msps", ["pass"] * 4, [1.4, 1.2, 1.1, 1.0]))
+    summary = pareto_curves(frame)
+    frontier = summary.frontier.set_index("policy")
+    assert frontier.loc["dtr", "min_passing_ratio"] == 0.4 and frontier.loc["dtr", "failure_below"] == "oom"
+    assert frontier.loc["lru", "min_passing_ratio"] == 0.8 and frontier.loc["lru", "failure_below"] == "thrash"
+    assert frontier.loc["random", "min_passing_ratio"] == 0.6  # every seed must pass
+    assert frontier.loc["msps", "min_passing_ratio"] == 0.2 and math.isnan(frontier.loc["msps", "failure_below"])
+    random = summary.curves[(summary.curves["policy"] == "random") & (summary.curves["ratio"] == 0.6)].iloc[0]
+    assert (random["trials"], random["overhead_min"], random["overhead_max"]) == (2, 1.3, 1.5)
+    assert random["overhead_mean"] == pytest.approx(1.4)
+
+
+def test_pareto_curves_names_missing_columns():
+    from dtrlab.plots import pareto_curves
+
+    with pytest.raises(ValueError, match=r"\['overhead'\]"):
+        pareto_curves(pd.DataFrame({"trace": [], "policy": [], "ratio": [], "status": []}))
+
+
+def test_trace_names_and_policy_styles():
+    from dtrlab.plots import policy_style, short_trace_name
+
+    assert short_trace_name("resnet32-56-9000000000.0-2020-10-1-13-3-30-default") == "resnet32-56"
+    assert short_trace_name("resnet32-b8") == "resnet32-b8"
+    assert policy_style("random(seed=3)") == policy_style("random")
+    assert policy_style("two_phase", 0).color != policy_style("two_phase", 1).color
