@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from .style import panel_grid, policy_base, policy_style
+from .style import panel_grid, policy_base, policy_styles
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,11 @@ def plot_pareto(frame: pd.DataFrame, *, titles: dict[str, str] | None = None, co
     summary = pareto_curves(frame)
     traces = list(dict.fromkeys(frame["trace"]))
     policies = list(dict.fromkeys(frame["policy"].map(policy_base)))
+    styles = policy_styles(policies)
     fig, axes = panel_grid(len(traces), columns=columns, sharex=True, sharey=True)
     for ax, trace in zip(axes, traces):
-        for index, policy in enumerate(policies):
-            style = policy_style(policy, index)
+        for policy in policies:
+            style = styles[policy]
             curve = summary.curves[(summary.curves["trace"] == trace) & (summary.curves["policy"] == policy)]
             edge = summary.frontier[(summary.frontier["trace"] == trace) & (summary.frontier["policy"] == policy)]
             lowest = edge["min_passing_ratio"].iloc[0]
@@ -98,12 +99,37 @@ def plot_pareto(frame: pd.DataFrame, *, titles: dict[str, str] | None = None, co
             ax.set_xlabel("budget ratio")
         if ax.get_subplotspec().is_first_col():
             ax.set_ylabel("compute overhead")
-    handles = [Line2D([], [], color=policy_style(p, i).color, linestyle=policy_style(p, i).linestyle,
-                      marker=policy_style(p, i).marker, label=policy_style(p, i).label)
-               for i, p in enumerate(policies)]
+    handles = [Line2D([], [], color=s.color, linestyle=s.linestyle, marker=s.marker, label=s.label)
+               for s in styles.values()]
     handles += [Line2D([], [], color="grey", linestyle=":", label="lowest passing ratio (OOM below)"),
                 Line2D([], [], color="grey", linestyle="--", label="lowest passing ratio (thrash below)")]
     fig.legend(handles=handles, loc="lower center", ncol=min(5, len(handles)), frameon=False,
                bbox_to_anchor=(0.5, -0.02 - 0.035 * (len(handles) > 5)))
     fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
+
+def plot_overhead(frame: pd.DataFrame, *, titles: dict[str, str] | None = None, columns: int = 4,
+                  overhead_limit: float = 2.0):
+    """One panel per trace: overhead of every passing sample per policy; failing samples leave gaps."""
+    traces = list(dict.fromkeys(frame["trace"]))
+    styles = policy_styles(frame["policy"])
+    fig, axes = panel_grid(len(traces), columns=columns, sharex=True, sharey=True)
+    for ax, trace in zip(axes, traces):
+        for policy, style in styles.items():
+            rows = frame[(frame["trace"] == trace) & (frame["policy"] == policy)].sort_values("ratio")
+            ax.plot(rows["ratio"], rows["overhead"].where(rows["status"] == "pass"), color=style.color,
+                    linestyle=style.linestyle, linewidth=1.2, alpha=0.85)
+        ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
+        ax.set_title((titles or {}).get(trace, trace))
+        ax.set_ylim(0.95, overhead_limit + 0.05)
+    for ax in axes:
+        if ax.get_subplotspec().is_last_row():
+            ax.set_xlabel("budget ratio")
+        if ax.get_subplotspec().is_first_col():
+            ax.set_ylabel("compute overhead")
+    handles = [Line2D([], [], color=s.color, linestyle=s.linestyle, label=s.label) for s in styles.values()]
+    fig.legend(handles=handles, loc="lower center", ncol=min(5, len(handles)), frameon=False)
+    rows_of_legend = -(-len(handles) // 5)
+    fig.tight_layout(rect=(0, 0.03 + 0.035 * rows_of_legend, 1, 1))
     return fig

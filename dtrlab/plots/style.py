@@ -39,8 +39,11 @@ POLICY_STYLES = {
     "largest_storage": LineStyle("Largest storage", "#8c564b", "P", "--"),
     "random": LineStyle("Random", "#7f7f7f", "X", ":"),
 }
-_FALLBACK_COLORS = ["#e377c2", "#bcbd22", "#ff7f0e", "#aec7e8", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2"]
+# Spare styles for policies without one (variants): 12 colours x 4 dash patterns.
+_FALLBACK_COLORS = ["#e377c2", "#bcbd22", "#ff7f0e", "#393b79", "#8c6d31", "#843c39", "#7b4173", "#637939",
+                    "#aec7e8", "#98df8a", "#c5b0d5", "#f7b6d2"]
 _FALLBACK_MARKERS = ["*", "h", "p", "<", ">", "8", "d", "H"]
+_FALLBACK_LINESTYLES = ["-", "--", "-.", ":"]
 
 
 def policy_base(label: str) -> str:
@@ -49,12 +52,22 @@ def policy_base(label: str) -> str:
 
 
 def policy_style(label: str, index: int = 0) -> LineStyle:
-    """Style of a policy label; unknown policies (variants) cycle through spare colours by ``index``."""
+    """Style of a policy label; unknown policies (variants) take the ``index``-th spare style."""
     known = POLICY_STYLES.get(policy_base(label))
     if known is not None:
         return known
     return LineStyle(label, _FALLBACK_COLORS[index % len(_FALLBACK_COLORS)],
-                     _FALLBACK_MARKERS[index % len(_FALLBACK_MARKERS)])
+                     _FALLBACK_MARKERS[index % len(_FALLBACK_MARKERS)],
+                     _FALLBACK_LINESTYLES[index // len(_FALLBACK_COLORS) % len(_FALLBACK_LINESTYLES)])
+
+
+def policy_styles(labels) -> dict[str, LineStyle]:
+    """Distinct styles for the policies of one figure: known ones keep theirs, the rest get spare ones in order."""
+    styles, spare = {}, 0
+    for label in dict.fromkeys(labels):
+        styles[label] = policy_style(label, spare)
+        spare += policy_base(label) not in POLICY_STYLES
+    return styles
 
 
 def use_style() -> None:
