@@ -12,7 +12,7 @@ import sys
 
 from ..trace import TraceFormatError
 
-COMMANDS = ["info", "run"]
+COMMANDS = ["info", "run", "explain"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,3 +6,4 @@ from .inclusion import plot_inclusion, plot_inclusion_census
 from .pareto import ParetoCurves, pareto_curves, plot_overhead, plot_pareto
 from .style import (POLICY_STYLES, STATUS_COLORS, panel_grid, policy_style, policy_styles, save_figure,
                     short_trace_name, trace_titles, use_style)
+from .timelines import memory_timelines

@@ -57,14 +57,32 @@ class SimulationError(RuntimeError):
 class Intervention:
     """A change to the runtime's choices, for causal experiments.
 
-    ``withhold``: storages (root tensor ids) never offered as eviction candidates;
-    eager frees still apply to them.
+    Storages are named by their root tensor ids; steps index the trace's schedule.
+
+    * ``withhold``: storages never offered as eviction candidates; eager frees
+      still apply to them.
+    * ``pin``: ``(storage, step)`` pairs (or a ``{storage: step}`` dict): just before
+      that step, or right after the storage is created if that is later, the storage
+      is pinned as a PIN step pins it: rematerialized if evicted, then never a
+      candidate and never freed. A storage whose last reference is already released
+      stays freed.
+    * ``force_evict``: ``(storage, step)`` pairs: just before that step the storage
+      is evicted if it is resident and not pinned (not counted as a policy eviction).
     """
 
     withhold: frozenset[int] = frozenset()
+    pin: tuple[tuple[int, int], ...] = ()
+    force_evict: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "withhold", frozenset(self.withhold))
+        for name in ("pin", "force_evict"):
+            pairs = getattr(self, name)
+            pairs = pairs.items() if isinstance(pairs, dict) else pairs
+            object.__setattr__(self, name, tuple(sorted((int(s), int(step)) for s, step in pairs)))
 
     def __bool__(self) -> bool:
-        return bool(self.withhold)
+        return bool(self.withhold or self.pin or self.force_evict)
 
 
 @dataclass
@@ -147,6 +165,7 @@ class Simulator:
         self.step = -1
         self.failure: Failure | None = None
         self._pending: list[int] = []  # tensors being materialized, outermost first
+        self._actions = self._timed_actions()
         policy.start(self)
 
     # ------------------------------------------------------------------ replay
@@ -156,7 +175,11 @@ class Simulator:
         sys.setrecursionlimit(max(old_limit, 20 * self.trace.n_tensors + 1000))
         try:
             compute_op, get, release, pin = self.compute_op, self.get, self.release, self.pin
+            actions = self._actions
             for self.step, (kind, operand) in enumerate(self.trace.schedule):
+                if actions and self.step in actions:
+                    for action, s in actions[self.step]:
+                        self._intervene(action, s)
                 if kind == COMPUTE:
                     compute_op(operand)
                 elif kind == RELEASE:
@@ -172,6 +195,40 @@ class Simulator:
             return "thrash"
         finally:
             sys.setrecursionlimit(old_limit)
+
+    def _timed_actions(self) -> dict[int, list[tuple[str, int]]]:
+        """The intervention's pins and forced evictions, keyed by the step they precede."""
+        intervention = self.intervention
+        if not intervention.pin and not intervention.force_evict:
+            return {}
+        created = {}  # storage -> the first step at which it exists
+        for step, (kind, operand) in enumerate(self.trace.schedule):
+            if kind == COMPUTE:
+                op = self.ops[operand]
+                for t, alias in zip(op.outputs, op.aliases):
+                    if alias == -1:
+                        created[t] = step + 1
+        actions: dict[int, list[tuple[str, int]]] = {}
+        for action, pairs in (("pin", intervention.pin), ("force_evict", intervention.force_evict)):
+            for s, step in pairs:
+                if s not in created:
+                    raise ValueError(f"intervention {action} names {s}, which is not a storage of {self.trace.name}; "
+                                     "storages are root tensor ids, e.g. trace.tensor_names.index('x123') for a "
+                                     "tensor that is not an alias")
+                actions.setdefault(max(step, created[s]) if action == "pin" else step, []).append((action, s))
+        return actions
+
+    def _intervene(self, action: str, s: int) -> None:
+        applied = False
+        if action == "pin":
+            if self.ref_ext[s] > 0 and not self.pinned[s]:
+                self.pin(s)
+                applied = True
+        elif self.material[s] and self.ref_int[s] == 0:
+            self.evict(s)
+            applied = True
+        if self.recorder is not None:
+            self.recorder.on_intervene(self, action, s, applied)
 
     def compute_op(self, op_index: int) -> None:
         op = self.ops[op_index]
@@ -290,8 +347,11 @@ class Simulator:
         pool = self.pool
         for s in remat_storages:
             pool[s] = None  # a no-op when already present: the position is kept
-        if self.recorder is not None and rematerialize:
-            self.recorder.on_remat(self, t)
+        if self.recorder is not None:
+            if rematerialize:
+                self.recorder.on_remat(self, t)
+            else:
+                self.recorder.on_compute(self, t)
 
         if self.regions is not None:
             self.regions.materialized(remat_storages)

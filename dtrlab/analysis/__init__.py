@@ -1,0 +1,5 @@
+"""Analyses of simulated runs: plain functions returning result records."""
+
+from .divergence import Divergence, divergence, identical_evictions
+from .events import RecordedRun, Recorder, record
+from .interventions import InterventionSearch, single_tensor_search

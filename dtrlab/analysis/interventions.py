@@ -1,0 +1,116 @@
+"""Single-tensor intervention search: which one storage, withheld, changes a failure?
+
+For a failing run, re-run once per distinct storage the policy evicted, with that
+storage withheld from the candidates (eager frees still apply), through the sweep
+engine's backends. Each re-run is classified:
+
+* ``rescued``: it passes at the same budget;
+* ``kind changed``: it still fails, with the other kind (oom <-> thrash);
+* ``failure moved``: it fails the same way at another schedule step;
+* ``no change``: it fails the same way at the same step.
+
+For a score policy, a re-run makes exactly the base run's decisions up to the
+first one that chose the withheld storage (``identical_decisions``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..policies import get_policy
+from ..runtime import DEFAULT_OVERHEAD_LIMIT, Intervention, RunResult, simulate
+from ..sweep.engine import RunSpec, run_many
+from ..trace.model import Trace
+from .divergence import identical_evictions
+
+EFFECTS = ("rescued", "kind changed", "failure moved", "no change")
+
+
+@dataclass(frozen=True)
+class InterventionSearch:
+    """The failing run and one row per withheld storage (in order of first eviction).
+
+    ``table`` columns: ``storage_id``, ``storage`` (name), ``size``,
+    ``times_evicted`` and ``first_evicted`` (eviction index) in the base run, then
+    the re-run's ``status``, ``effect``, ``overhead``, ``clock``, ``evictions``,
+    ``remats``, ``identical_decisions``, ``failure_kind``, ``failure_step`` and
+    ``failure_step_delta`` (re-run minus base; positive = fails later).
+    """
+
+    trace: str
+    base: RunResult
+    table: pd.DataFrame
+
+    @property
+    def rescues(self) -> pd.DataFrame:
+        return self.table[self.table["effect"] == "rescued"]
+
+    @property
+    def changes(self) -> pd.DataFrame:
+        """Every re-run whose outcome differs from the base run's (rescues included)."""
+        return self.table[self.table["effect"] != "no change"]
+
+    def intervention(self, storage: str) -> Intervention:
+        """The intervention of one row, e.g. to replay a rescue on its own."""
+        rows = self.table[self.table["storage"] == storage]
+        if rows.empty:
+            raise ValueError(f"{storage} is not a storage the base run evicted; "
+                             f"try one of {', '.join(self.table['storage'][:5])}")
+        return Intervention(withhold=frozenset({int(rows["storage_id"].iloc[0])}))
+
+
+def _effect(base: RunResult, run: RunResult) -> str:
+    if run.passed:
+        return "rescued"
+    if run.status != base.status:
+        return "kind changed"
+    if run.failure.step != base.failure.step:
+        return "failure moved"
+    return "no change"
+
+
+def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = None, budget_bytes: int | None = None,
+                         overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, jobs: int = 1, backend: str = "loky",
+                         client=None, progress: bool = True, **policy_params) -> InterventionSearch:
+    """Withhold each storage the failing run evicted, one at a time; see the module doc.
+
+    Budget and policy arguments are those of :func:`~dtrlab.runtime.simulate`;
+    ``jobs``, ``backend`` and ``client`` those of
+    :func:`~dtrlab.sweep.engine.run_many`.
+    """
+    policy = get_policy(policy, **policy_params)
+    base = simulate(trace, policy, ratio=ratio, budget_bytes=budget_bytes, overhead_limit=overhead_limit)
+    if base.passed:
+        raise ValueError(f"{trace.name} passes under {policy.label} at {base.budget_bytes:,} bytes; the search "
+                         "explains failures, so give a failing budget (e.g. a hole found by a sweep)")
+    index = {name: i for i, name in enumerate(trace.tensor_names)}
+    first: dict[str, int] = {}
+    times: dict[str, int] = {}
+    for i, name in enumerate(base.evicted_storages):
+        first.setdefault(name, i)
+        times[name] = times.get(name, 0) + 1
+    storages = list(first)
+    specs = [RunSpec(base.budget_bytes, policy, overhead_limit, Intervention(withhold=frozenset({index[name]})),
+                     ratio) for name in storages]
+    runs = run_many(trace, specs, jobs=jobs, backend=backend, client=client, progress=progress,
+                    desc=f"withhold each of {len(specs)} storages")
+    rows = []
+    for name, run in zip(storages, runs):
+        failure = run.failure
+        rows.append({
+            "storage_id": index[name], "storage": name, "size": trace.operators[trace.tensor_op[index[name]]]
+            .sizes[trace.tensor_index[index[name]]], "times_evicted": times[name], "first_evicted": first[name],
+            "status": run.status, "effect": _effect(base, run), "overhead": run.overhead, "clock": run.clock,
+            "evictions": run.evictions, "remats": run.remats,
+            "identical_decisions": identical_evictions(base, run),
+            "failure_kind": failure.kind if failure else None,
+            "failure_step": failure.step if failure else None,
+            "failure_step_delta": failure.step - base.failure.step if failure else None,
+        })
+    table = pd.DataFrame(rows)
+    table["effect"] = pd.Categorical(table["effect"], categories=EFFECTS)
+    for column in ("failure_step", "failure_step_delta"):
+        table[column] = table[column].astype("Int64")
+    return InterventionSearch(trace.name, base, table)

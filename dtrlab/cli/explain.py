@@ -1,0 +1,72 @@
+"""``dtrlab explain LOG --policy dtr --ratio 0.17``: why a run fails, one withheld storage at a time."""
+
+from __future__ import annotations
+
+from .common import add_policy_arguments, load_traces, policy_params, print_table
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "explain", help="print a failing run's failure record and which single withheld storage rescues it")
+    parser.add_argument("log", metavar="LOG", help="log file (or a directory/zip holding exactly one log)")
+    budget = parser.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--ratio", type=float, help="budget as a fraction of the unbounded peak (simrd's int(peak*ratio))")
+    budget.add_argument("--budget", type=int, metavar="BYTES", help="budget in bytes")
+    add_policy_arguments(parser)
+    parser.add_argument("--jobs", type=int, default=1, help="parallel processes for the re-runs (-1: all cores)")
+    parser.add_argument("--backend", default="loky", choices=["sequential", "loky", "dask"],
+                        help="how to run the re-runs (default loky; dask needs --scheduler)")
+    parser.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://127.0.0.1:8786")
+    parser.add_argument("--all", action="store_true",
+                        help="list every withheld storage, not only those that change the outcome")
+    parser.add_argument("--save", metavar="PATH", help="write the whole table to PATH (.parquet or .csv)")
+    parser.set_defaults(handler=explain)
+
+
+def explain(args) -> int:
+    from ..analysis.events import record
+    from ..analysis.interventions import single_tensor_search
+
+    traces = load_traces([args.log])
+    if len(traces) != 1:
+        raise ValueError(f"{args.log} holds {len(traces)} traces; name one log file")
+    if args.save and not args.save.endswith((".parquet", ".csv")):
+        raise ValueError(f"--save writes .parquet or .csv files, got {args.save}")
+    trace = traces[0]
+    params = policy_params(args.param)
+    run = record(trace, args.policy, ratio=args.ratio, budget_bytes=args.budget, overhead_limit=args.overhead_limit,
+                 candidate_scores=False, **params)
+    result = run.result
+    print(f"{trace.name} under {result.policy} at {result.budget_bytes:,} bytes: {result.status} "
+          f"(overhead {result.overhead:.4f}, {result.evictions} evictions, {result.remats} remats)")
+    if result.passed:
+        print("the run passes; nothing to explain")
+        return 0
+    print("\nfailure:")
+    failure = run.failure.iloc[0].to_dict()
+    width = max(map(len, failure))
+    for key, value in failure.items():
+        print(f"  {key.ljust(width)}  {value}")
+    search = single_tensor_search(trace, args.policy, budget_bytes=result.budget_bytes, overhead_limit=args.overhead_limit,
+                                  jobs=args.jobs, backend=args.backend, client=args.scheduler, **params)
+    table = search.table
+    rescues = search.rescues
+    print(f"\nwithholding each of the {len(table)} evicted storages: {len(rescues)} rescue the run, "
+          f"{int((table['effect'] == 'kind changed').sum())} change the failure kind, "
+          f"{int((table['effect'] == 'failure moved').sum())} move the failure point")
+    shown = table if args.all else search.changes
+    columns = ["storage", "size", "times_evicted", "first_evicted", "effect", "status", "overhead",
+               "identical_decisions", "failure_step", "failure_step_delta"]
+    if shown.empty:
+        print("no single withheld storage changes the outcome")
+    else:
+        print()
+        shown = shown[columns].astype(object)
+        print_table(shown.where(shown.notna(), None).to_dict("records"))
+    if args.save:
+        if args.save.endswith(".parquet"):
+            table.to_parquet(args.save)
+        else:
+            table.to_csv(args.save, index=False)
+        print(f"\nwrote {args.save}")
+    return 0
