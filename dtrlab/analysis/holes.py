@@ -1,0 +1,248 @@
+"""Feasibility holes: budgets where a policy fails although smaller budgets pass.
+
+Definitions, over the sampled budgets of one trace and policy sorted by budget:
+
+* a sample is a **non-monotone failure** when it fails (oom or thrash) while some
+  smaller sampled budget passes;
+* a **hole** is a maximal run of consecutive failing samples with a passing sample
+  on both sides;
+* the **feasibility threshold** is the smallest sampled budget from which every
+  sample (it included) passes.
+
+:func:`find_holes` measures these on a sweep frame. :func:`refine_holes` adds
+samples: it bisects every pass<->fail transition in bytes down to a resolution,
+and probes the gaps around *suspicious* passing samples to find holes narrower
+than the sampling step (see its docstring and docs/sweeps.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..policies import Policy
+from ..runtime import Intervention
+from ..sweep import sweep
+from ..sweep.budget_sweep import resolve_trace
+from ..trace.model import Trace
+
+MIB = 1 << 20
+
+#: Columns of :attr:`HoleCensus.holes`, one row per hole.
+HOLE_COLUMNS = [
+    "pass_below_bytes", "fail_low_bytes", "fail_high_bytes", "pass_above_bytes",
+    "pass_below_ratio", "fail_low_ratio", "fail_high_ratio", "pass_above_ratio",
+    "width_bytes", "min_width_bytes", "width_ratio", "samples", "kinds",
+]
+
+
+@dataclass(frozen=True)
+class HoleCensus:
+    """The holes of one trace under one policy.
+
+    ``samples`` is the sweep frame sorted by budget (one row per budget);
+    ``holes`` has :data:`HOLE_COLUMNS`. A hole's true extent lies between
+    ``[fail_low, fail_high]`` (its failing samples) and ``(pass_below, pass_above)``
+    (the passing samples around it): ``min_width_bytes`` and ``width_bytes``.
+    """
+
+    trace: str
+    policy: str
+    samples: pd.DataFrame
+    holes: pd.DataFrame
+    failures: int
+    non_monotone_failures: int
+    threshold_bytes: int | None
+    threshold_ratio: float | None
+
+    @property
+    def widest(self) -> pd.Series | None:
+        """The hole with the largest ``width_bytes``, or None."""
+        return None if self.holes.empty else self.holes.loc[self.holes["width_bytes"].idxmax()]
+
+    def summary(self) -> dict:
+        """One census-table row."""
+        widest = self.widest
+        return {
+            "trace": self.trace, "policy": self.policy, "samples": len(self.samples), "failures": self.failures,
+            "non_monotone_failures": self.non_monotone_failures, "holes": len(self.holes),
+            "widest_hole_ratio": (None if widest is None else
+                                  f"{widest.fail_low_ratio:.6g}-{widest.fail_high_ratio:.6g}"),
+            "widest_hole_mib": None if widest is None else widest.width_bytes / MIB,
+            "widest_hole_kinds": None if widest is None else widest.kinds,
+            "threshold_ratio": self.threshold_ratio,
+        }
+
+
+def find_holes(frame: pd.DataFrame) -> HoleCensus:
+    """Holes, non-monotone failures and the feasibility threshold of one sweep frame."""
+    for column in ("trace", "policy", "budget_bytes", "ratio", "status"):
+        if column not in frame:
+            raise ValueError(f"find_holes needs a sweep frame (dtrlab.sweep(...)); column {column!r} is missing")
+    groups = frame[["trace", "policy", "overhead_limit", "withhold"]].drop_duplicates()
+    if len(groups) != 1:
+        raise ValueError(f"the frame mixes {len(groups)} trace/policy configurations; pass one at a time, "
+                         "e.g. frame[(frame.trace == T) & (frame.policy == P)], or use census_table(frame)")
+    samples = frame.drop_duplicates("budget_bytes").sort_values("budget_bytes", kind="stable")
+    samples = samples.reset_index(drop=True)
+    passed = (samples["status"] == "pass").to_numpy()
+    budgets = samples["budget_bytes"].to_numpy()
+    ratios = samples["ratio"].to_numpy()
+    statuses = samples["status"].to_numpy()
+
+    seen_pass = passed.cumsum() > 0
+    non_monotone = int((~passed & seen_pass).sum())
+
+    holes = []
+    i, n = 0, len(samples)
+    while i < n:
+        if passed[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and not passed[j + 1]:
+            j += 1
+        if i > 0 and j + 1 < n:  # passing samples on both sides
+            below, above = i - 1, j + 1
+            holes.append({
+                "pass_below_bytes": int(budgets[below]), "fail_low_bytes": int(budgets[i]),
+                "fail_high_bytes": int(budgets[j]), "pass_above_bytes": int(budgets[above]),
+                "pass_below_ratio": ratios[below], "fail_low_ratio": ratios[i], "fail_high_ratio": ratios[j],
+                "pass_above_ratio": ratios[above],
+                "width_bytes": int(budgets[above] - budgets[below]), "min_width_bytes": int(budgets[j] - budgets[i]),
+                "width_ratio": ratios[above] - ratios[below], "samples": j - i + 1,
+                "kinds": "+".join(sorted(set(statuses[i:j + 1]))),
+            })
+        i = j + 1
+
+    # The threshold is the first sample of the trailing run of passes.
+    threshold = None
+    if n and passed[-1]:
+        threshold = n - 1
+        while threshold > 0 and passed[threshold - 1]:
+            threshold -= 1
+    return HoleCensus(
+        trace=str(samples["trace"].iloc[0]), policy=str(samples["policy"].iloc[0]), samples=samples,
+        holes=pd.DataFrame(holes, columns=HOLE_COLUMNS), failures=int((~passed).sum()),
+        non_monotone_failures=non_monotone,
+        threshold_bytes=None if threshold is None else int(budgets[threshold]),
+        threshold_ratio=None if threshold is None else float(ratios[threshold]),
+    )
+
+
+def census_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """:meth:`HoleCensus.summary` of every trace/policy configuration in a frame."""
+    keys = ["trace", "policy", "overhead_limit", "withhold"]
+    return pd.DataFrame([find_holes(group).summary() for _, group in frame.groupby(keys, sort=False)])
+
+
+@dataclass(frozen=True)
+class Refinement:
+    """What :func:`refine_holes` sampled and found.
+
+    ``grid`` is the census of the input frame, ``refined`` that of every sample
+    (grid, probes and bisection points). ``suspicious`` lists the probed passing
+    samples with the reason they were probed.
+    """
+
+    grid: HoleCensus
+    refined: HoleCensus
+    suspicious: pd.DataFrame
+    probe_budgets: tuple[int, ...]
+    bisection_budgets: tuple[int, ...]
+    resolution: int
+
+    @property
+    def hidden_holes(self) -> pd.DataFrame:
+        """Refined holes that contain no grid sample: narrower than the sampling step."""
+        grid = self.grid.samples["budget_bytes"].to_numpy()
+        holes = self.refined.holes
+        hidden = [not ((grid >= low) & (grid <= high)).any()
+                  for low, high in zip(holes["fail_low_bytes"], holes["fail_high_bytes"])]
+        return holes[hidden].reset_index(drop=True)
+
+
+def suspicious_samples(samples: pd.DataFrame, spike: float = 0.02, near_miss: float = 0.9) -> pd.DataFrame:
+    """Passing samples near which a narrow hole is likely (sorted ``samples`` of one census).
+
+    * ``overhead spike``: the overhead is more than ``spike`` (relative) above that of
+      the next smaller passing sample. More memory should never cost more recompute;
+      when it does, the eviction sequence has changed course, which is how holes arise.
+    * ``near miss``: rematerialization used at least ``near_miss`` of the thrash
+      allowance ``baseline compute x (overhead limit - 1)``.
+    """
+    passing = samples[samples["status"] == "pass"]
+    previous = passing["overhead"].shift(1)
+    spiked = passing["overhead"] > previous * (1 + spike)
+    allowance = passing["baseline_compute"] * (passing["overhead_limit"] - 1)
+    near = passing["remat_compute"] >= near_miss * allowance
+    reasons = [" + ".join(r for r, flag in (("overhead spike", s), ("near miss", m)) if flag)
+               for s, m in zip(spiked, near)]
+    flagged = passing.assign(reason=reasons)[spiked | near]
+    return flagged[["ratio", "budget_bytes", "overhead", "remat_compute", "reason"]]
+
+
+def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: str | Policy = "dtr", *,
+                 resolution: int = MIB, probes: int = 8, spike: float = 0.02, near_miss: float = 0.9,
+                 jobs: int = 1, backend: str = "loky", client=None, cache=True, progress: bool = True,
+                 **policy_params) -> Refinement:
+    """Find hole edges to ``resolution`` bytes and holes narrower than the sampling step.
+
+    1. **Probe**: for each :func:`suspicious_samples` sample, simulate ``probes``
+       evenly spaced budgets inside each of the two sampling gaps next to it.
+    2. **Bisect**: while two budget-adjacent samples differ in pass/fail and lie more
+       than ``resolution`` bytes apart, simulate their midpoint (all such gaps in one
+       parallel batch per round). Each gap ends with one transition located to
+       ``resolution``; structure finer than that inside a gap is not searched.
+
+    ``frame`` is a sweep of ``trace`` under ``policy`` (same overhead limit and
+    intervention); all new runs go through :func:`dtrlab.sweep` and its cache.
+    """
+    if resolution < 1 or probes < 0:
+        raise ValueError(f"resolution must be >= 1 byte (default 1 MiB = {MIB}) and probes >= 0; "
+                         f"got resolution={resolution}, probes={probes}")
+    grid = find_holes(frame)
+    first = grid.samples.iloc[0]
+    withhold = json.loads(first["withhold"]) if first["withhold"] else []
+    run = dict(trace=resolve_trace(trace), policy=policy, overhead_limit=float(first["overhead_limit"]),
+               intervention=Intervention(frozenset(withhold)) if withhold else None, jobs=jobs, backend=backend,
+               client=client, cache=cache, progress=progress, **policy_params)
+    samples = grid.samples
+
+    def add(budgets: list[int]) -> None:
+        nonlocal samples
+        new = sweep(budgets=budgets, **run)
+        if new["policy"].iloc[0] != grid.policy:
+            raise ValueError(f"the frame was swept with policy {grid.policy!r}, not {new['policy'].iloc[0]!r}; "
+                             "pass the same policy (and parameters) to refine_holes")
+        samples = pd.concat([samples, new], ignore_index=True).drop_duplicates("budget_bytes")
+        samples = samples.sort_values("budget_bytes", kind="stable").reset_index(drop=True)
+
+    suspicious = suspicious_samples(grid.samples, spike, near_miss)
+    budgets = grid.samples["budget_bytes"].tolist()
+    probe_budgets = set()
+    for position in suspicious.index:
+        for low, high in ((position - 1, position), (position, position + 1)):
+            if 0 <= low and high < len(budgets):
+                a, b = budgets[low], budgets[high]
+                probe_budgets.update(a + (b - a) * j // (probes + 1) for j in range(1, probes + 1))
+    probe_budgets -= set(budgets)
+    if probe_budgets:
+        add(sorted(probe_budgets))
+
+    bisection_budgets = []
+    while True:
+        budgets = samples["budget_bytes"].to_numpy()
+        passed = (samples["status"] == "pass").to_numpy()
+        midpoints = [int(budgets[k] + budgets[k + 1]) // 2 for k in range(len(budgets) - 1)
+                     if passed[k] != passed[k + 1] and budgets[k + 1] - budgets[k] > resolution]
+        if not midpoints:
+            break
+        bisection_budgets += midpoints
+        add(midpoints)
+    return Refinement(grid=grid, refined=find_holes(samples), suspicious=suspicious,
+                      probe_budgets=tuple(sorted(probe_budgets)), bisection_budgets=tuple(bisection_budgets),
+                      resolution=resolution)

@@ -1,0 +1,140 @@
+"""``sweep``: one trace, one policy, many budgets -> a pandas DataFrame (cached)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+
+from .. import __version__
+from ..policies import Policy, get_policy
+from ..runtime import DEFAULT_OVERHEAD_LIMIT, SIMULATOR_VERSION, Intervention, RunResult, baseline, budget_for
+from ..trace import Trace, load
+from .cache import SweepCache, default_cache_dir
+from .engine import RunSpec, iter_runs
+
+#: Columns of a sweep frame, in order. ``ratio`` is the requested ratio, or
+#: ``budget_bytes / baseline peak`` when budgets were given in bytes.
+COLUMNS = [
+    "trace", "trace_hash", "policy", "policy_name", "policy_params", "ratio", "budget_bytes", "status",
+    "overhead", "clock", "evictions", "remats", "peak_memory", "remat_compute", "model_compute",
+    "baseline_memory", "baseline_compute", "overhead_limit", "withhold", "eviction_sha256", "wall_seconds",
+    "dtrlab_version", "simulator_version",
+]
+#: Columns that depend on the budget (the rest describe the configuration).
+_RESULT_COLUMNS = ["budget_bytes", "status", "overhead", "clock", "evictions", "remats", "peak_memory",
+                   "remat_compute", "model_compute", "eviction_sha256", "wall_seconds", "simulator_version"]
+
+
+def parse_ratios(ratios) -> list[float]:
+    """A list of ratios, or ``"start:stop:step"`` (both ends included).
+
+    The range gives ``start + (stop - start) * i / n`` for ``i = 0..n`` with
+    ``n = round((stop - start) / step)``, so ``"0.05:1.0:0.005"`` is exactly the
+    reference's ``0.05 + 0.95 * i / 190``.
+    """
+    if isinstance(ratios, str):
+        try:
+            start, stop, step = (float(x) for x in ratios.split(":"))
+        except ValueError:
+            raise ValueError(f"ratios must look like START:STOP:STEP, e.g. 0.05:1.0:0.005; got {ratios!r}") from None
+        if not (step > 0 and stop > start):
+            raise ValueError(f"ratios {ratios!r}: need STOP > START and STEP > 0, e.g. 0.05:1.0:0.005")
+        n = round((stop - start) / step)
+        if n < 1:
+            raise ValueError(f"ratios {ratios!r}: STEP is larger than STOP - START")
+        return [start + (stop - start) * i / n for i in range(n + 1)]
+    values = [float(r) for r in ratios]
+    if not values:
+        raise ValueError("no ratios given; pass a list such as [0.25, 0.5] or a range '0.05:1.0:0.005'")
+    bad = [r for r in values if not r > 0]
+    if bad:
+        raise ValueError(f"ratios must be positive fractions of the baseline peak, got {bad[:5]}")
+    return values
+
+
+def resolve_trace(trace: Trace | str | os.PathLike) -> Trace:
+    if isinstance(trace, Trace):
+        return trace
+    loaded = load(trace)
+    if isinstance(loaded, dict):
+        if len(loaded) != 1:
+            raise ValueError(f"{trace} holds {len(loaded)} traces ({', '.join(loaded)}); sweep one at a time, "
+                             "e.g. for t in dtrlab.trace.load_directory(dir).values(): dtrlab.sweep(t, ...)")
+        (loaded,) = loaded.values()
+    return loaded
+
+
+def _result_row(result: RunResult, seconds: float) -> dict:
+    return {"budget_bytes": result.budget_bytes, "status": result.status, "overhead": result.overhead,
+            "clock": result.clock, "evictions": result.evictions, "remats": result.remats,
+            "peak_memory": result.peak_memory, "remat_compute": result.remat_compute,
+            "model_compute": result.model_compute, "eviction_sha256": result.eviction_sha256,
+            "wall_seconds": seconds, "simulator_version": SIMULATOR_VERSION}
+
+
+def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] = "dtr", *, ratios=None,
+          budgets=None, jobs: int = 1, backend: str = "loky", client=None,
+          overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, intervention: Intervention | None = None,
+          cache: bool | str | os.PathLike = True, progress: bool = True, **policy_params) -> pd.DataFrame:
+    """Simulate ``trace`` at many budgets; one DataFrame row per requested budget.
+
+    Give ``ratios`` (a list or ``"start:stop:step"``; budgets are simrd's
+    ``int(peak * ratio)``) or ``budgets`` in bytes. ``jobs``/``backend``/``client``
+    are as in :func:`~dtrlab.sweep.run_many` (``jobs=2`` uses two local processes;
+    a Dask client or scheduler address runs on that cluster). ``cache`` is True (the
+    default directory, ``$DTRLAB_CACHE`` or ``~/.cache/dtrlab``), a directory, or
+    False; cached budgets are not simulated again, and results are stored as they
+    finish, so an interrupted sweep resumes where it stopped.
+    """
+    trace = resolve_trace(trace)
+    policy = get_policy(policy, **policy_params)
+    if (ratios is None) == (budgets is None):
+        raise ValueError("give exactly one of ratios= (e.g. '0.05:1.0:0.005' or [0.25, 0.5]) or budgets= (bytes)")
+    peak = baseline(trace).peak_memory
+    if ratios is not None:
+        ratio_list = parse_ratios(ratios)
+        budget_list = [budget_for(trace, r) for r in ratio_list]
+    else:
+        budget_list = [int(b) for b in budgets]
+        if not budget_list or min(budget_list) < 0:
+            raise ValueError("budgets must be a non-empty list of byte counts >= 0, e.g. [500_000_000, 10**9]")
+        ratio_list = [b / peak for b in budget_list]
+
+    store = None
+    if cache is not False:
+        store = SweepCache(default_cache_dir() if cache is True else cache, trace, policy, overhead_limit,
+                           intervention)
+    cached = store.load() if store else pd.DataFrame(columns=_RESULT_COLUMNS)
+    done = {row["budget_bytes"]: row for row in cached.to_dict("records")}
+
+    todo: dict[int, float] = {}
+    for budget, ratio in zip(budget_list, ratio_list):
+        if budget not in done and budget not in todo:
+            todo[budget] = ratio if ratios is not None else None
+    specs = [RunSpec(b, policy, overhead_limit, intervention, r) for b, r in todo.items()]
+    try:
+        for i, result, seconds in iter_runs(trace, specs, jobs=jobs, backend=backend, client=client,
+                                            progress=progress, desc=f"{trace.name} {policy.label}"):
+            row = _result_row(result, seconds)
+            done[result.budget_bytes] = row
+            if store:
+                store.append([row])
+    finally:
+        if store:
+            store.compact()
+
+    config = {"trace": trace.name, "trace_hash": trace.content_hash, "policy": policy.label,
+              "policy_name": policy.name, "policy_params": json.dumps(policy.params, sort_keys=True, default=repr),
+              "baseline_memory": peak, "baseline_compute": baseline(trace).model_compute,
+              "overhead_limit": float(overhead_limit),
+              "withhold": json.dumps(sorted(intervention.withhold)) if intervention else "",
+              "dtrlab_version": __version__}
+    rows = [{**config, "ratio": r, **{c: done[b][c] for c in _RESULT_COLUMNS}}
+            for b, r in zip(budget_list, ratio_list)]
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    return frame.astype({"budget_bytes": "int64", "clock": "int64", "evictions": "int64", "remats": "int64",
+                         "peak_memory": "int64", "remat_compute": "int64", "model_compute": "int64",
+                         "simulator_version": "int64"})
+

@@ -1,0 +1,128 @@
+"""The on-disk result cache of sweeps: parquet files keyed by everything a result depends on.
+
+Layout: ``ROOT/sim-v{SIMULATOR_VERSION}/{trace content hash}/{config key}/``, where
+the config key hashes the policy (class, label and parameters, plus the source of
+policies defined outside dtrlab), the overhead limit and the intervention. Inside,
+every row is one budget. Each batch of finished results is written at once as its
+own small ``part-*.parquet`` (atomically: written under a temporary name, then
+renamed), so a killed sweep loses nothing that finished; :meth:`SweepCache.compact`
+merges the parts into one file at the end of a sweep. A simulator version bump
+changes the directory, and rows are also checked for their stored version, so an
+older simulator's results are never reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import uuid
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..policies import Policy
+from ..runtime import SIMULATOR_VERSION, Intervention
+from ..trace.model import Trace
+
+CACHE_ENV = "DTRLAB_CACHE"
+
+
+def default_cache_dir() -> Path:
+    """``$DTRLAB_CACHE`` if set, else ``~/.cache/dtrlab``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "dtrlab")
+
+
+def policy_fingerprint(policy: Policy) -> dict:
+    """What identifies a policy's decisions: its class, label and parameters.
+
+    A policy defined outside dtrlab (a notebook cell) may be edited without being
+    renamed, so the source of its methods (and of functions they close over, as
+    :func:`~dtrlab.policies.score_policy` does) is part of the key too.
+    """
+    cls = type(policy)
+    fingerprint = {"class": f"{cls.__module__}.{cls.__qualname__}", "label": policy.label,
+                   "params": json.dumps(policy.params, sort_keys=True, default=repr)}
+    if not cls.__module__.startswith("dtrlab."):
+        digest = hashlib.sha256()
+        for klass in cls.__mro__:
+            if klass.__module__.startswith("dtrlab.") or klass is object:
+                continue
+            for name, member in sorted(vars(klass).items()):
+                if inspect.isfunction(member):
+                    _hash_function(digest, member)
+        fingerprint["source"] = digest.hexdigest()
+    return fingerprint
+
+
+def _hash_function(digest, fn) -> None:
+    try:
+        digest.update(inspect.getsource(fn).encode())
+    except (OSError, TypeError):
+        digest.update(fn.__code__.co_code + repr(fn.__code__.co_consts).encode())
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if inspect.isfunction(value):
+            _hash_function(digest, value)
+
+
+class SweepCache:
+    """The cached results of one (trace, policy, overhead limit, intervention)."""
+
+    def __init__(self, root: str | os.PathLike, trace: Trace, policy: Policy, overhead_limit: float,
+                 intervention: Intervention | None = None):
+        self.key = {
+            "simulator_version": SIMULATOR_VERSION, "trace": trace.name, "trace_hash": trace.content_hash,
+            "policy": policy_fingerprint(policy), "overhead_limit": float(overhead_limit),
+            "withhold": sorted(intervention.withhold) if intervention else [],
+        }
+        config = {k: self.key[k] for k in ("policy", "overhead_limit", "withhold")}
+        config_key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:24]
+        self.directory = Path(root) / f"sim-v{SIMULATOR_VERSION}" / trace.content_hash[:24] / config_key
+
+    def _parts(self) -> list[Path]:
+        return sorted(self.directory.glob("*.parquet")) if self.directory.is_dir() else []
+
+    def load(self) -> pd.DataFrame:
+        """Every cached row, one per budget (empty frame when nothing is cached)."""
+        parts = self._parts()
+        if not parts:
+            return pd.DataFrame()
+        frame = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+        stale = frame["simulator_version"] != SIMULATOR_VERSION
+        if stale.any():
+            warnings.warn(f"ignoring {int(stale.sum())} cached rows in {self.directory} written by another "
+                          f"simulator version (current: {SIMULATOR_VERSION})", stacklevel=2)
+            frame = frame[~stale]
+        return frame.drop_duplicates("budget_bytes", keep="last").reset_index(drop=True)
+
+    def append(self, rows: list[dict]) -> None:
+        """Store finished rows now (one new parquet part)."""
+        if not rows:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        key_file = self.directory / "key.json"
+        if not key_file.exists():
+            key_file.write_text(json.dumps(self.key, indent=1, sort_keys=True))
+        self._write(pa.Table.from_pylist(rows), f"part-{uuid.uuid4().hex}.parquet")
+
+    def compact(self) -> None:
+        """Merge all parts into one file (safe if another process compacts too)."""
+        parts = self._parts()
+        if len(parts) <= 1:
+            return
+        self._write(pa.Table.from_pandas(self.load(), preserve_index=False), f"merged-{uuid.uuid4().hex}.parquet")
+        for part in parts:
+            part.unlink(missing_ok=True)
+
+    def _write(self, table: pa.Table, name: str) -> None:
+        temporary = self.directory / f".{name}.tmp"
+        pq.write_table(table, temporary)
+        os.replace(temporary, self.directory / name)
