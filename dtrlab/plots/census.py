@@ -34,14 +34,16 @@ def plot_hole_census(table: pd.DataFrame, holes: pd.DataFrame, *, titles: dict[s
     counts.set_yticks(y, labels)
     counts.invert_yaxis()
     counts.set_xlabel(f"count (of {samples} sampled budgets per trace)")
-    counts.legend(loc="lower right", frameon=False)
-    counts.set_title("failures and holes")
+    counts.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
     for i, name in enumerate(names):
         width = holes.loc[holes["trace"] == name, "width_bytes"].to_numpy()
         widths.plot(width, np.full(len(width), i), linestyle="none", marker="v", color=HOLE_COLOR, alpha=0.8)
     widths.set_yticks(y, labels)
     widths.set_ylim(len(names) - 0.5, -0.5)
-    widths.set_xscale("log")
+    if holes["width_bytes"].gt(0).any():
+        widths.set_xscale("log")
+    else:
+        widths.text(0.5, 0.5, "no holes at this sampling", ha="center", va="center", transform=widths.transAxes)
     widths.set_xlabel("hole width (bytes between the passing budgets around it)")
     widths.set_title("hole widths")
     fig.tight_layout()
