@@ -49,6 +49,10 @@ def test_timeline_is_the_recorded_run(explorer):
     assert explorer.recorded.result == explorer.result
     assert events["memory_after"].max() == explorer.result.peak_memory
     assert (events["kind"] == "evict").sum() == explorer.result.evictions
+    shown = explorer.timeline_image.value
+    assert shown[:8] == b"\x89PNG\r\n\x1a\n"
+    explorer.ratio_slider.value = 0.9
+    assert explorer.timeline_image.value != shown  # redrawn for the new budget
 
 
 def test_nudge_moves_the_budget_by_bytes(explorer):
@@ -94,6 +98,7 @@ def test_sweep_window_is_the_local_feasibility_strip(explorer):
     window = explorer.sweep_window()
     assert len(window) == explorer.window_points
     assert explorer.budget_bytes in set(window["budget_bytes"])  # centred on the current budget
+    assert explorer.strip_image.value[:8] == b"\x89PNG\r\n\x1a\n"
     for row in window.iloc[[0, len(window) // 2, -1]].itertuples():
         assert row.status == simulate(explorer.trace, "dtr", budget_bytes=row.budget_bytes).status
 

@@ -17,6 +17,7 @@ test or a notebook can drive the explorer without a browser.
 from __future__ import annotations
 
 import html
+import io
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
@@ -77,8 +78,9 @@ class BudgetExplorer:
         self.sweep_button = widgets.Button(description="sweep window", icon="search",
                                            tooltip=f"{window_points} budgets within ±{window} x peak of the budget")
         self.outcome = widgets.HTML()
-        self.timeline_output = widgets.Output()
-        self.strip_output = widgets.Output()
+        # Figures are shown as PNG images, which render the same under any matplotlib backend.
+        self.timeline_image = widgets.Image(format="png", layout=widgets.Layout(max_width="900px"))
+        self.strip_image = widgets.Image(format="png", layout=widgets.Layout(max_width="900px"))
 
         self._updating = False
         self._ids: dict[str, dict[str, int]] = {}
@@ -172,18 +174,11 @@ class BudgetExplorer:
                 self._offer_storages(self.result)
             self.outcome.value = outcome_html(self.result, intervention, self.trace)
             if self.show_timeline:
-                self._show(self.timeline_output, memory_timelines(
-                    [self.recorded], titles=[short_trace_name(self.trace.name)], panel_height=2.6))
+                _show(self.timeline_image, memory_timelines(
+                    [self.recorded], titles=[f"{self.result.policy}, {self.result.budget_bytes:,} B"], panel_height=3.4))
         finally:
             self._updating = False
         return self.result
-
-    @staticmethod
-    def _show(output: widgets.Output, fig) -> None:
-        output.clear_output(wait=True)
-        with output:
-            display(fig)
-        plt.close(fig)
 
     def sweep_window(self) -> pd.DataFrame:
         """Simulate ``window_points`` budgets around the current one and draw the feasibility strip."""
@@ -197,7 +192,7 @@ class BudgetExplorer:
         use_style()
         fig, ax = plt.subplots(figsize=(8, 1.0))
         plot_strip(self.window, ax=ax, marker=centre / peak)
-        self._show(self.strip_output, fig)
+        _show(self.strip_image, fig)
         return self.window
 
     def widget(self) -> widgets.Widget:
@@ -205,12 +200,19 @@ class BudgetExplorer:
             widgets.HBox([self.trace_dropdown, self.policy_dropdown]),
             self.ratio_slider, self.nudge_slider,
             widgets.HBox([self.withhold_dropdown, self.withhold_toggle]),
-            self.outcome, self.timeline_output,
-            self.sweep_button, self.strip_output,
+            self.outcome, self.timeline_image,
+            self.sweep_button, self.strip_image,
         ])
 
     def _ipython_display_(self):
         display(self.widget())
+
+
+def _show(image: widgets.Image, fig) -> None:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    plt.close(fig)
+    image.value = buffer.getvalue()
 
 
 def outcome_html(result: RunResult, intervention: Intervention | None, trace: Trace) -> str:
