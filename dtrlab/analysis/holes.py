@@ -24,12 +24,15 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..policies import Policy
-from ..runtime import Intervention
+from ..runtime import Intervention, baseline
 from ..sweep import sweep
 from ..sweep.budget_sweep import resolve_trace
 from ..trace.model import Trace
 
 MIB = 1 << 20
+
+#: Columns that identify one swept configuration; a census is per configuration.
+CONFIGURATION = ["trace", "policy", "overhead_limit", "withhold"]
 
 #: Columns of :attr:`HoleCensus.holes`, one row per hole.
 HOLE_COLUMNS = [
@@ -82,7 +85,7 @@ def find_holes(frame: pd.DataFrame) -> HoleCensus:
     for column in ("trace", "policy", "budget_bytes", "ratio", "status"):
         if column not in frame:
             raise ValueError(f"find_holes needs a sweep frame (dtrlab.sweep(...)); column {column!r} is missing")
-    groups = frame[["trace", "policy", "overhead_limit", "withhold"]].drop_duplicates()
+    groups = frame[CONFIGURATION].drop_duplicates()
     if len(groups) != 1:
         raise ValueError(f"the frame mixes {len(groups)} trace/policy configurations; pass one at a time, "
                          "e.g. frame[(frame.trace == T) & (frame.policy == P)], or use census_table(frame)")
@@ -135,8 +138,7 @@ def find_holes(frame: pd.DataFrame) -> HoleCensus:
 
 def census_table(frame: pd.DataFrame) -> pd.DataFrame:
     """:meth:`HoleCensus.summary` of every trace/policy configuration in a frame."""
-    keys = ["trace", "policy", "overhead_limit", "withhold"]
-    return pd.DataFrame([find_holes(group).summary() for _, group in frame.groupby(keys, sort=False)])
+    return pd.DataFrame([find_holes(group).summary() for _, group in frame.groupby(CONFIGURATION, sort=False)])
 
 
 @dataclass(frozen=True)
@@ -160,9 +162,15 @@ class Refinement:
         """Refined holes that contain no grid sample: narrower than the sampling step."""
         grid = self.grid.samples["budget_bytes"].to_numpy()
         holes = self.refined.holes
-        hidden = [not ((grid >= low) & (grid <= high)).any()
-                  for low, high in zip(holes["fail_low_bytes"], holes["fail_high_bytes"])]
+        hidden = pd.Series([not ((grid >= low) & (grid <= high)).any()
+                            for low, high in zip(holes["fail_low_bytes"], holes["fail_high_bytes"])],
+                           index=holes.index, dtype=bool)
         return holes[hidden].reset_index(drop=True)
+
+
+def default_resolution(trace: Trace) -> int:
+    """1 MiB, or 1/10000 of the baseline peak when that is finer (small traces)."""
+    return min(MIB, max(1, baseline(trace).peak_memory // 10_000))
 
 
 def suspicious_samples(samples: pd.DataFrame, spike: float = 0.02, near_miss: float = 0.9) -> pd.DataFrame:
@@ -186,7 +194,7 @@ def suspicious_samples(samples: pd.DataFrame, spike: float = 0.02, near_miss: fl
 
 
 def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: str | Policy = "dtr", *,
-                 resolution: int = MIB, probes: int = 8, spike: float = 0.02, near_miss: float = 0.9,
+                 resolution: int | None = None, probes: int = 8, spike: float = 0.02, near_miss: float = 0.9,
                  jobs: int = 1, backend: str = "loky", client=None, cache=True, progress: bool = True,
                  **policy_params) -> Refinement:
     """Find hole edges to ``resolution`` bytes and holes narrower than the sampling step.
@@ -194,20 +202,23 @@ def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: 
     1. **Probe**: for each :func:`suspicious_samples` sample, simulate ``probes``
        evenly spaced budgets inside each of the two sampling gaps next to it.
     2. **Bisect**: while two budget-adjacent samples differ in pass/fail and lie more
-       than ``resolution`` bytes apart, simulate their midpoint (all such gaps in one
+       than ``resolution`` bytes apart (default :func:`default_resolution`), simulate their midpoint (all such gaps in one
        parallel batch per round). Each gap ends with one transition located to
        ``resolution``; structure finer than that inside a gap is not searched.
 
     ``frame`` is a sweep of ``trace`` under ``policy`` (same overhead limit and
     intervention); all new runs go through :func:`dtrlab.sweep` and its cache.
     """
+    trace = resolve_trace(trace)
+    if resolution is None:
+        resolution = default_resolution(trace)
     if resolution < 1 or probes < 0:
         raise ValueError(f"resolution must be >= 1 byte (default 1 MiB = {MIB}) and probes >= 0; "
                          f"got resolution={resolution}, probes={probes}")
     grid = find_holes(frame)
     first = grid.samples.iloc[0]
     withhold = json.loads(first["withhold"]) if first["withhold"] else []
-    run = dict(trace=resolve_trace(trace), policy=policy, overhead_limit=float(first["overhead_limit"]),
+    run = dict(trace=trace, policy=policy, overhead_limit=float(first["overhead_limit"]),
                intervention=Intervention(frozenset(withhold)) if withhold else None, jobs=jobs, backend=backend,
                client=client, cache=cache, progress=progress, **policy_params)
     samples = grid.samples
@@ -246,3 +257,69 @@ def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: 
     return Refinement(grid=grid, refined=find_holes(samples), suspicious=suspicious,
                       probe_budgets=tuple(sorted(probe_budgets)), bisection_budgets=tuple(bisection_budgets),
                       resolution=resolution)
+
+
+@dataclass(frozen=True)
+class Census:
+    """A census of many traces: the summary table, every refined hole and the files written."""
+
+    table: pd.DataFrame
+    holes: pd.DataFrame
+    refinements: dict[str, Refinement]
+    files: tuple[str, ...]
+
+
+def run_census(traces: dict[str, Trace], policy: str | Policy = "dtr", *, ratios="0.05:1.0:0.005",
+               out: str | os.PathLike | None = None, refine: bool = True, resolution: int | None = None,
+               jobs: int = 1,
+               backend: str = "loky", client=None, overhead_limit: float | None = None, cache=True,
+               progress: bool = True, **policy_params) -> Census:
+    """Sweep every trace, census its holes and (with ``refine``) refine them.
+
+    With ``out``, writes ``OUT/{trace}.parquet`` (the grid sweep, every refinement
+    sample appended with ``ratio = budget / peak``), ``OUT/holes.parquet`` and
+    ``OUT/summary.csv``. The table has, per trace, the grid census (samples,
+    failures, non-monotone failures, holes, widest hole) and, refined, the hole
+    count, the hidden holes (narrower than the sampling step) and the widest hole's
+    width to ``resolution``.
+    """
+    from pathlib import Path
+
+    if not traces:
+        raise ValueError("no traces to census; pass a directory of logs such as ../shared/dtr-logs or traces/")
+    options = dict(jobs=jobs, backend=backend, client=client, cache=cache, progress=progress, **policy_params)
+    limit = {} if overhead_limit is None else {"overhead_limit": overhead_limit}
+    directory = Path(out) if out is not None else None
+    if directory:
+        directory.mkdir(parents=True, exist_ok=True)
+    rows, holes, refinements, files = [], [], {}, []
+    for name, trace in traces.items():
+        frame = sweep(trace, policy, ratios=ratios, **limit, **options)
+        grid = find_holes(frame)
+        row = grid.summary()
+        samples, found = frame, grid.holes.assign(hidden=False)
+        if refine:
+            refinement = refine_holes(trace, frame, policy, resolution=resolution, **options)
+            refinements[name] = refinement
+            hidden = refinement.hidden_holes
+            refined_widest = refinement.refined.widest
+            row.update({"refined_holes": len(refinement.refined.holes), "hidden_holes": len(hidden),
+                        "refined_widest_mib": None if refined_widest is None else refined_widest.width_bytes / MIB,
+                        "refined_threshold_ratio": refinement.refined.threshold_ratio,
+                        "refinement_runs": len(refinement.probe_budgets) + len(refinement.bisection_budgets)})
+            samples = refinement.refined.samples
+            found = refinement.refined.holes.assign(
+                hidden=refinement.refined.holes["fail_low_bytes"].isin(hidden["fail_low_bytes"]))
+        rows.append(row)
+        holes.append(found.assign(trace=name, policy=grid.policy))
+        if directory:
+            path = directory / f"{name}.parquet"
+            samples.to_parquet(path, index=False)
+            files.append(str(path))
+    table = pd.DataFrame(rows)
+    hole_table = pd.concat(holes, ignore_index=True)
+    if directory:
+        hole_table.to_parquet(directory / "holes.parquet", index=False)
+        table.to_csv(directory / "summary.csv", index=False)
+        files += [str(directory / "holes.parquet"), str(directory / "summary.csv")]
+    return Census(table=table, holes=hole_table, refinements=refinements, files=tuple(files))

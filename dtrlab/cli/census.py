@@ -1,0 +1,48 @@
+"""``dtrlab census [DIR] --ratios 0.05:1.0:0.005 -j 2 --out results/census``: holes of every trace."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..analysis.holes import MIB, run_census
+from ..trace import load
+from .common import add_policy_arguments, print_table
+from .sweep import add_sweep_arguments, sweep_options
+
+SHARED_LOGS = Path("../shared/dtr-logs")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("census", help="sweep, census and refine the holes of every trace in a directory")
+    parser.add_argument("directory", nargs="?", metavar="DIR",
+                        help=f"directory of logs (default {SHARED_LOGS} if it exists, else traces/)")
+    add_policy_arguments(parser)
+    add_sweep_arguments(parser)
+    parser.add_argument("--out", default="results/census", help="output directory (default results/census)")
+    parser.add_argument("--resolution", type=int, metavar="BYTES",
+                        help=f"bisect hole edges down to this many bytes (default: 1 MiB = {MIB}, or "
+                             "1/10000 of the trace's baseline peak when finer)")
+    parser.add_argument("--no-refine", action="store_true", help="grid census only: no probing or bisection")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    directory = args.directory or (SHARED_LOGS if SHARED_LOGS.is_dir() else Path("traces"))
+    traces = load(directory)
+    if not isinstance(traces, dict):
+        traces = {traces.name: traces}
+    started = time.perf_counter()
+    census = run_census(traces, args.policy, out=args.out, refine=not args.no_refine, resolution=args.resolution,
+                        **sweep_options(args))
+    seconds = time.perf_counter() - started
+    table = census.table
+    print_table(table.where(table.notna(), None).to_dict("records"))
+    if len(census.holes):
+        print()
+        columns = ["trace", "fail_low_ratio", "fail_high_ratio", "pass_below_bytes", "pass_above_bytes",
+                   "width_bytes", "samples", "kinds", "hidden"]
+        print_table(census.holes[columns].to_dict("records"))
+    print(f"\n{len(traces)} traces in {seconds:.1f} s; wrote {', '.join(census.files[-2:])} and one parquet per trace "
+          f"in {args.out}")
+    return 0

@@ -1,0 +1,54 @@
+"""``dtrlab sweep LOG... --ratios 0.05:1.0:0.005 -j 2 --out sweep.parquet``: budget sweeps to parquet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..analysis.holes import census_table
+from ..sweep import BACKENDS, sweep
+from .common import add_policy_arguments, load_traces, policy_params, print_table
+
+
+def add_sweep_arguments(parser) -> None:
+    """Budget and parallelism options shared by ``sweep`` and ``census``."""
+    parser.add_argument("--ratios", default="0.05:1.0:0.005",
+                        help="START:STOP:STEP (both ends included) or comma-separated ratios (default 0.05:1.0:0.005)")
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="local worker processes (-1: all cores; default 1)")
+    parser.add_argument("--backend", choices=BACKENDS, default="loky", help="default loky (joblib processes)")
+    parser.add_argument("--scheduler", metavar="ADDRESS", help="run on this Dask scheduler, e.g. tcp://host:8786")
+    cache = parser.add_mutually_exclusive_group()
+    cache.add_argument("--cache", metavar="DIR", help="result cache directory (default $DTRLAB_CACHE or ~/.cache/dtrlab)")
+    cache.add_argument("--no-cache", action="store_true", help="simulate everything, store nothing")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def sweep_options(args) -> dict:
+    """Keyword arguments for :func:`dtrlab.sweep.sweep` from the shared options."""
+    ratios = args.ratios if ":" in args.ratios else [float(r) for r in args.ratios.split(",")]
+    return dict(ratios=ratios, jobs=args.jobs, backend="dask" if args.scheduler else args.backend,
+                client=args.scheduler, overhead_limit=args.overhead_limit,
+                cache=False if args.no_cache else (args.cache or True), progress=not args.quiet,
+                **policy_params(args.param))
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("sweep", help="simulate many budgets of each trace; write a parquet frame")
+    parser.add_argument("logs", nargs="+", metavar="LOG", help="log file, directory of logs, or logs.zip")
+    add_policy_arguments(parser)
+    add_sweep_arguments(parser)
+    parser.add_argument("--out", metavar="PARQUET", help="write all rows here (one row per trace and budget)")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    options = sweep_options(args)
+    frame = pd.concat([sweep(trace, args.policy, **options) for trace in load_traces(args.logs)],
+                      ignore_index=True)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(args.out, index=False)
+        print(f"wrote {len(frame)} rows to {args.out}")
+    print_table(census_table(frame).to_dict("records"))
+    return 0
