@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from dtrlab.trace import zoo
-from dtrlab.trace.record import record
+from dtrlab.trace.capture import record
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 # Zoo models in the corpus, in manifest order. Full-depth DenseNet-121 is left out:
@@ -44,7 +44,7 @@ def capture(name: str) -> dict:
         "cost_model": COST,
         "ops": recording.op_count,
         "peak_live_bytes": recording.peak_live_bytes,
-        "command": f"python -m dtrlab.trace.record {name} --batch {workload.batch} --cost {COST} --out traces/{log}",
+        "command": f"dtrlab capture {name} --batch {workload.batch} --cost {COST} --out traces/{log}",
     }
 
 

@@ -1,4 +1,4 @@
-"""The trace recorder (dtrlab.trace.record), its model zoo and the shipped corpus.
+"""The trace recorder (dtrlab.trace.capture), its model zoo and the shipped corpus.
 
 Exact op sequences below are those of torch 2.13 (the pinned version): autograd's
 own calls (``detach`` of saved outputs, ``ones_like`` of the loss) are part of them.
@@ -17,7 +17,7 @@ from torch import nn  # noqa: E402
 from dtrlab.runtime import baseline  # noqa: E402
 from dtrlab.trace import load_log  # noqa: E402
 from dtrlab.trace import zoo  # noqa: E402
-from dtrlab.trace.record import capture_main, record  # noqa: E402
+from dtrlab.trace.capture import capture_main, record  # noqa: E402
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 F32 = 4

@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
+static PyObject *RegionError; /* dtrlab.runtime.regions.RegionError */
+
 typedef struct {
     int32_t *items;
     Py_ssize_t len, cap;
@@ -131,7 +133,8 @@ static int absorb(RegionIndex *self, int32_t owner, int32_t s, int dir) {
     Region *evicted = &self->regions[dir][s];
     if (region_ensure(self, region) < 0 || region_ensure(self, evicted) < 0) return -1;
     if (!BIT_GET(region->frontier, s)) {
-        PyErr_Format(PyExc_RuntimeError, "storage %d is not on the frontier of a region it should join", (int)s);
+        PyErr_Format(RegionError, "storage %d is not on the frontier of a region it should join "
+                     "(simrd fails the same assertion here)", (int)s);
         return -1;
     }
     BIT_CLEAR(region->frontier, s);
@@ -345,6 +348,11 @@ static struct PyModuleDef regions_module = {
 
 PyMODINIT_FUNC PyInit__regions(void) {
     if (PyType_Ready(&RegionIndexType) < 0) return NULL;
+    PyObject *regions = PyImport_ImportModule("dtrlab.runtime.regions");
+    if (!regions) return NULL;
+    RegionError = PyObject_GetAttrString(regions, "RegionError");
+    Py_DECREF(regions);
+    if (!RegionError) return NULL;
     PyObject *module = PyModule_Create(&regions_module);
     if (!module) return NULL;
     Py_INCREF(&RegionIndexType);

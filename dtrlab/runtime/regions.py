@@ -30,7 +30,11 @@ from __future__ import annotations
 
 
 class RegionError(RuntimeError):
-    """The incremental invariants broke (simrd would fail an assertion here)."""
+    """The incremental invariants broke; simrd fails an assertion at the same point.
+
+    This happens only on graphs with a storage-level cycle (an operator output that
+    aliases one argument while reading another), which the DTR logs do not contain.
+    """
 
 
 class PyRegionIndex:
@@ -89,7 +93,8 @@ class PyRegionIndex:
 
     def _absorb(self, interior: set, frontier: set, s: int, s_interior: set, s_frontier: set) -> int:
         if s not in frontier:
-            raise RegionError(f"storage {s} is not on the frontier of a region it should join")
+            raise RegionError(f"storage {s} is not on the frontier of a region it should join "
+                              "(simrd fails the same assertion here)")
         frontier.remove(s)
         frontier.update(s_frontier)
         added = s_interior - interior

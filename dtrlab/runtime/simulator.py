@@ -171,6 +171,22 @@ class Simulator:
     # ------------------------------------------------------------------ replay
     def run(self) -> str:
         """Replay the whole schedule; returns "pass", "oom" or "thrash"."""
+        try:
+            for _ in self.steps():
+                pass
+            return "pass"
+        except OutOfMemory:
+            return "oom"
+        except Thrash:
+            return "thrash"
+
+    def steps(self):
+        """Replay one schedule step at a time, yielding the step index after each.
+
+        Raises :class:`OutOfMemory` or :class:`Thrash` at a failure; lets analyses
+        inspect (or run two simulators in lockstep) between steps.
+        """
+        # Rematerialization recurses along dependency chains, as in simrd.
         old_limit = sys.getrecursionlimit()
         sys.setrecursionlimit(max(old_limit, 20 * self.trace.n_tensors + 1000))
         try:
@@ -188,11 +204,7 @@ class Simulator:
                     get(operand)
                 else:
                     pin(operand)
-            return "pass"
-        except OutOfMemory:
-            return "oom"
-        except Thrash:
-            return "thrash"
+                yield self.step
         finally:
             sys.setrecursionlimit(old_limit)
 

@@ -54,6 +54,7 @@ class _Builder:
         self.tensor_refs: list[int] = []  # parse-time reference counts, for the output pins
         self.schedule: list[tuple[int, int]] = []
         self.names: dict[str, int] = {}  # log name -> tensor id (released names stay, as in simrd)
+        self.defined_tensor_names: set[str] = set()
         self.in_backward = False
 
     def error(self, line_number: int, message: str) -> TraceFormatError:
@@ -65,7 +66,13 @@ class _Builder:
         except KeyError:
             raise self.error(line_number, f"reference to undefined tensor {name!r}") from None
 
-    def add_operator(self, name, cost, args, sizes, aliases, result_names) -> tuple[int, ...]:
+    def add_operator(self, name, cost, args, sizes, aliases, result_names, line_number) -> tuple[int, ...]:
+        for result_name in result_names:
+            # A tensor name is defined once; mutating one tensor twice (through two
+            # names) would define "name$" twice, which simrd rejects too.
+            if result_name in self.defined_tensor_names or result_names.count(result_name) > 1:
+                raise self.error(line_number, f"tensor {result_name!r} is defined twice")
+            self.defined_tensor_names.add(result_name)
         op_index = len(self.operators)
         outputs = tuple(range(len(self.tensor_names), len(self.tensor_names) + len(sizes)))
         for index, result_name in enumerate(result_names):
@@ -156,7 +163,7 @@ def parse_lines(lines: Iterable[str], source: str = "<log>", name: str | None = 
             name_ = get("NAME")
             memory_line, memory = take("MEMORY", name_, line_number)
             size = _integer(_field(memory, "MEMORY", source, memory_line), "MEMORY", source, memory_line)
-            (tensor,) = build.add_operator(CONSTANT_OP, 0, (), (size,), (-1,), (name_,))
+            (tensor,) = build.add_operator(CONSTANT_OP, 0, (), (size,), (-1,), (name_,), line_number)
             build.schedule.append((PIN, tensor))
             build.names[name_] = tensor
         elif instruction == "COPY":
@@ -191,7 +198,7 @@ def parse_lines(lines: Iterable[str], source: str = "<log>", name: str | None = 
                 if result_name in build.names:
                     raise build.error(line_number, f"CALL result {result_name!r} is already defined")
             cost = _integer(get("TIME"), "TIME", source, line_number)
-            outputs = build.add_operator(op_name, cost, args, sizes, aliases, results)
+            outputs = build.add_operator(op_name, cost, args, sizes, aliases, list(results), line_number)
             build.names.update(zip(results, outputs))
         elif instruction == "MUTATE":
             op_name, arg_names, mutated = get("NAME"), get("ARGS"), get("MUTATE")
@@ -203,7 +210,7 @@ def parse_lines(lines: Iterable[str], source: str = "<log>", name: str | None = 
             sizes = [build.storage_size(args[index]) for index in mutated]
             new_names = [build.tensor_names[args[index]] + "$" for index in mutated]
             cost = _integer(get("TIME"), "TIME", source, line_number)
-            outputs = build.add_operator(op_name, cost, args, sizes, [-1] * len(mutated), new_names)
+            outputs = build.add_operator(op_name, cost, args, sizes, [-1] * len(mutated), new_names, line_number)
             for index, new_tensor in zip(mutated, outputs):
                 old_tensor = build.names[arg_names[index]]
                 build.names[arg_names[index]] = new_tensor

@@ -6,7 +6,7 @@ inputs are shrunk so that one training step records in seconds and its trace has
 hundreds to a few thousand operators.
 
 ``build(name, batch, seed)`` returns a :class:`Workload`: the module, its inputs and
-the loss, ready for :func:`dtrlab.trace.record.record`.
+the loss, ready for :func:`dtrlab.trace.record`.
 """
 
 from __future__ import annotations
