@@ -1,0 +1,46 @@
+"""The project's own promises: pyproject and environment.yml agree, CI runs the README's test command."""
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!\[ ]", requirement.strip(), maxsplit=1)[0].lower()
+
+
+def _spec(requirement: str) -> str:
+    return re.sub(r"^[A-Za-z0-9_.-]+(\[[^\]]*\])?", "", requirement.strip()).replace(" ", "")
+
+
+def test_environment_yml_matches_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {_name(r): _spec(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    # conda splits dask[distributed] into dask + distributed
+    wanted["distributed"] = wanted["dask"]
+    conda = {}
+    for line in (ROOT / "environment.yml").read_text().splitlines():
+        item = line.strip()
+        if item.startswith("- ") and not item.startswith("- pip") and not item.startswith("- -e"):
+            requirement = item[2:].strip()
+            if _name(requirement) not in ("python",):
+                conda[_name(requirement)] = _spec(requirement)
+    assert conda == wanted
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"```(?:bash|sh)?\n(.*?)```", readme, flags=re.S)
+    test_command = "make test"
+    assert any(block.strip() == test_command for block in commands), "README must show `make test` on its own"
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(rf"^{re.escape(test_command)}$", ci, flags=re.M)
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test: setup$", makefile, flags=re.M) and re.search(r"^figures: setup$", makefile, flags=re.M)
+
+
+def test_python_version_is_311_or_newer():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"] == ">=3.11"
