@@ -21,7 +21,8 @@ def test_environment_yml_matches_pyproject():
     # conda splits dask[distributed] into dask + distributed
     wanted["distributed"] = wanted["dask"]
     conda = {}
-    for line in (ROOT / "environment.yml").read_text().splitlines():
+    text = (ROOT / "environment.yml").read_text()
+    for line in text[text.index("dependencies:"):].splitlines():
         item = line.strip()
         if item.startswith("- ") and not item.startswith("- pip") and not item.startswith("- -e"):
             requirement = item[2:].strip()
