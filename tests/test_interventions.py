@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 pd = pytest.importorskip("pandas")
@@ -172,16 +170,17 @@ def test_a_rescue_replayed_on_its_own_passes_deterministically(resnet_trace, sea
     assert (first.clock, first.evictions, first.overhead) == (row["clock"], row["evictions"], row["overhead"])
 
 
+@pytest.mark.slow
 def test_search_runs_through_the_sweep_engine_backends(resnet_trace, search):
     parallel = single_tensor_search(resnet_trace, "dtr", ratio=0.17, jobs=2, progress=False)
     pd.testing.assert_frame_equal(parallel.table, search.table)
 
 
-def test_search_rejects_a_passing_run(small_resnet):
+def test_search_rejects_a_passing_run_and_unknown_storages(small_resnet, search):
     with pytest.raises(ValueError, match="passes"):
         single_tensor_search(small_resnet, "dtr", ratio=0.6, progress=False)
     with pytest.raises(ValueError, match="not a storage the base run evicted"):
-        dataclasses.replace(single_tensor_search(small_resnet, "dtr", ratio=0.4, progress=False)).intervention("x0")
+        search.intervention("x0")
 
 
 def test_rescue_timelines_plot(resnet_trace, search):

@@ -99,9 +99,10 @@ def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = No
     rows = []
     for name, run in zip(storages, runs):
         failure = run.failure
+        s = index[name]
         rows.append({
-            "storage_id": index[name], "storage": name, "size": trace.operators[trace.tensor_op[index[name]]]
-            .sizes[trace.tensor_index[index[name]]], "times_evicted": times[name], "first_evicted": first[name],
+            "storage_id": s, "storage": name, "size": trace.operators[trace.tensor_op[s]].sizes[trace.tensor_index[s]],
+            "times_evicted": times[name], "first_evicted": first[name],
             "status": run.status, "effect": _effect(base, run), "overhead": run.overhead, "clock": run.clock,
             "evictions": run.evictions, "remats": run.remats,
             "identical_decisions": identical_evictions(base, run),
