@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..policies import Policy
+from ..policies import Policy, get_policy
 from ..runtime import Intervention, baseline
 from ..sweep import sweep
 from ..sweep.budget_sweep import resolve_trace
@@ -216,19 +216,20 @@ def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: 
         raise ValueError(f"resolution must be >= 1 byte (default 1 MiB = {MIB}) and probes >= 0; "
                          f"got resolution={resolution}, probes={probes}")
     grid = find_holes(frame)
+    policy = get_policy(policy, **policy_params)
+    if policy.label != grid.policy:
+        raise ValueError(f"the frame was swept with policy {grid.policy!r}, not {policy.label!r}; "
+                         "pass the same policy (and parameters) to refine_holes")
     first = grid.samples.iloc[0]
     withhold = json.loads(first["withhold"]) if first["withhold"] else []
     run = dict(trace=trace, policy=policy, overhead_limit=float(first["overhead_limit"]),
                intervention=Intervention(frozenset(withhold)) if withhold else None, jobs=jobs, backend=backend,
-               client=client, cache=cache, progress=progress, **policy_params)
+               client=client, cache=cache, progress=progress)
     samples = grid.samples
 
     def add(budgets: list[int]) -> None:
         nonlocal samples
         new = sweep(budgets=budgets, **run)
-        if new["policy"].iloc[0] != grid.policy:
-            raise ValueError(f"the frame was swept with policy {grid.policy!r}, not {new['policy'].iloc[0]!r}; "
-                             "pass the same policy (and parameters) to refine_holes")
         samples = pd.concat([samples, new], ignore_index=True).drop_duplicates("budget_bytes")
         samples = samples.sort_values("budget_bytes", kind="stable").reset_index(drop=True)
 

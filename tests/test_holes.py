@@ -1,0 +1,110 @@
+"""Hole detection on known frames, suspicious samples, and refinement on real traces."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from dtrlab.analysis.holes import (HOLE_COLUMNS, census_table, default_resolution, find_holes, refine_holes,
+                                   suspicious_samples)
+from dtrlab.runtime import baseline, simulate
+from dtrlab.trace import load_log
+
+from conftest import ROOT
+
+
+def frame_of(statuses, trace="t", overheads=None, remat=None):
+    n = len(statuses)
+    return pd.DataFrame({
+        "trace": trace, "policy": "dtr", "overhead_limit": 2.0, "withhold": "",
+        "budget_bytes": [10 * (i + 1) for i in range(n)], "ratio": [(i + 1) / 10 for i in range(n)],
+        "status": statuses, "overhead": overheads or [1.5] * n, "remat_compute": remat or [0] * n,
+        "baseline_compute": 100,
+    })
+
+
+def test_holes_non_monotone_failures_and_threshold():
+    census = find_holes(frame_of(["oom", "oom", "pass", "thrash", "thrash", "pass", "oom", "pass", "pass"]))
+    assert census.failures == 5
+    assert census.non_monotone_failures == 3
+    assert (census.threshold_bytes, census.threshold_ratio) == (80, 0.8)
+    assert list(census.holes.columns) == HOLE_COLUMNS
+    assert census.holes[["pass_below_bytes", "fail_low_bytes", "fail_high_bytes", "pass_above_bytes",
+                         "width_bytes", "min_width_bytes", "samples", "kinds"]].to_dict("records") == [
+        {"pass_below_bytes": 30, "fail_low_bytes": 40, "fail_high_bytes": 50, "pass_above_bytes": 60,
+         "width_bytes": 30, "min_width_bytes": 10, "samples": 2, "kinds": "thrash"},
+        {"pass_below_bytes": 60, "fail_low_bytes": 70, "fail_high_bytes": 70, "pass_above_bytes": 80,
+         "width_bytes": 20, "min_width_bytes": 0, "samples": 1, "kinds": "oom"},
+    ]
+    assert census.widest.fail_low_bytes == 40
+    summary = census.summary()
+    assert (summary["holes"], summary["widest_hole_ratio"], summary["widest_hole_kinds"]) == (2, "0.4-0.5", "thrash")
+
+
+def test_mixed_kinds_unsorted_input_and_edges():
+    frame = frame_of(["pass", "oom", "thrash", "pass", "oom"]).iloc[::-1]
+    census = find_holes(frame)
+    assert census.holes["kinds"].tolist() == ["oom+thrash"]
+    assert census.samples["budget_bytes"].is_monotonic_increasing
+    assert census.threshold_bytes is None  # the largest sample fails
+    assert census.non_monotone_failures == 3
+    assert len(find_holes(frame_of(["oom", "oom", "pass"])).holes) == 0  # leading failures are no hole
+    assert find_holes(frame_of(["pass", "pass"])).threshold_bytes == 10
+
+
+def test_one_configuration_at_a_time():
+    both = pd.concat([frame_of(["pass", "oom", "pass"], "a"), frame_of(["oom", "pass", "pass"], "b")])
+    with pytest.raises(ValueError, match="mixes 2"):
+        find_holes(both)
+    table = census_table(both)
+    assert table[["trace", "holes", "non_monotone_failures"]].to_dict("records") == [
+        {"trace": "a", "holes": 1, "non_monotone_failures": 1}, {"trace": "b", "holes": 0, "non_monotone_failures": 0}]
+    with pytest.raises(ValueError, match="column 'status' is missing"):
+        find_holes(both.drop(columns="status"))
+
+
+def test_suspicious_samples_flag_overhead_spikes_and_near_misses():
+    frame = frame_of(["pass"] * 5, overheads=[1.9, 1.5, 1.6, 1.52, 1.4], remat=[95, 50, 60, 52, 40])
+    flagged = suspicious_samples(find_holes(frame).samples)
+    assert flagged["budget_bytes"].tolist() == [10, 30]
+    assert flagged["reason"].tolist() == ["near miss", "overhead spike"]
+
+
+@pytest.fixture(scope="module")
+def small_trace():
+    return load_log(ROOT / "traces" / "resnet32-b8.jsonl.gz")
+
+
+def test_probing_finds_a_hole_narrower_than_the_sampling_step(small_trace, tmp_path):
+    from dtrlab.sweep import sweep
+
+    # On this grid every sample passes, but 0.425 costs more recompute than 0.42.
+    grid = sweep(small_trace, "dtr", ratios=[0.42, 0.425, 0.43], cache=tmp_path, progress=False)
+    assert (grid["status"] == "pass").all()
+    refinement = refine_holes(small_trace, grid, "dtr", cache=tmp_path, progress=False)
+    assert refinement.suspicious["budget_bytes"].tolist() == [grid["budget_bytes"][1]]
+    assert len(refinement.grid.holes) == 0
+    resolution = default_resolution(small_trace)
+    assert resolution == baseline(small_trace).peak_memory // 10_000
+    hidden = refinement.hidden_holes
+    assert len(hidden) >= 1
+    for hole in hidden.itertuples():
+        # Each edge is located to the resolution, and the simulator agrees with every bound.
+        assert hole.fail_low_bytes - hole.pass_below_bytes <= resolution
+        assert hole.pass_above_bytes - hole.fail_high_bytes <= resolution
+        assert simulate(small_trace, "dtr", budget_bytes=hole.pass_below_bytes).passed
+        assert simulate(small_trace, "dtr", budget_bytes=hole.pass_above_bytes).passed
+        for budget in (hole.fail_low_bytes, hole.fail_high_bytes):
+            assert simulate(small_trace, "dtr", budget_bytes=budget).status in hole.kinds.split("+")
+    # The probe at 0.425 + 0.005 * 7/9 (budget 9460849) lands in a thrash hole.
+    assert ((hidden.fail_low_bytes <= 9460849) & (hidden.fail_high_bytes >= 9460849)).any()
+
+
+def test_refine_rejects_a_frame_of_another_policy(small_trace, tmp_path):
+    from dtrlab.sweep import sweep
+
+    grid = sweep(small_trace, "lru", ratios=[0.5, 0.6], cache=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="swept with policy 'lru'"):
+        refine_holes(small_trace, grid, "dtr", probes=1, spike=-1, cache=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="resolution must be >= 1"):
+        refine_holes(small_trace, grid, "lru", resolution=0, cache=tmp_path, progress=False)
