@@ -202,9 +202,10 @@ def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: 
     1. **Probe**: for each :func:`suspicious_samples` sample, simulate ``probes``
        evenly spaced budgets inside each of the two sampling gaps next to it.
     2. **Bisect**: while two budget-adjacent samples differ in pass/fail and lie more
-       than ``resolution`` bytes apart (default :func:`default_resolution`), simulate their midpoint (all such gaps in one
-       parallel batch per round). Each gap ends with one transition located to
-       ``resolution``; structure finer than that inside a gap is not searched.
+       than ``resolution`` bytes apart (default :func:`default_resolution`), simulate
+       their midpoint (all such gaps in one parallel batch per round). Each gap ends
+       with one transition located to ``resolution``; structure finer than that
+       inside a gap is not searched.
 
     ``frame`` is a sweep of ``trace`` under ``policy`` (same overhead limit and
     intervention); all new runs go through :func:`dtrlab.sweep` and its cache.
@@ -213,7 +214,8 @@ def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: 
     if resolution is None:
         resolution = default_resolution(trace)
     if resolution < 1 or probes < 0:
-        raise ValueError(f"resolution must be >= 1 byte (default 1 MiB = {MIB}) and probes >= 0; "
+        raise ValueError(f"resolution must be >= 1 byte (default: min(1 MiB, baseline peak / 10000)) and "
+                         "probes >= 0; "
                          f"got resolution={resolution}, probes={probes}")
     grid = find_holes(frame)
     policy = get_policy(policy, **policy_params)
