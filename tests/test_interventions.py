@@ -90,8 +90,8 @@ def test_intervention_record_normalizes_its_fields():
 
 
 def test_intervention_on_a_tensor_that_is_not_a_storage_is_rejected(small_resnet):
-    not_a_storage = next(t for t in range(small_resnet.n_tensors)
-                         if small_resnet.operators[small_resnet.tensor_op[t]].aliases[small_resnet.tensor_index[t]] != -1)
+    ops, tensor_op, tensor_index = small_resnet.operators, small_resnet.tensor_op, small_resnet.tensor_index
+    not_a_storage = next(t for t in range(small_resnet.n_tensors) if ops[tensor_op[t]].aliases[tensor_index[t]] != -1)
     with pytest.raises(ValueError, match="not a storage"):
         simulate(small_resnet, "dtr", ratio=0.45, intervention=Intervention(pin={not_a_storage: 0}))
 

@@ -10,7 +10,8 @@ def register(subparsers) -> None:
         "explain", help="print a failing run's failure record and which single withheld storage rescues it")
     parser.add_argument("log", metavar="LOG", help="log file (or a directory/zip holding exactly one log)")
     budget = parser.add_mutually_exclusive_group(required=True)
-    budget.add_argument("--ratio", type=float, help="budget as a fraction of the unbounded peak (simrd's int(peak*ratio))")
+    budget.add_argument("--ratio", type=float,
+                        help="budget as a fraction of the unbounded peak (simrd's int(peak*ratio))")
     budget.add_argument("--budget", type=int, metavar="BYTES", help="budget in bytes")
     add_policy_arguments(parser)
     parser.add_argument("--jobs", type=int, default=1, help="parallel processes for the re-runs (-1: all cores)")
@@ -47,8 +48,9 @@ def explain(args) -> int:
     width = max(map(len, failure))
     for key, value in failure.items():
         print(f"  {key.ljust(width)}  {value}")
-    search = single_tensor_search(trace, args.policy, budget_bytes=result.budget_bytes, overhead_limit=args.overhead_limit,
-                                  jobs=args.jobs, backend=args.backend, client=args.scheduler, **params)
+    search = single_tensor_search(trace, args.policy, budget_bytes=result.budget_bytes,
+                                  overhead_limit=args.overhead_limit, jobs=args.jobs, backend=args.backend,
+                                  client=args.scheduler, **params)
     table = search.table
     rescues = search.rescues
     print(f"\nwithholding each of the {len(table)} evicted storages: {len(rescues)} rescue the run, "
