@@ -65,6 +65,16 @@ def test_nudge_moves_the_budget_by_bytes(explorer):
     assert explorer.nudge_slider.max == int(explorer.result.baseline_memory * 0.005)
 
 
+def test_opens_at_an_exact_budget(traces):
+    trace = next(iter(traces.values()))
+    budget = budget_for(trace, 0.42) + 1234
+    explorer = BudgetExplorer(traces, budget_bytes=budget, show_timeline=False)
+    assert (explorer.ratio_slider.value, explorer.nudge_slider.value) == (pytest.approx(0.42), 1234)
+    assert explorer.result == simulate(trace, "dtr", budget_bytes=budget)
+    with pytest.raises(ValueError, match="outside the slider's range"):
+        BudgetExplorer(traces, budget_bytes=10 * explorer.result.baseline_memory, show_timeline=False)
+
+
 def test_policy_and_trace_dropdowns(explorer, traces):
     explorer.ratio_slider.value = 0.6
     explorer.policy_dropdown.value = "lru"

@@ -45,7 +45,7 @@ def plot_hole_census(table: pd.DataFrame, holes: pd.DataFrame, *, titles: dict[s
     else:
         widths.text(0.5, 0.5, "no holes at this sampling", ha="center", va="center", transform=widths.transAxes)
     widths.set_xlabel("hole width (bytes between the passing budgets around it)")
-    widths.set_title("hole widths")
+    widths.set_title("hole widths after edge refinement")
     fig.tight_layout()
     return fig
 

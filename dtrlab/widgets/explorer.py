@@ -41,13 +41,15 @@ class BudgetExplorer:
     """Widgets around :func:`dtrlab.simulate` for one trace set.
 
     ``traces``: a Trace, a list of them, or a dict name -> Trace (as from
-    :func:`dtrlab.trace.load_directory`). ``window`` is the half-width (in ratio)
-    of the local sweep and ``window_points`` its number of budgets.
+    :func:`dtrlab.trace.load_directory`). Start at ``ratio``, or at exactly
+    ``budget_bytes`` (the slider goes to the nearest ratio, the nudge makes up the
+    rest). ``window`` is the half-width (in ratio) of the local sweep and
+    ``window_points`` its number of budgets.
     """
 
     def __init__(self, traces, policies: list[str] | None = None, *, trace: str | None = None,
-                 policy: str = "dtr", ratio: float = 0.5, window: float = 0.01, window_points: int = 21,
-                 show_timeline: bool = True):
+                 policy: str = "dtr", ratio: float = 0.5, budget_bytes: int | None = None, window: float = 0.01,
+                 window_points: int = 21, show_timeline: bool = True):
         self.traces = _as_dict(traces)
         policies = policies or available_policies()
         if policy not in policies:
@@ -85,6 +87,13 @@ class BudgetExplorer:
         self._updating = False
         self._ids: dict[str, dict[str, int]] = {}
         self._set_nudge_range()
+        if budget_bytes is not None:
+            peak = baseline(self.trace).peak_memory
+            self.ratio_slider.value = min(1.0, max(RATIO_STEP, round(budget_bytes / peak / RATIO_STEP) * RATIO_STEP))
+            self.nudge_slider.value = budget_bytes - int(peak * self.ratio_slider.value)
+            if self.budget_bytes != budget_bytes:
+                raise ValueError(f"budget_bytes {budget_bytes:,} is outside the slider's range for {self.trace.name} "
+                                 f"({int(peak * RATIO_STEP):,} to {peak:,} bytes)")
         self.trace_dropdown.observe(self._on_trace, names="value")
         for control in (self.policy_dropdown, self.ratio_slider, self.nudge_slider):
             control.observe(self._on_budget, names="value")
