@@ -203,7 +203,6 @@ sweep(trace, "dtr", ratios="0.3:1.0:0.01", cache=sys.argv[2], progress=False)
 """
 
 
-@pytest.mark.slow
 def test_sigkilled_sweep_loses_no_finished_result(small_trace, tmp_path, count_runs):
     store = SweepCache(tmp_path, small_trace, get_policy("dtr"), 2.0)
     process = subprocess.Popen([sys.executable, "-c", KILLED_SWEEP, str(TRACES / "resnet32-b8.jsonl.gz"), str(tmp_path)],
