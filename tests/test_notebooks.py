@@ -103,3 +103,9 @@ def test_trace_names_and_policy_styles():
     assert short_trace_name("resnet32-b8") == "resnet32-b8"
     assert policy_style("random(seed=3)") == policy_style("random")
     assert policy_style("two_phase", 0).color != policy_style("two_phase", 1).color
+
+
+def test_strip_cells_meet_halfway_between_samples():
+    from dtrlab.plots.feasibility import _cell_edges
+
+    assert _cell_edges(pd.Series([0.1, 0.2, 0.4]).to_numpy()).tolist() == pytest.approx([0.05, 0.15, 0.3, 0.5])

@@ -23,8 +23,7 @@ def _cell_edges(ratios: np.ndarray) -> np.ndarray:
     return np.concatenate([[ratios[0] - (middle[0] - ratios[0])], middle, [ratios[-1] + (ratios[-1] - middle[-1])]])
 
 
-def plot_strip(frame: pd.DataFrame, ax, *, y: float = 0.0, height: float = 1.0, marker: float | None = None,
-               legend: bool = True):
+def plot_strip(frame: pd.DataFrame, ax, *, marker: float | None = None, legend: bool = True):
     """A band of cells coloured by status, one cell per sampled ratio; ``marker`` draws a line at a ratio."""
     frame = frame.sort_values("ratio")
     ratios = frame["ratio"].to_numpy(dtype=float)
@@ -32,16 +31,15 @@ def plot_strip(frame: pd.DataFrame, ax, *, y: float = 0.0, height: float = 1.0, 
     for status, color in STATUS_COLORS.items():
         mask = (frame["status"] == status).to_numpy()
         if mask.any():
-            ax.broken_barh(list(zip(edges[:-1][mask], np.diff(edges)[mask])), (y, height), facecolors=color,
+            ax.broken_barh(list(zip(edges[:-1][mask], np.diff(edges)[mask])), (0, 1), facecolors=color,
                            edgecolor="none")
     if marker is not None:
         ax.axvline(marker, color="black", linewidth=1.5)
-    if height == 1.0 and y == 0.0:
-        ax.set_yticks([])
-        ax.set_ylim(0, 1)
-        ax.set_xlim(edges[0], edges[-1])
-        ax.set_xlabel("budget ratio (budget / unbounded peak memory)")
-        ax.grid(False)
+    ax.set_yticks([])
+    ax.set_ylim(0, 1)
+    ax.set_xlim(edges[0], edges[-1])
+    ax.set_xlabel("budget ratio (budget / unbounded peak memory)")
+    ax.grid(False)
     if legend:
         present = [s for s in STATUS_COLORS if (frame["status"] == s).any()]
         ax.legend(handles=[Patch(color=STATUS_COLORS[s], label=STATUS_LABELS[s]) for s in present],
