@@ -12,14 +12,18 @@ from dtrlab.runtime import baseline
 from dtrlab.trace import LogBuilder
 
 
-def chain():
+def chain_log() -> LogBuilder:
     """x(const, 10) -> a(10, cost 1) -> b(10, cost 2) -> c(10, cost 3); nothing released."""
     log = LogBuilder()
     log.constant("x", 10)
     log.call("f", ["x"], [("a", 10)], time=1)
     log.call("g", ["a"], [("b", 10)], time=2)
     log.call("h", ["b"], [("c", 10)], time=3)
-    return log.trace("chain")
+    return log
+
+
+def chain():
+    return chain_log().trace("chain")
 
 
 def test_chain_baseline():

@@ -153,8 +153,8 @@ def inclusion(trace: Trace, policy: str | Policy | type[Policy] = "dtr", budget_
                 step = next(steps)
             except StopIteration:
                 status[name] = "pass"
-            except (OutOfMemory, Thrash) as failure:
-                status[name] = "oom" if isinstance(failure, OutOfMemory) else "thrash"
+            except (OutOfMemory, Thrash):
+                status[name] = sim.failure.kind
         if status:
             break
         # Storages the small run held before this step that the large run has now rematerialized.
@@ -175,9 +175,9 @@ def inclusion(trace: Trace, policy: str | Policy | type[Policy] = "dtr", budget_
     failures = [sim.failure.step for sim in (small, large) if sim.failure is not None]
     steps_compared = min(failures) if failures else n_steps
     episodes.extend((s, first, steps_compared - 1) for s, first in open_since.items())
-    for name, (sim, steps) in runs.items():
+    for name, (sim, _) in runs.items():
         if name not in status:
-            status[name] = _finish(steps)
+            status[name] = sim.run()
 
     names, sizes, compute = trace.tensor_names, small.size, small.compute_cost
     episode_frame = pd.DataFrame(
@@ -203,14 +203,3 @@ def _budget(trace: Trace, budget: int | None, ratio: float | None, which: str) -
         raise ValueError(f"give budget_{which} (bytes) or ratio_{which} (a fraction of the baseline peak, e.g. 0.17), "
                          "not both or neither")
     return budget_for(trace, ratio) if budget is None else int(budget)
-
-
-def _finish(steps) -> str:
-    try:
-        for _ in steps:
-            pass
-        return "pass"
-    except OutOfMemory:
-        return "oom"
-    except Thrash:
-        return "thrash"

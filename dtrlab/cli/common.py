@@ -18,6 +18,23 @@ def load_traces(paths: list[str]) -> list[Trace]:
     return traces
 
 
+def add_single_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """LOG and one budget (--ratio or --budget), for commands about a single run."""
+    parser.add_argument("log", metavar="LOG", help="log file (or a directory/zip holding exactly one log)")
+    budget = parser.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--ratio", type=float,
+                        help="budget as a fraction of the unbounded peak (simrd's int(peak*ratio))")
+    budget.add_argument("--budget", type=int, metavar="BYTES", help="budget in bytes")
+    add_policy_arguments(parser)
+
+
+def load_single_trace(path: str) -> Trace:
+    traces = load_traces([path])
+    if len(traces) != 1:
+        raise ValueError(f"{path} holds {len(traces)} traces; name one log file")
+    return traces[0]
+
+
 def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="dtr",
                         help=f"eviction policy (default dtr; available: {', '.join(available_policies())})")

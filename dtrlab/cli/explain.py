@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from .common import add_policy_arguments, load_traces, policy_params, print_table
+from .common import add_single_run_arguments, load_single_trace, policy_params, print_table
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "explain", help="print a failing run's failure record and which single withheld storage rescues it")
-    parser.add_argument("log", metavar="LOG", help="log file (or a directory/zip holding exactly one log)")
-    budget = parser.add_mutually_exclusive_group(required=True)
-    budget.add_argument("--ratio", type=float,
-                        help="budget as a fraction of the unbounded peak (simrd's int(peak*ratio))")
-    budget.add_argument("--budget", type=int, metavar="BYTES", help="budget in bytes")
-    add_policy_arguments(parser)
+    add_single_run_arguments(parser)
     parser.add_argument("--jobs", type=int, default=1, help="parallel processes for the re-runs (-1: all cores)")
     parser.add_argument("--backend", default="loky", choices=["sequential", "loky", "dask"],
                         help="how to run the re-runs (default loky; dask needs --scheduler)")
@@ -28,12 +23,9 @@ def explain(args) -> int:
     from ..analysis.events import record
     from ..analysis.interventions import single_tensor_search
 
-    traces = load_traces([args.log])
-    if len(traces) != 1:
-        raise ValueError(f"{args.log} holds {len(traces)} traces; name one log file")
+    trace = load_single_trace(args.log)
     if args.save and not args.save.endswith((".parquet", ".csv")):
         raise ValueError(f"--save writes .parquet or .csv files, got {args.save}")
-    trace = traces[0]
     params = policy_params(args.param)
     run = record(trace, args.policy, ratio=args.ratio, budget_bytes=args.budget, overhead_limit=args.overhead_limit,
                  candidate_scores=False, **params)

@@ -166,11 +166,17 @@ class Simulator:
         self.failure: Failure | None = None
         self._pending: list[int] = []  # tensors being materialized, outermost first
         self._actions = self._timed_actions()
+        self._replay = None
         policy.start(self)
 
     # ------------------------------------------------------------------ replay
     def run(self) -> str:
-        """Replay the whole schedule; returns "pass", "oom" or "thrash"."""
+        """Replay the (rest of the) schedule; returns "pass", "oom" or "thrash".
+
+        After some :meth:`steps` were taken, this finishes the same replay.
+        """
+        if self.failure is not None:
+            return self.failure.kind
         try:
             for _ in self.steps():
                 pass
@@ -181,11 +187,17 @@ class Simulator:
             return "thrash"
 
     def steps(self):
-        """Replay one schedule step at a time, yielding the step index after each.
+        """The replay as an iterator that yields each schedule step's index after it ran.
 
         Raises :class:`OutOfMemory` or :class:`Thrash` at a failure; lets analyses
-        inspect (or run two simulators in lockstep) between steps.
+        inspect (or run two simulators in lockstep) between steps. There is one
+        replay per simulator: every call returns the same iterator.
         """
+        if self._replay is None:
+            self._replay = self._replay_steps()
+        return self._replay
+
+    def _replay_steps(self):
         # Rematerialization recurses along dependency chains, as in simrd.
         old_limit = sys.getrecursionlimit()
         sys.setrecursionlimit(max(old_limit, 20 * self.trace.n_tensors + 1000))
