@@ -22,16 +22,13 @@ def _make_figures():
 
 make_figures = _make_figures()
 NOTEBOOKS = make_figures.notebook_paths()
-# Refinement, the intervention search and the variant census take over ~10 s even in quick mode.
-SLOW = {"02", "03", "04"}
 
 
 def test_every_issue_notebook_is_there():
     assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07"]
 
 
-@pytest.mark.parametrize("notebook", [pytest.param(p, id=p.stem, marks=[pytest.mark.slow] * (p.name[:2] in SLOW))
-                                      for p in NOTEBOOKS])
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_in_quick_mode_and_writes_figures(notebook, tmp_path, monkeypatch):
     pytest.importorskip("papermill")
     monkeypatch.setenv("MPLBACKEND", "agg")
