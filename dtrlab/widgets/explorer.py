@@ -155,8 +155,13 @@ class BudgetExplorer:
         options = [(f"{name} ({count} evictions)", index[name]) for name, count in counts.items()]
         keep = self.withhold_dropdown.value
         self.withhold_dropdown.options = options
-        if keep in {value for _, value in options}:
+        # ipywidgets 8 leaves the value at None when the options change: keep the choice if it
+        # is still offered, else preselect the most evicted storage, so the toggle always acts.
+        values = [value for _, value in options]
+        if keep in values:
             self.withhold_dropdown.value = keep
+        elif values:
+            self.withhold_dropdown.value = values[0]
 
     def _tensor_ids(self) -> dict[str, int]:
         name = self.trace.name
