@@ -105,10 +105,11 @@ def save_figure(fig, directory: str | Path, name: str) -> list[Path]:
     """Write ``name``.png and ``name``.pdf into ``directory`` (created); returns both paths."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    paths = [directory / f"{name}.{ext}" for ext in ("png", "pdf")]
-    for path in paths:
-        fig.savefig(path)
-    return paths
+    png, pdf = directory / f"{name}.png", directory / f"{name}.pdf"
+    fig.savefig(png)
+    # No creation date in the PDF, so that regenerating an unchanged figure changes no byte.
+    fig.savefig(pdf, metadata={"CreationDate": None})
+    return [png, pdf]
 
 
 def trace_titles(traces: dict) -> dict[str, str]:
