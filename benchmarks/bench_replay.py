@@ -14,7 +14,6 @@ of ``--repeats`` runs for dtrlab and one run for simrd (minutes per log).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import statistics
@@ -25,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dtrlab import load_log, simulate  # noqa: E402
-from dtrlab.runtime import baseline  # noqa: E402
+from dtrlab.analysis.simrd_bridge import load_simrd, run_simrd  # noqa: E402
 
 RATIOS = (0.25, 0.5, 0.75)
 
@@ -37,43 +36,6 @@ def best_time(function, repeats: int):
         result = function()
         best = min(best, time.perf_counter() - start)
     return best, result
-
-
-def simrd_runner(simrd_path: str):
-    """A function running simrd's own runtime with the reference protocol."""
-    sys.path.insert(0, simrd_path)
-    sys.setrecursionlimit(100000)
-    from simrd.heuristic import DTR  # noqa: PLC0415
-    from simrd.parse import parse_file  # noqa: PLC0415
-    from simrd.runtime import RematExceededError, RuntimeV2EagerOptimized  # noqa: PLC0415
-
-    def run(log_path: Path, budget: int, remat_limit: float) -> tuple[float, dict]:
-        with open(log_path) as handle:
-            callback = parse_file(handle, start=True).get_closure()
-        heuristic = DTR()
-        names: list[str] = []
-        choose = heuristic.choose
-
-        def recording_choose(pool, rt, **kwargs):
-            chosen = choose(pool, rt, **kwargs)
-            names.extend(s.tensors[0].name for s in chosen)
-            return chosen
-
-        heuristic.choose = recording_choose
-        runtime = RuntimeV2EagerOptimized(budget, heuristic, stats=False, trace=False, remat_limit=remat_limit)
-        start = time.perf_counter()
-        try:
-            callback(runtime)
-            status = "pass"
-        except MemoryError:
-            status = "oom"
-        except RematExceededError:
-            status = "thrash"
-        elapsed = time.perf_counter() - start
-        return elapsed, {"status": status, "clock": runtime.clock,
-                         "sha": hashlib.sha256("\n".join(names).encode()).hexdigest()}
-
-    return run
 
 
 def main() -> int:
@@ -88,16 +50,17 @@ def main() -> int:
     if not logs:
         print(f"no .log files in {args.logs}; pass --logs DIR", file=sys.stderr)
         return 2
-    run_simrd = simrd_runner(args.simrd) if args.simrd else None
-    baseline_name = "simrd" if run_simrd else "dtrlab pure-Python regions"
+    simrd = load_simrd(args.simrd) if args.simrd else None
+    baseline_name = "simrd" if simrd else "dtrlab pure-Python regions"
     rows = []
     for log_path in logs:
         trace = load_log(log_path)
-        base = baseline(trace)
         for ratio in RATIOS:
             fast_seconds, fast = best_time(lambda: simulate(trace, "dtr", ratio=ratio, regions="c"), args.repeats)
-            if run_simrd:
-                base_seconds, reference = run_simrd(log_path, fast.budget_bytes, base.model_compute * 1.0)
+            if simrd:
+                outcome = run_simrd(simrd, log_path, "DTR", budget_bytes=fast.budget_bytes)
+                base_seconds = outcome.seconds
+                reference = {"status": outcome.status, "clock": outcome.clock, "sha": outcome.eviction_sha256}
             else:
                 base_seconds, slow = best_time(lambda: simulate(trace, "dtr", ratio=ratio, regions="python"), 1)
                 reference = {"status": slow.status, "clock": slow.clock, "sha": slow.eviction_sha256}
