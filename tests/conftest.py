@@ -26,6 +26,12 @@ def _require(path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def small_resnet():
+    """ResNet-32 at batch 8 from our own corpus in traces/ (always present, no ../shared needed)."""
+    return load_log(ROOT / "traces" / "resnet32-b8.jsonl.gz")
+
+
+@pytest.fixture(scope="session")
 def logs_dir() -> Path:
     return _require(LOGS)
 

@@ -8,9 +8,7 @@ pd = pytest.importorskip("pandas")
 
 from dtrlab import Intervention  # noqa: E402
 from dtrlab.analysis import divergence, identical_evictions, record  # noqa: E402
-from dtrlab.trace import load_directory  # noqa: E402
 
-from conftest import ROOT  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +57,8 @@ def test_withholding_diverges_where_the_withheld_storage_was_first_chosen(resnet
     assert name not in set(found.context.dropna(subset=["rank_b"])["storage"])
 
 
-def test_a_run_that_stops_early_diverges_where_it_stopped():
-    trace = load_directory(ROOT / "traces")["resnet32-b8"]
-    failing, passing = record(trace, "dtr", ratio=0.4), record(trace, "dtr", ratio=0.5)
+def test_a_run_that_stops_early_diverges_where_it_stopped(small_resnet):
+    failing, passing = record(small_resnet, "dtr", ratio=0.4), record(small_resnet, "dtr", ratio=0.5)
     found = divergence(failing, passing)
     assert found.decision is not None and found.decision <= min(found.a_decisions, found.b_decisions)
 

@@ -8,14 +8,8 @@ pd = pytest.importorskip("pandas")
 
 from dtrlab import simulate  # noqa: E402
 from dtrlab.analysis import Recorder, record  # noqa: E402
-from dtrlab.trace import load_directory  # noqa: E402
 
-from conftest import REFERENCE, ROOT, read_jsonl  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def small_resnet():
-    return load_directory(ROOT / "traces")["resnet32-b8"]
+from conftest import REFERENCE, read_jsonl  # noqa: E402
 
 
 @pytest.fixture(scope="module")

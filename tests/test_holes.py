@@ -8,9 +8,6 @@ import pytest
 from dtrlab.analysis.holes import (HOLE_COLUMNS, census_table, default_resolution, find_holes, refine_holes,
                                    suspicious_samples)
 from dtrlab.runtime import baseline, simulate
-from dtrlab.trace import load_log
-
-from conftest import ROOT
 
 
 def frame_of(statuses, trace="t", overheads=None, remat=None):
@@ -70,41 +67,36 @@ def test_suspicious_samples_flag_overhead_spikes_and_near_misses():
     assert flagged["reason"].tolist() == ["near miss", "overhead spike"]
 
 
-@pytest.fixture(scope="module")
-def small_trace():
-    return load_log(ROOT / "traces" / "resnet32-b8.jsonl.gz")
-
-
-def test_probing_finds_a_hole_narrower_than_the_sampling_step(small_trace, tmp_path):
+def test_probing_finds_a_hole_narrower_than_the_sampling_step(small_resnet, tmp_path):
     from dtrlab.sweep import sweep
 
     # On this grid every sample passes, but 0.425 costs more recompute than 0.42.
-    grid = sweep(small_trace, "dtr", ratios=[0.42, 0.425, 0.43], cache=tmp_path, progress=False)
+    grid = sweep(small_resnet, "dtr", ratios=[0.42, 0.425, 0.43], cache=tmp_path, progress=False)
     assert (grid["status"] == "pass").all()
-    refinement = refine_holes(small_trace, grid, "dtr", cache=tmp_path, progress=False)
+    refinement = refine_holes(small_resnet, grid, "dtr", cache=tmp_path, progress=False)
     assert refinement.suspicious["budget_bytes"].tolist() == [grid["budget_bytes"][1]]
     assert len(refinement.grid.holes) == 0
-    resolution = default_resolution(small_trace)
-    assert resolution == baseline(small_trace).peak_memory // 10_000
+    resolution = default_resolution(small_resnet)
+    assert resolution == baseline(small_resnet).peak_memory // 10_000
     hidden = refinement.hidden_holes
     assert len(hidden) >= 1
     for hole in hidden.itertuples():
         # Each edge is located to the resolution, and the simulator agrees with every bound.
         assert hole.fail_low_bytes - hole.pass_below_bytes <= resolution
         assert hole.pass_above_bytes - hole.fail_high_bytes <= resolution
-        assert simulate(small_trace, "dtr", budget_bytes=hole.pass_below_bytes).passed
-        assert simulate(small_trace, "dtr", budget_bytes=hole.pass_above_bytes).passed
+        assert simulate(small_resnet, "dtr", budget_bytes=hole.pass_below_bytes).passed
+        assert simulate(small_resnet, "dtr", budget_bytes=hole.pass_above_bytes).passed
         for budget in (hole.fail_low_bytes, hole.fail_high_bytes):
-            assert simulate(small_trace, "dtr", budget_bytes=budget).status in hole.kinds.split("+")
+            assert simulate(small_resnet, "dtr", budget_bytes=budget).status in hole.kinds.split("+")
     # The probe at 0.425 + 0.005 * 7/9 (budget 9460849) lands in a thrash hole.
     assert ((hidden.fail_low_bytes <= 9460849) & (hidden.fail_high_bytes >= 9460849)).any()
 
 
-def test_refine_rejects_a_frame_of_another_policy(small_trace, tmp_path):
+def test_refine_rejects_a_frame_of_another_policy(small_resnet, tmp_path):
     from dtrlab.sweep import sweep
 
-    grid = sweep(small_trace, "lru", ratios=[0.5, 0.6], cache=tmp_path, progress=False)
+    grid = sweep(small_resnet, "lru", ratios=[0.5, 0.6], cache=tmp_path, progress=False)
     with pytest.raises(ValueError, match="swept with policy 'lru'"):
-        refine_holes(small_trace, grid, "dtr", probes=1, spike=-1, cache=tmp_path, progress=False)
+        refine_holes(small_resnet, grid, "dtr", probes=1, spike=-1, cache=tmp_path, progress=False)
     with pytest.raises(ValueError, match="resolution must be >= 1"):
-        refine_holes(small_trace, grid, "lru", resolution=0, cache=tmp_path, progress=False)
+        refine_holes(small_resnet, grid, "lru", resolution=0, cache=tmp_path, progress=False)

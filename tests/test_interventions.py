@@ -9,15 +9,9 @@ pd = pytest.importorskip("pandas")
 from dtrlab import Intervention, simulate  # noqa: E402
 from dtrlab.analysis import identical_evictions, record, single_tensor_search  # noqa: E402
 from dtrlab.cli import main  # noqa: E402
-from dtrlab.trace import load_directory  # noqa: E402
 from dtrlab.trace.model import COMPUTE  # noqa: E402
 
-from conftest import LOGS, RESNET_LOG, ROOT  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def small_resnet():
-    return load_directory(ROOT / "traces")["resnet32-b8"]
+from conftest import LOGS, RESNET_LOG  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -17,16 +17,10 @@ from dtrlab.policies import ScorePolicy, get_policy
 from dtrlab.runtime import budget_for, simulate
 from dtrlab.sweep import RunSpec, SweepCache, parse_ratios, run_many, sweep
 from dtrlab.sweep import budget_sweep, cache as cache_module, engine
-from dtrlab.trace import load_log
 
 from conftest import REFERENCE, RESNET_LOG, ROOT, read_jsonl
 
 TRACES = ROOT / "traces"
-
-
-@pytest.fixture(scope="module")
-def small_trace():
-    return load_log(TRACES / "resnet32-b8.jsonl.gz")
 
 
 @pytest.fixture
@@ -72,40 +66,40 @@ def test_resnet32_sweep_reproduces_the_reference(resnet_trace, tmp_path):
     assert set(frame["policy"]) == {"dtr"} and set(frame["dtrlab_version"]) == {dtrlab.__version__}
 
 
-def test_frame_columns_and_budgets_in_bytes(small_trace, tmp_path):
-    peak = dtrlab.baseline(small_trace).peak_memory
-    frame = sweep(small_trace, "random", budgets=[peak // 2, peak], seed=3, cache=tmp_path, progress=False)
+def test_frame_columns_and_budgets_in_bytes(small_resnet, tmp_path):
+    peak = dtrlab.baseline(small_resnet).peak_memory
+    frame = sweep(small_resnet, "random", budgets=[peak // 2, peak], seed=3, cache=tmp_path, progress=False)
     assert list(frame.columns) == budget_sweep.COLUMNS
     assert frame["budget_bytes"].tolist() == [peak // 2, peak]
     assert frame["ratio"].tolist() == [(peak // 2) / peak, 1.0]
     assert frame["policy"].tolist() == ["random(seed=3)"] * 2
     assert json.loads(frame["policy_params"][0]) == {"seed": 3}
-    one = simulate(small_trace, "random", budget_bytes=peak // 2, seed=3)
+    one = simulate(small_resnet, "random", budget_bytes=peak // 2, seed=3)
     row = frame.iloc[0]
     assert (row.status, row.clock, row.evictions, row.remats, row.peak_memory) == (
         one.status, one.clock, one.evictions, one.remats, one.peak_memory)
     assert row.overhead == one.overhead
 
 
-def test_bad_arguments_say_what_works(small_trace):
+def test_bad_arguments_say_what_works(small_resnet):
     with pytest.raises(ValueError, match="exactly one of ratios"):
-        sweep(small_trace, ratios=[0.5], budgets=[10], cache=False)
+        sweep(small_resnet, ratios=[0.5], budgets=[10], cache=False)
     with pytest.raises(ValueError, match="unknown backend 'threads'"):
-        sweep(small_trace, ratios=[0.5], backend="threads", cache=False, progress=False)
+        sweep(small_resnet, ratios=[0.5], backend="threads", cache=False, progress=False)
     with pytest.raises(ValueError, match="unknown policy"):
-        sweep(small_trace, "nope", ratios=[0.5], cache=False)
+        sweep(small_resnet, "nope", ratios=[0.5], cache=False)
     with pytest.raises(ValueError, match="holds 7 traces"):
         sweep(TRACES, ratios=[0.5], cache=False)
 
 
-def test_run_many_keeps_spec_order_across_backends(small_trace):
+def test_run_many_keeps_spec_order_across_backends(small_resnet):
     policy = get_policy("dtr")
     ratios = [0.9, 0.3, 0.6, 0.45]
-    specs = [RunSpec(budget_for(small_trace, r), policy, ratio=r) for r in ratios]
-    sequential = run_many(small_trace, specs, backend="sequential", progress=False)
+    specs = [RunSpec(budget_for(small_resnet, r), policy, ratio=r) for r in ratios]
+    sequential = run_many(small_resnet, specs, backend="sequential", progress=False)
     assert [r.ratio for r in sequential] == ratios
-    assert sequential == [simulate(small_trace, "dtr", ratio=r) for r in ratios]
-    assert run_many(small_trace, specs, jobs=2, backend="loky", progress=False) == sequential
+    assert sequential == [simulate(small_resnet, "dtr", ratio=r) for r in ratios]
+    assert run_many(small_resnet, specs, jobs=2, backend="loky", progress=False) == sequential
 
 
 class SmallestFirst(ScorePolicy):
@@ -117,58 +111,58 @@ class SmallestFirst(ScorePolicy):
         return view.size
 
 
-def test_user_policy_instances_run_in_worker_processes(small_trace):
-    specs = [RunSpec(budget_for(small_trace, r), SmallestFirst(), ratio=r) for r in (0.5, 0.8)]
-    expected = [simulate(small_trace, SmallestFirst(), ratio=r) for r in (0.5, 0.8)]
-    assert run_many(small_trace, specs, jobs=2, progress=False) == expected
+def test_user_policy_instances_run_in_worker_processes(small_resnet):
+    specs = [RunSpec(budget_for(small_resnet, r), SmallestFirst(), ratio=r) for r in (0.5, 0.8)]
+    expected = [simulate(small_resnet, SmallestFirst(), ratio=r) for r in (0.5, 0.8)]
+    assert run_many(small_resnet, specs, jobs=2, progress=False) == expected
 
 
-def test_rerun_is_served_from_the_cache(small_trace, tmp_path, count_runs):
-    first = sweep(small_trace, "dtr", ratios="0.3:0.9:0.1", cache=tmp_path, progress=False)
+def test_rerun_is_served_from_the_cache(small_resnet, tmp_path, count_runs):
+    first = sweep(small_resnet, "dtr", ratios="0.3:0.9:0.1", cache=tmp_path, progress=False)
     assert len(count_runs) == 7
-    again = sweep(small_trace, "dtr", ratios="0.3:0.9:0.1", cache=tmp_path, progress=False)
+    again = sweep(small_resnet, "dtr", ratios="0.3:0.9:0.1", cache=tmp_path, progress=False)
     assert len(count_runs) == 7
     pd.testing.assert_frame_equal(first, again)
     # A budget already cached under another ratio list is not simulated again either.
-    sweep(small_trace, "dtr", ratios=[0.5, 0.55], cache=tmp_path, progress=False)
-    assert count_runs[7:] == [budget_for(small_trace, 0.55)]
+    sweep(small_resnet, "dtr", ratios=[0.5, 0.55], cache=tmp_path, progress=False)
+    assert count_runs[7:] == [budget_for(small_resnet, 0.55)]
     # A different overhead limit or policy parameter is a different cache entry.
-    sweep(small_trace, "dtr", ratios=[0.5], overhead_limit=3.0, cache=tmp_path, progress=False)
-    sweep(small_trace, "random", ratios=[0.5], seed=1, cache=tmp_path, progress=False)
-    sweep(small_trace, "random", ratios=[0.5], seed=2, cache=tmp_path, progress=False)
+    sweep(small_resnet, "dtr", ratios=[0.5], overhead_limit=3.0, cache=tmp_path, progress=False)
+    sweep(small_resnet, "random", ratios=[0.5], seed=1, cache=tmp_path, progress=False)
+    sweep(small_resnet, "random", ratios=[0.5], seed=2, cache=tmp_path, progress=False)
     assert len(count_runs) == 11
 
 
-def test_cache_of_another_simulator_version_is_not_reused(small_trace, tmp_path, count_runs, monkeypatch):
-    sweep(small_trace, "dtr", ratios=[0.5, 0.7], cache=tmp_path, progress=False)
-    store = SweepCache(tmp_path, small_trace, get_policy("dtr"), 2.0)
+def test_cache_of_another_simulator_version_is_not_reused(small_resnet, tmp_path, count_runs, monkeypatch):
+    sweep(small_resnet, "dtr", ratios=[0.5, 0.7], cache=tmp_path, progress=False)
+    store = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0)
     # Rows that claim an older version inside the current directory are ignored, with a warning.
     (part,) = store.directory.glob("*.parquet")
     pd.read_parquet(part).assign(simulator_version=-1).to_parquet(part, index=False)
     with pytest.warns(UserWarning, match="another simulator version"):
-        sweep(small_trace, "dtr", ratios=[0.5, 0.7], cache=tmp_path, progress=False)
+        sweep(small_resnet, "dtr", ratios=[0.5, 0.7], cache=tmp_path, progress=False)
     assert len(count_runs) == 4
     # A version bump moves the whole cache.
     monkeypatch.setattr(cache_module, "SIMULATOR_VERSION", 10**6)
     monkeypatch.setattr(budget_sweep, "SIMULATOR_VERSION", 10**6)
-    assert SweepCache(tmp_path, small_trace, get_policy("dtr"), 2.0).directory != store.directory
-    sweep(small_trace, "dtr", ratios=[0.5, 0.7], cache=tmp_path, progress=False)
+    assert SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0).directory != store.directory
+    sweep(small_resnet, "dtr", ratios=[0.5, 0.7], cache=tmp_path, progress=False)
     assert len(count_runs) == 6
 
 
-def test_editing_a_user_policy_changes_its_cache_key(small_trace, tmp_path):
+def test_editing_a_user_policy_changes_its_cache_key(small_resnet, tmp_path):
     class Edited(SmallestFirst):
         def score(self, view):
             return -view.size
 
     assert cache_module.policy_fingerprint(SmallestFirst()) != cache_module.policy_fingerprint(Edited())
-    keys = {SweepCache(tmp_path, small_trace, p, 2.0).directory for p in (SmallestFirst(), Edited())}
+    keys = {SweepCache(tmp_path, small_resnet, p, 2.0).directory for p in (SmallestFirst(), Edited())}
     assert len(keys) == 2
 
 
-def test_interrupted_sweep_resumes_without_recomputing(small_trace, tmp_path, monkeypatch):
+def test_interrupted_sweep_resumes_without_recomputing(small_resnet, tmp_path, monkeypatch):
     ratios = "0.3:0.9:0.05"
-    uninterrupted = sweep(small_trace, "dtr", ratios=ratios, cache=False, progress=False)
+    uninterrupted = sweep(small_resnet, "dtr", ratios=ratios, cache=False, progress=False)
     calls = []
     real = engine.simulate
 
@@ -180,15 +174,15 @@ def test_interrupted_sweep_resumes_without_recomputing(small_trace, tmp_path, mo
 
     monkeypatch.setattr(engine, "simulate", interrupt_after_five)
     with pytest.raises(KeyboardInterrupt):
-        sweep(small_trace, "dtr", ratios=ratios, cache=tmp_path, progress=False)
+        sweep(small_resnet, "dtr", ratios=ratios, cache=tmp_path, progress=False)
     finished = list(calls)
     assert len(finished) == 5
-    assert sorted(SweepCache(tmp_path, small_trace, get_policy("dtr"), 2.0).load()["budget_bytes"]) == sorted(finished)
+    assert sorted(SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0).load()["budget_bytes"]) == sorted(finished)
 
     calls.clear()
     monkeypatch.setattr(engine, "simulate", lambda trace, policy, **kw: calls.append(kw["budget_bytes"])
                         or real(trace, policy, **kw))
-    resumed = sweep(small_trace, "dtr", ratios=ratios, cache=tmp_path, progress=False)
+    resumed = sweep(small_resnet, "dtr", ratios=ratios, cache=tmp_path, progress=False)
     assert not set(calls) & set(finished)
     assert len(calls) == len(uninterrupted) - 5
     pd.testing.assert_frame_equal(without_wall(resumed), without_wall(uninterrupted))
@@ -203,8 +197,8 @@ sweep(trace, "dtr", ratios="0.3:1.0:0.01", cache=sys.argv[2], progress=False)
 """
 
 
-def test_sigkilled_sweep_loses_no_finished_result(small_trace, tmp_path, count_runs):
-    store = SweepCache(tmp_path, small_trace, get_policy("dtr"), 2.0)
+def test_sigkilled_sweep_loses_no_finished_result(small_resnet, tmp_path, count_runs):
+    store = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0)
     process = subprocess.Popen([sys.executable, "-c", KILLED_SWEEP, str(TRACES / "resnet32-b8.jsonl.gz"), str(tmp_path)],
                                env={**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 120
@@ -217,25 +211,25 @@ def test_sigkilled_sweep_loses_no_finished_result(small_trace, tmp_path, count_r
     stored = set(store.load()["budget_bytes"])
     assert len(stored) >= 10
 
-    resumed = sweep(small_trace, "dtr", ratios="0.3:1.0:0.01", cache=tmp_path, progress=False)
+    resumed = sweep(small_resnet, "dtr", ratios="0.3:1.0:0.01", cache=tmp_path, progress=False)
     assert len(resumed) == 71
     assert not set(count_runs) & stored
     assert len(count_runs) == 71 - len(stored)
     assert len(list(store.directory.glob("*.parquet"))) == 1  # compacted after the resumed sweep
     check = resumed.sample(5, random_state=0)
     for row in check.itertuples():
-        assert simulate(small_trace, "dtr", budget_bytes=row.budget_bytes).clock == row.clock
+        assert simulate(small_resnet, "dtr", budget_bytes=row.budget_bytes).clock == row.clock
 
 
 @pytest.mark.slow
-def test_dask_local_cluster_matches_the_local_backend(small_trace, tmp_path):
+def test_dask_local_cluster_matches_the_local_backend(small_resnet, tmp_path):
     distributed = pytest.importorskip("distributed")
     ratios = "0.3:1.0:0.05"
-    local = sweep(small_trace, "dtr", ratios=ratios, jobs=2, cache=False, progress=False)
+    local = sweep(small_resnet, "dtr", ratios=ratios, jobs=2, cache=False, progress=False)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
-        on_dask = sweep(small_trace, "dtr", ratios=ratios, client=client, cache=False, progress=False)
-        by_address = sweep(small_trace, "dtr", ratios=[0.5], client=cluster.scheduler_address, cache=False,
+        on_dask = sweep(small_resnet, "dtr", ratios=ratios, client=client, cache=False, progress=False)
+        by_address = sweep(small_resnet, "dtr", ratios=[0.5], client=cluster.scheduler_address, cache=False,
                            progress=False)
     pd.testing.assert_frame_equal(without_wall(on_dask), without_wall(local))
     assert by_address["clock"].tolist() == local.loc[local["ratio"] == 0.5, "clock"].tolist()
