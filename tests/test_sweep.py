@@ -14,7 +14,7 @@ import pytest
 
 import dtrlab.sweep
 from dtrlab.policies import ScorePolicy, get_policy
-from dtrlab.runtime import budget_for, simulate
+from dtrlab.runtime import Intervention, budget_for, simulate
 from dtrlab.sweep import RunSpec, SweepCache, parse_ratios, run_many, sweep
 from dtrlab.sweep import budget_sweep, cache as cache_module, engine
 
@@ -148,6 +148,17 @@ def test_cache_of_another_simulator_version_is_not_reused(small_resnet, tmp_path
     assert SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0).directory != store.directory
     sweep(small_resnet, "dtr", ratios=[0.5, 0.7], cache=tmp_path, progress=False)
     assert len(count_runs) == 6
+
+
+def test_every_part_of_an_intervention_is_in_the_cache_key(small_resnet, tmp_path):
+    storage = small_resnet.operators[-1].outputs[0]
+    interventions = [None, Intervention(withhold={storage}), Intervention(pin={storage: 10}),
+                     Intervention(force_evict={storage: 10}), Intervention(force_evict={storage: 11})]
+    directories = {SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0, i).directory for i in interventions}
+    assert len(directories) == len(interventions)
+    # Without timed actions the key is what it always was (existing caches stay valid).
+    assert SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0, Intervention()).directory == \
+        SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0).directory
 
 
 def test_editing_a_user_policy_changes_its_cache_key(small_resnet, tmp_path):

@@ -2,7 +2,8 @@
 
 Layout: ``ROOT/sim-v{SIMULATOR_VERSION}/{trace content hash}/{config key}/``, where
 the config key hashes the policy (class, label and parameters, plus the source of
-policies defined outside dtrlab), the overhead limit and the intervention. Inside,
+policies defined outside dtrlab), the overhead limit and the intervention (withheld
+storages, timed pins and forced evictions). Inside,
 every row is one budget. Each batch of finished results is written at once as its
 own small ``part-*.parquet`` (atomically: written under a temporary name, then
 renamed), so a killed sweep loses nothing that finished; :meth:`SweepCache.compact`
@@ -83,7 +84,13 @@ class SweepCache:
             "policy": policy_fingerprint(policy), "overhead_limit": float(overhead_limit),
             "withhold": sorted(intervention.withhold) if intervention else [],
         }
-        config = {k: self.key[k] for k in ("policy", "overhead_limit", "withhold")}
+        # Timed pins and forced evictions change results too; they join the key only when
+        # present, so the keys of sweeps without them stay as they were.
+        if intervention and (intervention.pin or intervention.force_evict):
+            self.key["pin"] = [list(pair) for pair in intervention.pin]
+            self.key["force_evict"] = [list(pair) for pair in intervention.force_evict]
+        config = {k: self.key[k] for k in ("policy", "overhead_limit", "withhold", "pin", "force_evict")
+                  if k in self.key}
         config_key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:24]
         self.directory = Path(root) / f"sim-v{SIMULATOR_VERSION}" / trace.content_hash[:24] / config_key
 
