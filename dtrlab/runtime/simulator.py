@@ -115,7 +115,6 @@ class Simulator:
         self.recorder = recorder
 
         features = frozenset(getattr(policy, "features", ()))
-        self.track_regions = "e_star" in features
         self.track_eq_class = "eq_class" in features
 
         n = trace.n_tensors
@@ -123,8 +122,8 @@ class Simulator:
         self.ops = ops
         self.tensor_op = trace.tensor_op
         self.tensor_index = trace.tensor_index
-        self.parents = [ops[trace.tensor_op[t]].args for t in range(n)]
-        self.siblings = [tuple(u for u in ops[trace.tensor_op[t]].outputs if u != t) for t in range(n)]
+        self.parents = trace.tensor_parents
+        self.siblings = trace.tensor_siblings
         self.children: list[list[int]] = [[] for _ in range(n)]
         self.defined = [False] * n
         self.storage = [-1] * n
@@ -141,8 +140,8 @@ class Simulator:
         self.last_access = [-math.inf] * n
         self.pool: dict[int, None] = {}
 
-        self.regions = None
-        if self.track_regions:
+        self.regions = None  # maintained only for policies that read e*
+        if "e_star" in features:
             # e* compute of the forward region (through children) and the reverse one.
             self.region_compute = array("q", bytes(8 * n))
             self.region_rev_compute = array("q", bytes(8 * n))

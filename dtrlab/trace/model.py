@@ -83,6 +83,16 @@ class Trace:
         return digest.hexdigest()
 
     @cached_property
+    def tensor_parents(self) -> tuple[tuple[int, ...], ...]:
+        """The arguments of the operator that computes each tensor (computed once per trace)."""
+        return tuple(self.operators[op].args for op in self.tensor_op)
+
+    @cached_property
+    def tensor_siblings(self) -> tuple[tuple[int, ...], ...]:
+        """The other outputs of the operator that computes each tensor."""
+        return tuple(tuple(u for u in self.operators[op].outputs if u != t) for t, op in enumerate(self.tensor_op))
+
+    @cached_property
     def model_compute(self) -> int:
         """Sum of the costs of all operators: the compute of one unbounded replay."""
         return sum(op.cost for op in self.operators)
