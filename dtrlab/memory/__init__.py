@@ -9,6 +9,7 @@ from .base import (MEMORY_MODELS, Block, MemoryModel, MemoryStats, Segment, avai
                    get_memory_model, register_memory_model)
 from .flat import FlatModel
 from .aligned import AlignedModel
+from .caching import CachingModel
 
 __all__ = ["MEMORY_MODELS", "Block", "MemoryModel", "MemoryStats", "Segment", "available_memory_models",
-           "get_memory_model", "register_memory_model", "FlatModel", "AlignedModel"]
+           "get_memory_model", "register_memory_model", "FlatModel", "AlignedModel", "CachingModel"]
