@@ -6,10 +6,13 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
+from ..memory import MemoryModel, get_memory_model
 from ..policies import Policy, get_policy
 from ..trace.model import Trace
 from .baseline import baseline
 from .simulator import Failure, Intervention, Simulator
+
+FLAT = "flat"
 
 DEFAULT_OVERHEAD_LIMIT = 2.0
 
@@ -34,6 +37,18 @@ class RunResult:
     baseline_compute: int = 0
     overhead_limit: float = DEFAULT_OVERHEAD_LIMIT
     failure: Failure | None = None
+    # The memory model and, for every model but flat, its metrics (None under flat):
+    # peaks of reserved and allocated bytes, 1 - allocated/reserved at the reserved
+    # peak (with the most bytes allocated while reserved was at that peak), and the
+    # largest free block and segment count when the run ended (or failed).
+    memory: str = FLAT
+    memory_options: tuple[tuple[str, object], ...] = ()
+    fragmentation_evictions: int = 0
+    peak_reserved_bytes: int | None = None
+    peak_allocated_bytes: int | None = None
+    fragmentation_at_peak: float | None = None
+    largest_free_block: int | None = None
+    segments: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -60,6 +75,13 @@ class RunResult:
             "baseline_memory": self.baseline_memory, "baseline_compute": self.baseline_compute,
             "overhead_limit": self.overhead_limit,
         }
+        if self.memory != FLAT:
+            record.update(memory=self.memory, memory_options=dict(self.memory_options),
+                          fragmentation_evictions=self.fragmentation_evictions,
+                          peak_reserved_bytes=self.peak_reserved_bytes,
+                          peak_allocated_bytes=self.peak_allocated_bytes,
+                          fragmentation_at_peak=self.fragmentation_at_peak,
+                          largest_free_block=self.largest_free_block, segments=self.segments)
         if self.failure is not None:
             record["failure"] = vars(self.failure)
         if evicted:
@@ -77,7 +99,7 @@ def budget_for(trace: Trace, ratio: float) -> int:
 def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None = None,
              budget_bytes: int | None = None, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
              intervention: Intervention | None = None, recorder=None, regions: str = "auto",
-             **policy_params) -> RunResult:
+             memory: str | MemoryModel = FLAT, memory_options: dict | None = None, **policy_params) -> RunResult:
     """Replay ``trace`` under a memory budget with an eviction policy.
 
     Give exactly one of ``ratio`` (a fraction of the unbounded peak; the budget is
@@ -85,6 +107,11 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
     ``thrash`` once rematerialization compute exceeds
     ``baseline compute x (overhead_limit - 1)``. ``regions`` picks the evicted-
     neighbourhood index: "c" (compiled), "python" (the readable reference) or "auto".
+
+    ``memory`` is the memory model: ``"flat"`` (simrd's byte counter, the default),
+    another registered name (``"aligned"``, ``"caching"``; built with the budget as
+    its capacity and ``memory_options``) or an unused :class:`~dtrlab.memory.MemoryModel`
+    instance of that capacity. See docs/memory.md.
     """
     if (ratio is None) == (budget_bytes is None):
         raise ValueError("give exactly one of ratio= (e.g. 0.5) or budget_bytes= (e.g. 2_000_000_000)")
@@ -95,17 +122,48 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
     if not overhead_limit >= 1:
         raise ValueError(f"overhead_limit must be >= 1 (2.0 allows as much recompute as compute), got {overhead_limit}")
     policy = get_policy(policy, **policy_params)
+    model = memory_model(memory, budget_bytes, memory_options)
     base = baseline(trace)
     remat_limit = base.model_compute * (overhead_limit - 1)
     sim = Simulator(trace, policy, budget_bytes, remat_limit, intervention=intervention, recorder=recorder,
-                    regions=regions)
+                    regions=regions, memory_model=model)
     status = sim.run()
     names = trace.tensor_names
+    metrics = {} if model is None else memory_metrics(sim)
     return RunResult(
         trace=trace.name, policy=policy.label, status=status, budget_bytes=budget_bytes, ratio=ratio,
         clock=sim.clock, model_compute=sim.model_compute, remat_compute=sim.remat_compute,
         peak_memory=sim.peak_memory, evictions=len(sim.evicted), remats=sim.remats,
         evicted_storages=tuple(names[s] for s in sim.evicted),
         baseline_memory=base.peak_memory, baseline_compute=base.model_compute,
-        overhead_limit=overhead_limit, failure=sim.failure,
+        overhead_limit=overhead_limit, failure=sim.failure, **metrics,
+    )
+
+
+def memory_model(memory: str | MemoryModel, budget_bytes: int, options: dict | None = None) -> MemoryModel | None:
+    """The model a run uses: None for ``"flat"`` without options (the byte counter needs none).
+
+    A model instance is taken as is, but it must be unused, since a run leaves its
+    blocks in it.
+    """
+    if memory == FLAT and not options:
+        return None
+    model = get_memory_model(memory, budget_bytes, **(options or {}))
+    stats = model.stats()
+    if stats.allocated_bytes or stats.reserved_bytes:
+        raise ValueError(f"the {model.name!r} model instance already holds blocks ({stats.allocated_bytes} bytes "
+                         "allocated); give every run a new instance, or the model's name and options")
+    return model
+
+
+def memory_metrics(sim: Simulator) -> dict:
+    """RunResult fields of a run under a memory model (see :class:`RunResult`)."""
+    model = sim.memory_model
+    stats = model.stats()
+    return dict(
+        memory=model.name, memory_options=tuple(sorted(model.options().items())),
+        fragmentation_evictions=sim.fragmentation_evictions, peak_reserved_bytes=stats.peak_reserved_bytes,
+        peak_allocated_bytes=stats.peak_allocated_bytes,
+        fragmentation_at_peak=1 - sim.allocated_at_peak / sim.peak_reserved if sim.peak_reserved else 0.0,
+        largest_free_block=stats.largest_free_block, segments=stats.segments,
     )

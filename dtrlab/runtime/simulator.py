@@ -20,6 +20,12 @@ The semantics that decide which storage gets evicted, all kept from simrd:
 * a release that drops the last external reference frees the storage at once
   (eager eviction), which is not counted as a policy eviction;
 * thrash is checked after every (re)materialization against ``remat_limit``.
+
+Memory is simrd's byte counter unless a :class:`~dtrlab.memory.MemoryModel` is
+given (``memory_model=``); then every storage also holds one block of that model
+while it is materialized, and an allocation must both fit the (rounded) bytes and
+be placed (see :meth:`Simulator._place` and docs/memory.md). Without a model no
+model code runs: the byte counter is exactly simrd's.
 """
 
 from __future__ import annotations
@@ -87,7 +93,13 @@ class Intervention:
 
 @dataclass
 class Failure:
-    """Where a failing run stopped."""
+    """Where a failing run stopped.
+
+    ``cause`` tells an out-of-memory apart: ``"bytes"`` when the (rounded) bytes did
+    not fit the budget, ``"fragmentation"`` when they did but the memory model could
+    place no block (only address-aware models). ``largest_free_block`` is the
+    model's largest free block at the failure (None without a memory model).
+    """
 
     kind: str  # "oom" or "thrash"
     step: int  # index into the trace's schedule
@@ -96,6 +108,26 @@ class Failure:
     requested_bytes: int
     memory_in_use: int
     candidates: int
+    cause: str | None = None  # "bytes" or "fragmentation" for an OOM, None for thrash
+    largest_free_block: int | None = None
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    """What the runtime must place while it asks a policy to evict (``Simulator.request``).
+
+    ``blocks`` are the ``(block_id, size)`` pairs of the operator's outputs (in output
+    order; a still-resident output is recomputed into a temporary block); ``needed``
+    is what they count against the budget (the model's rounded bytes). ``block`` is
+    the pair that could not be placed, or the first one while the bytes do not fit
+    yet (``bytes_fit`` False).
+    """
+
+    tensor: int
+    blocks: tuple[tuple[int, int], ...]
+    needed: int
+    block: tuple[int, int]
+    bytes_fit: bool
 
 
 class Simulator:
@@ -106,10 +138,15 @@ class Simulator:
     """
 
     def __init__(self, trace: Trace, policy, budget_bytes: float, remat_limit: float = math.inf,
-                 intervention: Intervention | None = None, recorder=None, regions: str = "auto"):
+                 intervention: Intervention | None = None, recorder=None, regions: str = "auto",
+                 memory_model=None):
         self.trace = trace
         self.policy = policy
         self.budget = budget_bytes
+        # None: simrd's byte counter alone. Otherwise the model places blocks too; its
+        # capacity is the budget (checked by dtrlab.runtime.simulate).
+        self.memory_model = memory_model
+        self.request: PlacementRequest | None = None  # set while a policy chooses under a model
         self.remat_limit = remat_limit
         self.intervention = intervention or Intervention()
         self.recorder = recorder
@@ -161,6 +198,14 @@ class Simulator:
         self.remat_compute = 0
         self.remats = 0
         self.evicted: list[int] = []
+        self.fragmentation_evictions = 0  # evictions made while the bytes already fit
+        if memory_model is not None:
+            self.charged = 0  # the model's counted (rounded) bytes of the live blocks
+            self.peak_reserved = 0  # reserved bytes at their peak, and the most allocated
+            self.allocated_at_peak = 0  # bytes seen while reserved was at that peak
+            # Address-aware policies (coop) try to place before evicting even while the
+            # bytes do not fit, so that they know which block to make room for.
+            self._place_first = bool(getattr(policy, "address_aware", False))
         self.step = -1
         self.failure: Failure | None = None
         self._pending: list[int] = []  # tensors being materialized, outermost first
@@ -329,9 +374,12 @@ class Simulator:
                 self.materialize(p, True)
             self.lock(storage[p])
         op = self.ops[self.tensor_op[t]]
-        total_size = op.total_size
-        if self.memory + total_size > self.budget:
-            self.free(total_size, t)
+        if self.memory_model is None:
+            total_size = op.total_size
+            if self.memory + total_size > self.budget:
+                self.free(total_size, t)
+        else:
+            self._place(t, op)
         self._compute(t, op, rematerialize)
         self._pending.pop()
         for p in parents:
@@ -407,7 +455,7 @@ class Simulator:
         while self.memory + needed > self.budget:
             candidates = self.candidates()
             if not candidates:
-                self._fail("oom", t, needed)
+                self._fail("oom", t, needed, "bytes")
                 raise OutOfMemory()
             chosen = self.policy.choose(self, candidates)
             if self.recorder is not None:
@@ -417,6 +465,9 @@ class Simulator:
                 self.evict(s)
 
     def evict(self, s: int) -> None:
+        if self.memory_model is not None and self.size[s]:
+            self.memory_model.free(s)
+            self.charged -= self.memory_model.request_bytes(self.size[s])
         self.material[s] = False
         self.memory -= self.size[s]
         self.pool.pop(s, None)
@@ -474,13 +525,73 @@ class Simulator:
         eq_value = self.eq_value
         return self.compute_cost[s] + sum(eq_value[r] for r in roots)
 
+    # ------------------------------------------------------- memory model
+    def _place(self, t: int, op) -> None:
+        """Make room for ``op``'s outputs under the memory model and place their blocks.
+
+        Evictions follow the policy, as in :meth:`free`, until the rounded bytes fit
+        and every block is placed; those made while the bytes already fit are counted
+        as fragmentation evictions. A still-resident output (an operator recomputing
+        all its outputs) gets a temporary block, freed again once the operator ran,
+        as the byte counter adds and drops its bytes.
+        """
+        model, material, n = self.memory_model, self.material, self.trace.n_tensors
+        outputs = [(u, size) for u, size, alias in zip(op.outputs, op.sizes, op.aliases) if size and alias == -1]
+        needed = sum(model.request_bytes(size) for _, size in outputs)
+        while True:
+            # A resident output may be evicted while room is made, so this is redone.
+            blocks = [(n + u if material[u] else u, size) for u, size in outputs]  # temporaries above storage ids
+            bytes_fit = self.charged + needed <= self.budget
+            unplaced = self._try_place(blocks) if bytes_fit or self._place_first else 0
+            if unplaced < 0:
+                break
+            candidates = self.candidates()
+            if not candidates:
+                self._fail("oom", t, needed, "fragmentation" if bytes_fit else "bytes")
+                raise OutOfMemory()
+            self.request = PlacementRequest(t, tuple(blocks), needed, blocks[unplaced], bytes_fit)
+            try:
+                chosen = self.policy.choose(self, candidates)
+            finally:
+                self.request = None
+            if not chosen:
+                raise RuntimeError(f"policy {self.policy!r} chose nothing to evict from {len(candidates)} candidates")
+            if self.recorder is not None:
+                self.recorder.on_choose(self, candidates, chosen)
+            for s in chosen:
+                self.evicted.append(s)
+                self.evict(s)
+            if bytes_fit:
+                self.fragmentation_evictions += len(chosen)
+        self.charged += needed
+        stats = model.stats()
+        if stats.reserved_bytes > self.peak_reserved:
+            self.peak_reserved, self.allocated_at_peak = stats.reserved_bytes, stats.allocated_bytes
+        elif stats.reserved_bytes == self.peak_reserved and stats.allocated_bytes > self.allocated_at_peak:
+            self.allocated_at_peak = stats.allocated_bytes
+        for block_id, size in blocks:
+            if block_id >= n:
+                model.free(block_id)
+                self.charged -= model.request_bytes(size)
+
+    def _try_place(self, blocks: list[tuple[int, int]]) -> int:
+        """Place all blocks (-1) or none: the index of the first one that did not fit."""
+        model = self.memory_model
+        for index, (block_id, size) in enumerate(blocks):
+            if not model.allocate(block_id, size):
+                for placed, _ in blocks[:index]:
+                    model.free(placed)
+                return index
+        return -1
+
     # ------------------------------------------------------------ failure
-    def _fail(self, kind: str, t: int, needed: int) -> None:
+    def _fail(self, kind: str, t: int, needed: int, cause: str | None = None) -> None:
         if self.failure is not None:
             return
         self.failure = Failure(
             kind=kind, step=self.step, operator=self.tensor_op[t], tensor=t, requested_bytes=needed,
-            memory_in_use=self.memory, candidates=len(self.candidates()),
+            memory_in_use=self.memory, candidates=len(self.candidates()), cause=cause,
+            largest_free_block=None if self.memory_model is None else self.memory_model.stats().largest_free_block,
         )
         if self.recorder is not None:
             self.recorder.on_failure(self, self.failure)
