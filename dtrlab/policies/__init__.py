@@ -7,9 +7,10 @@ from .builtin import DTR, LRU, MSPS, DTREqClass, DTRLocal, LargestStorage, Rando
 from .ablations import ABLATIONS, Ablation  # registers simrd's 16 ablations
 from .variants import VARIANTS, ScoreFamily  # registers the h_DTR score variants
 from .twophase import TwoPhase
+from .coop import Coop, DTRFit  # address-aware: they need an address-aware memory model
 
 __all__ = [
     "FEATURES", "CandidateView", "Policy", "ScorePolicy", "available_policies", "get_policy", "policy_class",
     "register", "score_policy", "DTR", "DTREqClass", "DTRLocal", "MSPS", "LRU", "LargestStorage", "RandomStorage",
-    "ABLATIONS", "Ablation", "VARIANTS", "ScoreFamily", "TwoPhase",
+    "ABLATIONS", "Ablation", "VARIANTS", "ScoreFamily", "TwoPhase", "Coop", "DTRFit",
 ]
