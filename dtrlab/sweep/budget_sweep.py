@@ -9,18 +9,23 @@ import pandas as pd
 
 from .. import __version__
 from ..policies import Policy, get_policy
-from ..runtime import DEFAULT_OVERHEAD_LIMIT, SIMULATOR_VERSION, Intervention, RunResult, baseline, budget_for
+from ..runtime import (DEFAULT_OVERHEAD_LIMIT, FLAT, SIMULATOR_VERSION, Intervention, RunResult, baseline, budget_for,
+                       memory_spec)
 from ..trace import Trace, load
 from .cache import SweepCache, default_cache_dir
 from .engine import RunSpec, iter_runs
 
+#: Results of runs under a memory model other than flat (empty under flat, whose
+#: cached rows predate them): see :class:`~dtrlab.runtime.RunResult`.
+MEMORY_COLUMNS = ["fragmentation_evictions", "peak_reserved_bytes", "peak_allocated_bytes", "fragmentation_at_peak",
+                  "largest_free_block", "segments", "oom_cause"]
 #: Columns of a sweep frame, in order. ``ratio`` is the requested ratio, or
 #: ``budget_bytes / baseline peak`` when budgets were given in bytes.
 COLUMNS = [
     "trace", "trace_hash", "policy", "policy_name", "policy_params", "ratio", "budget_bytes", "status",
     "overhead", "clock", "evictions", "remats", "peak_memory", "remat_compute", "model_compute",
     "baseline_memory", "baseline_compute", "overhead_limit", "withhold", "eviction_sha256", "wall_seconds",
-    "dtrlab_version", "simulator_version",
+    "dtrlab_version", "simulator_version", "memory", "memory_options", *MEMORY_COLUMNS,
 ]
 #: Columns that depend on the budget (the rest describe the configuration).
 _RESULT_COLUMNS = ["budget_bytes", "status", "overhead", "clock", "evictions", "remats", "peak_memory",
@@ -67,17 +72,22 @@ def resolve_trace(trace: Trace | str | os.PathLike) -> Trace:
 
 
 def _result_row(result: RunResult, seconds: float) -> dict:
-    return {"budget_bytes": result.budget_bytes, "status": result.status, "overhead": result.overhead,
-            "clock": result.clock, "evictions": result.evictions, "remats": result.remats,
-            "peak_memory": result.peak_memory, "remat_compute": result.remat_compute,
-            "model_compute": result.model_compute, "eviction_sha256": result.eviction_sha256,
-            "wall_seconds": seconds, "simulator_version": SIMULATOR_VERSION}
+    row = {"budget_bytes": result.budget_bytes, "status": result.status, "overhead": result.overhead,
+           "clock": result.clock, "evictions": result.evictions, "remats": result.remats,
+           "peak_memory": result.peak_memory, "remat_compute": result.remat_compute,
+           "model_compute": result.model_compute, "eviction_sha256": result.eviction_sha256,
+           "wall_seconds": seconds, "simulator_version": SIMULATOR_VERSION}
+    if result.memory != FLAT:  # flat rows stay as they were, so cached and shipped ones keep matching
+        row.update({c: getattr(result, c) for c in MEMORY_COLUMNS if c != "oom_cause"})
+        row["oom_cause"] = result.failure.cause if result.failure is not None else None
+    return row
 
 
 def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] = "dtr", *, ratios=None,
           budgets=None, jobs: int = 1, backend: str = "loky", client=None,
           overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, intervention: Intervention | None = None,
-          cache: bool | str | os.PathLike = True, progress: bool = True, **policy_params) -> pd.DataFrame:
+          memory="flat", memory_options: dict | None = None, cache: bool | str | os.PathLike = True,
+          progress: bool = True, **policy_params) -> pd.DataFrame:
     """Simulate ``trace`` at many budgets; one DataFrame row per requested budget.
 
     Give ``ratios`` (a list or ``"start:stop:step"``; budgets are simrd's
@@ -86,10 +96,13 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
     a Dask client or scheduler address runs on that cluster). ``cache`` is True (the
     default directory, ``$DTRLAB_CACHE`` or ``~/.cache/dtrlab``), a directory, or
     False; cached budgets are not simulated again, and results are stored as they
-    finish, so an interrupted sweep resumes where it stopped.
+    finish, so an interrupted sweep resumes where it stopped. ``memory`` and
+    ``memory_options`` pick the memory model as in :func:`~dtrlab.simulate` (a model
+    instance stands for its name and options: every run builds its own).
     """
     trace = resolve_trace(trace)
     policy = get_policy(policy, **policy_params)
+    memory, memory_options = memory_spec(memory, memory_options)
     if (ratios is None) == (budgets is None):
         raise ValueError("give exactly one of ratios= (e.g. '0.05:1.0:0.005' or [0.25, 0.5]) or budgets= (bytes)")
     peak = baseline(trace).peak_memory
@@ -105,7 +118,7 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
     store = None
     if cache is not False:
         store = SweepCache(default_cache_dir() if cache is True else cache, trace, policy, overhead_limit,
-                           intervention)
+                           intervention, memory, memory_options)
     cached = store.load() if store else pd.DataFrame(columns=_RESULT_COLUMNS)
     done = {row["budget_bytes"]: row for row in cached.to_dict("records")}
 
@@ -113,7 +126,8 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
     for budget, ratio in zip(budget_list, ratio_list):
         if budget not in done and budget not in todo:
             todo[budget] = ratio if ratios is not None else None
-    specs = [RunSpec(b, policy, overhead_limit, intervention, r) for b, r in todo.items()]
+    options = tuple(sorted(memory_options.items()))
+    specs = [RunSpec(b, policy, overhead_limit, intervention, r, memory, options) for b, r in todo.items()]
     try:
         for i, result, seconds in iter_runs(trace, specs, jobs=jobs, backend=backend, client=client,
                                             progress=progress, desc=f"{trace.name} {policy.label}"):
@@ -130,11 +144,14 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
               "baseline_memory": peak, "baseline_compute": baseline(trace).model_compute,
               "overhead_limit": float(overhead_limit),
               "withhold": json.dumps(sorted(intervention.withhold)) if intervention else "",
-              "dtrlab_version": __version__}
-    rows = [{**config, "ratio": r, **{c: done[b][c] for c in _RESULT_COLUMNS}}
-            for b, r in zip(budget_list, ratio_list)]
+              "dtrlab_version": __version__, "memory": memory,
+              "memory_options": json.dumps(memory_options, sort_keys=True) if memory_options else ""}
+    rows = [{**config, "ratio": r, **{c: done[b][c] for c in _RESULT_COLUMNS},
+             **{c: done[b].get(c) for c in MEMORY_COLUMNS}} for b, r in zip(budget_list, ratio_list)]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     return frame.astype({"budget_bytes": "int64", "clock": "int64", "evictions": "int64", "remats": "int64",
                          "peak_memory": "int64", "remat_compute": "int64", "model_compute": "int64",
-                         "simulator_version": "int64"})
+                         "simulator_version": "int64", "fragmentation_evictions": "Int64",
+                         "peak_reserved_bytes": "Int64", "peak_allocated_bytes": "Int64",
+                         "fragmentation_at_peak": "float64", "largest_free_block": "Int64", "segments": "Int64"})
 

@@ -78,7 +78,7 @@ class SweepCache:
     """The cached results of one (trace, policy, overhead limit, intervention)."""
 
     def __init__(self, root: str | os.PathLike, trace: Trace, policy: Policy, overhead_limit: float,
-                 intervention: Intervention | None = None):
+                 intervention: Intervention | None = None, memory: str = "flat", memory_options: dict | None = None):
         self.key = {
             "simulator_version": SIMULATOR_VERSION, "trace": trace.name, "trace_hash": trace.content_hash,
             "policy": policy_fingerprint(policy), "overhead_limit": float(overhead_limit),
@@ -89,8 +89,12 @@ class SweepCache:
         if intervention and (intervention.pin or intervention.force_evict):
             self.key["pin"] = [list(pair) for pair in intervention.pin]
             self.key["force_evict"] = [list(pair) for pair in intervention.force_evict]
-        config = {k: self.key[k] for k in ("policy", "overhead_limit", "withhold", "pin", "force_evict")
-                  if k in self.key}
+        # So does a memory model other than flat (with its effective options); flat keys stay as they were.
+        if memory != "flat" or memory_options:
+            self.key["memory"] = memory
+            self.key["memory_options"] = dict(memory_options or {})
+        config = {k: self.key[k] for k in ("policy", "overhead_limit", "withhold", "pin", "force_evict", "memory",
+                                           "memory_options") if k in self.key}
         config_key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:24]
         self.directory = Path(root) / f"sim-v{SIMULATOR_VERSION}" / trace.content_hash[:24] / config_key
 

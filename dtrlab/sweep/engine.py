@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from ..policies import Policy
-from ..runtime import DEFAULT_OVERHEAD_LIMIT, Intervention, RunResult, simulate
+from ..runtime import DEFAULT_OVERHEAD_LIMIT, FLAT, Intervention, RunResult, simulate
 from ..trace.model import Trace
 
 BACKENDS = ("sequential", "loky", "dask")
@@ -26,20 +26,26 @@ BACKENDS = ("sequential", "loky", "dask")
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One simulation to run: a budget and a policy instance (pickled by value)."""
+    """One simulation to run: a budget and a policy instance (pickled by value).
+
+    ``memory`` names the memory model; ``memory_options`` are its options as sorted
+    ``(key, value)`` pairs (every run builds its own model from them).
+    """
 
     budget_bytes: int
     policy: Policy
     overhead_limit: float = DEFAULT_OVERHEAD_LIMIT
     intervention: Intervention | None = None
     ratio: float | None = None
+    memory: str = FLAT
+    memory_options: tuple[tuple[str, object], ...] = ()
 
 
 def run_spec(trace: Trace, spec: RunSpec) -> tuple[RunResult, float]:
     """Simulate one spec; returns the result and its wall seconds."""
     started = time.perf_counter()
     result = simulate(trace, spec.policy, budget_bytes=spec.budget_bytes, overhead_limit=spec.overhead_limit,
-                      intervention=spec.intervention)
+                      intervention=spec.intervention, memory=spec.memory, memory_options=dict(spec.memory_options))
     seconds = time.perf_counter() - started
     return dataclasses.replace(result, ratio=spec.ratio), seconds
 
