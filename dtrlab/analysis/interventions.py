@@ -15,13 +15,16 @@ first one that chose the withheld storage (``identical_decisions``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import pandas as pd
 
 from ..policies import get_policy
 from ..runtime import DEFAULT_OVERHEAD_LIMIT, Intervention, RunResult, simulate
+from ..sweep.cache import default_cache_dir, policy_fingerprint
 from ..sweep.engine import RunSpec, run_many
+from ..sweep.tables import TableCache
 from ..trace.model import Trace
 from .divergence import identical_evictions
 
@@ -73,25 +76,43 @@ def _effect(base: RunResult, run: RunResult) -> str:
 
 def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = None, budget_bytes: int | None = None,
                          overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, jobs: int = 1, backend: str = "loky",
-                         client=None, progress: bool = True, **policy_params) -> InterventionSearch:
+                         client=None, progress: bool = True, cache: bool | str | os.PathLike = False,
+                         storages: list[str] | None = None, **policy_params) -> InterventionSearch:
     """Withhold each storage the failing run evicted, one at a time; see the module doc.
 
     Budget and policy arguments are those of :func:`~dtrlab.runtime.simulate`;
     ``jobs``, ``backend`` and ``client`` those of
-    :func:`~dtrlab.sweep.engine.run_many`.
+    :func:`~dtrlab.sweep.engine.run_many`. ``cache`` (True: the default sweep cache
+    directory, or a directory) reuses the table of an earlier identical search, or a
+    shipped one (:class:`~dtrlab.sweep.tables.TableCache`); the base run is always
+    simulated. ``storages`` restricts the search to these evicted storages (names),
+    e.g. to recompute a sample of a cached table.
     """
     policy = get_policy(policy, **policy_params)
     base = simulate(trace, policy, ratio=ratio, budget_bytes=budget_bytes, overhead_limit=overhead_limit)
     if base.passed:
         raise ValueError(f"{trace.name} passes under {policy.label} at {base.budget_bytes:,} bytes; the search "
                          "explains failures, so give a failing budget (e.g. a hole found by a sweep)")
+    store = None
+    if cache is not False and storages is None:
+        store = TableCache(default_cache_dir() if cache is True else cache, trace, "single_tensor_search",
+                           {"policy": policy_fingerprint(policy), "budget_bytes": base.budget_bytes,
+                            "overhead_limit": float(overhead_limit)})
+        table = store.load()
+        if table is not None:
+            return InterventionSearch(trace.name, base, table)
     index = {name: i for i, name in enumerate(trace.tensor_names)}
     first: dict[str, int] = {}
     times: dict[str, int] = {}
     for i, name in enumerate(base.evicted_storages):
         first.setdefault(name, i)
         times[name] = times.get(name, 0) + 1
-    storages = list(first)
+    if storages is not None:
+        unknown = sorted(set(storages) - set(first))
+        if unknown:
+            raise ValueError(f"{', '.join(unknown[:5])}: not evicted by the base run; the evicted storages are "
+                             f"{', '.join(list(first)[:5])}, ...")
+    storages = [name for name in first if storages is None or name in storages]
     specs = [RunSpec(base.budget_bytes, policy, overhead_limit, Intervention(withhold=frozenset({index[name]})),
                      ratio) for name in storages]
     runs = run_many(trace, specs, jobs=jobs, backend=backend, client=client, progress=progress,
@@ -114,4 +135,6 @@ def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = No
     table["effect"] = pd.Categorical(table["effect"], categories=EFFECTS)
     for column in ("failure_step", "failure_step_delta"):
         table[column] = table[column].astype("Int64")
+    if store:
+        store.store(table)
     return InterventionSearch(trace.name, base, table)

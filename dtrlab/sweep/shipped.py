@@ -1,0 +1,135 @@
+"""The shipped results: a read-only lower layer under the sweep cache.
+
+The notebooks' sweeps on the shipped traces (and the DTR logs' census) are committed
+as ``results/shipped/<trace set>/<trace name>.parquet``, so a fresh clone opens
+every notebook in seconds. One file per trace; each row is one row of the sweep
+cache (the columns :class:`~dtrlab.sweep.SweepCache` stores) plus its
+``trace_hash`` and ``config_key`` (the cache directory's name, which hashes the
+policy, overhead limit and intervention). The file's parquet metadata
+(key ``dtrlab``) holds the trace name and content hash, the simulator version and
+every configuration's full key.
+
+Checked, not trusted: a row is used only if its simulator version is the running
+one and its trace hash and config key are those asked for; anything else is
+recomputed. ``tests/test_shipped.py`` recomputes a sample of the rows (a slow test
+all of them). ``DTRLAB_RECOMPUTE=1`` ignores the layer; ``DTRLAB_SHIPPED=DIR``
+reads the bundle in DIR instead. ``scripts/ship_results.py`` regenerates it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..runtime import SIMULATOR_VERSION
+
+SHIPPED_ENV = "DTRLAB_SHIPPED"
+RECOMPUTE_ENV = "DTRLAB_RECOMPUTE"
+#: The bundle of a source checkout (absent from an installed wheel: then there is no shipped layer).
+DEFAULT_SHIPPED_DIR = Path(__file__).resolve().parents[2] / "results" / "shipped"
+METADATA_KEY = b"dtrlab"
+#: Columns a bundle adds to the cache's own.
+INDEX_COLUMNS = ["trace_hash", "config_key"]
+
+
+def recompute_requested() -> bool:
+    """True when ``$DTRLAB_RECOMPUTE`` is set to anything but empty, 0, false or no."""
+    return os.environ.get(RECOMPUTE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def shipped_dir() -> Path | None:
+    """The bundle in use, or None (``DTRLAB_RECOMPUTE`` set, or no bundle)."""
+    if recompute_requested():
+        return None
+    directory = Path(os.environ.get(SHIPPED_ENV) or DEFAULT_SHIPPED_DIR)
+    return directory if directory.is_dir() else None
+
+
+def shipped_rows(trace_hash: str, config_key: str) -> pd.DataFrame:
+    """The valid shipped rows of one trace and configuration (cache columns; empty frame if none)."""
+    directory = shipped_dir()
+    if directory is None:
+        return pd.DataFrame()
+    files = sorted(directory.rglob("*.parquet"))
+    stamp = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+    return _index(stamp).get((trace_hash, config_key), pd.DataFrame()).copy()
+
+
+@functools.lru_cache(maxsize=2)
+def _index(stamp: tuple) -> dict[tuple[str, str], pd.DataFrame]:
+    """Every valid row of the bundle by (trace hash, config key); rebuilt when a file changes."""
+    frames = [_read_valid(Path(path)) for path, _, _ in stamp]
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return {}
+    rows = pd.concat(frames, ignore_index=True)
+    return {key: group.drop(columns=INDEX_COLUMNS).reset_index(drop=True)
+            for key, group in rows.groupby(INDEX_COLUMNS, sort=False)}
+
+
+def _read_valid(path: Path) -> pd.DataFrame:
+    """The rows of one bundle file that this simulator may reuse."""
+    table = pq.read_table(path)
+    metadata = json.loads((table.schema.metadata or {}).get(METADATA_KEY, b"{}"))
+    frame = table.to_pandas()
+    missing = [c for c in INDEX_COLUMNS + ["simulator_version", "budget_bytes"] if c not in frame]
+    if missing or "trace_hash" not in metadata:
+        warnings.warn(f"ignoring {path}: not a shipped-results file (missing {missing or 'metadata'}); "
+                      "regenerate the bundle with scripts/ship_results.py", stacklevel=4)
+        return pd.DataFrame()
+    valid = (frame["simulator_version"] == SIMULATOR_VERSION) & (frame["trace_hash"] == metadata["trace_hash"])
+    return frame[valid]
+
+
+def rows_from_cache(cache_root: str | os.PathLike, trace_hash: str) -> tuple[pd.DataFrame, dict[str, dict]]:
+    """Every row a sweep cache holds for one trace under this simulator, with its configurations' keys.
+
+    Returns the rows (cache columns + :data:`INDEX_COLUMNS`) and ``{config key: key.json}``.
+    """
+    trace_dir = Path(cache_root) / f"sim-v{SIMULATOR_VERSION}" / trace_hash[:24]
+    frames, configs = [], {}
+    for config_dir in sorted(trace_dir.iterdir()) if trace_dir.is_dir() else []:
+        key_file = config_dir / "key.json"
+        parts = sorted(config_dir.glob("*.parquet"))
+        if not key_file.is_file() or not parts:
+            continue
+        key = json.loads(key_file.read_text())
+        if key.get("trace_hash") != trace_hash:
+            continue
+        frame = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+        frame = frame[frame["simulator_version"] == SIMULATOR_VERSION]
+        frame = frame.drop_duplicates("budget_bytes", keep="last")
+        frames.append(frame.assign(trace_hash=trace_hash, config_key=config_dir.name))
+        configs[config_dir.name] = key
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return rows, configs
+
+
+def bundle_table(rows: pd.DataFrame, *, trace: str, trace_hash: str, configs: dict[str, dict]) -> pa.Table:
+    """One trace's bundle file: ``rows`` (cache columns + :data:`INDEX_COLUMNS`) with its metadata."""
+    from .. import __version__
+
+    metadata = {"format": 1, "trace": trace, "trace_hash": trace_hash, "simulator_version": SIMULATOR_VERSION,
+                "dtrlab_version": __version__, "configs": configs}
+    rows = rows.sort_values(["config_key", "budget_bytes"], kind="stable").reset_index(drop=True)
+    table = pa.Table.from_pandas(rows, preserve_index=False)
+    return table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata, sort_keys=True).encode()})
+
+
+def write_bundle_file(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, temporary, compression="zstd", compression_level=19)
+    os.replace(temporary, path)
+
+
+def read_metadata(path: str | os.PathLike) -> dict:
+    """The ``dtrlab`` metadata of a bundle file (trace, trace_hash, simulator_version, configs, ...)."""
+    return json.loads(pq.read_schema(path).metadata[METADATA_KEY])

@@ -1,0 +1,117 @@
+"""Regenerate results/shipped/, the committed sweep results the notebooks read on a fresh clone.
+
+    python scripts/ship_results.py                  # traces/ (every notebook) + the DTR logs' census
+    python scripts/ship_results.py --no-logs        # the shipped traces only
+    python scripts/ship_results.py --cache DIR      # keep the computed cache in DIR (reruns reuse it)
+
+Run it after anything that bumps ``SIMULATOR_VERSION`` (or changes the notebooks'
+default parameters, or the traces): the old bundle's rows are then ignored, not
+wrong, but every notebook is slow again until the bundle is regenerated.
+
+How: every notebook runs with papermill and its default parameters on ``traces/``,
+and notebook 02 (the census of the committed ``figures/dtr-logs/``) on the DTR logs
+(``$DTRLAB_LOGS``, else ``../shared/dtr-logs`` when present), all with
+``DTRLAB_RECOMPUTE=1`` against an empty cache, so the bundle holds exactly the runs
+the notebooks ask for, computed by this simulator. Then each trace's cached rows
+are packed into ``results/shipped/<trace set>/<trace name>.parquet``
+(:mod:`dtrlab.sweep.shipped`). Figures go to a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dtrlab.sweep.shipped import (  # noqa: E402
+    DEFAULT_SHIPPED_DIR, RECOMPUTE_ENV, bundle_table, rows_from_cache, write_bundle_file)
+from dtrlab.trace import load_directory  # noqa: E402
+
+#: The notebooks whose runs are shipped, per trace set: all for traces/, the census for the DTR logs.
+LOG_NOTEBOOKS = ["02"]
+
+
+def _make_figures():
+    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "scripts" / "make_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def default_logs() -> Path | None:
+    candidate = Path(os.environ.get("DTRLAB_LOGS") or ROOT.parent / "shared" / "dtr-logs")
+    return candidate if candidate.is_dir() else None
+
+
+def run_notebooks(traces_dir: Path, cache: Path, work: Path, only: list[str] | None, jobs: int) -> None:
+    make_figures = _make_figures()
+    name = make_figures.trace_set_name(traces_dir)
+    parameters = make_figures.notebook_parameters(traces_dir, work / "figures" / name, cache, quick=False,
+                                                  jobs=jobs, reference=None)
+    for path in make_figures.notebook_paths(only):
+        started = time.perf_counter()
+        print(f"ship_results: {path.name} on {traces_dir} ...", flush=True)
+        make_figures.run_notebook(path, work / "executed" / name, parameters)
+        print(f"ship_results: {path.name} done in {time.perf_counter() - started:.0f} s", flush=True)
+
+
+def pack(traces_dir: Path, cache: Path, output: Path) -> list[tuple[str, int, int]]:
+    """Write one bundle file per trace of ``traces_dir`` that has cached rows; (file, rows, bytes) each."""
+    shutil.rmtree(output, ignore_errors=True)  # traces that left the set leave the bundle too
+    written = []
+    for name, trace in load_directory(traces_dir).items():
+        rows, configs = rows_from_cache(cache, trace.content_hash)
+        if not len(rows):
+            continue
+        path = output / f"{name}.parquet"
+        write_bundle_file(bundle_table(rows, trace=name, trace_hash=trace.content_hash, configs=configs), path)
+        written.append((str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path), len(rows),
+                        path.stat().st_size))
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--traces", type=Path, default=ROOT / "traces", help="the shipped traces (default traces/)")
+    parser.add_argument("--logs", type=Path, default=default_logs(),
+                        help="the DTR logs (default: $DTRLAB_LOGS, else ../shared/dtr-logs when present)")
+    parser.add_argument("--no-logs", action="store_true", help="leave the DTR logs' part of the bundle as it is")
+    parser.add_argument("--cache", type=Path, help="sweep cache to fill and pack (default: a new temporary one)")
+    parser.add_argument("--output", type=Path, default=DEFAULT_SHIPPED_DIR, help="bundle directory (default results/shipped)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes per sweep")
+    args = parser.parse_args(argv)
+
+    sets = [(args.traces, None)]
+    if not args.no_logs:
+        if args.logs is None or not args.logs.is_dir():
+            parser.error("no DTR logs found (set $DTRLAB_LOGS or --logs, or pass --no-logs to ship traces/ only)")
+        sets.append((args.logs, LOG_NOTEBOOKS))
+    os.environ[RECOMPUTE_ENV] = "1"  # computed by this simulator, never copied from the old bundle
+    os.environ["MPLBACKEND"] = "agg"
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="ship-results-"))
+    cache = args.cache or work / "cache"
+    try:
+        written = []
+        for traces_dir, only in sets:
+            run_notebooks(traces_dir, cache, work, only, args.jobs)
+            written += pack(traces_dir, cache, args.output / traces_dir.resolve().name)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for path, rows, size in written:
+        print(f"ship_results: {path}: {rows} rows, {size / 1e3:.0f} kB")
+    total = sum(size for _, _, size in written)
+    print(f"ship_results: {len(written)} files, {total / 1e6:.2f} MB, in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
