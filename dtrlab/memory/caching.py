@@ -166,6 +166,7 @@ class CachingModel(MemoryModel):
         self._max_split = NO_SPLIT_LIMIT if opts["max_split_size"] is None else opts["max_split_size"]
         self._expandable = opts["expandable_segments"]
         self._divisions = _divisions_table(opts["roundup_power2_divisions"])
+        self._rounds_power2 = any(d > 1 for d in self._divisions)
         self._small, self._large = _Pool("small", True), _Pool("large", False)
         self._free_at: dict[int, _Blk] = {}  # address -> free mapped block
         self._unmapped_at: dict[int, _Blk] = {}  # address -> unmapped block
@@ -174,6 +175,7 @@ class CachingModel(MemoryModel):
         self._next_address = 0
         self._allocated = self._reserved = 0
         self._peak_allocated = self._peak_reserved = 0
+        self._mapped_runs = 0  # contiguous mapped ranges of expandable segments (snapshot segments)
 
     # ---- sizes -------------------------------------------------------------------------
 
@@ -181,9 +183,10 @@ class CachingModel(MemoryModel):
         """``round_size``; a 0-byte request takes no block (PyTorch returns a null pointer)."""
         if size < K_MIN_BLOCK_SIZE:
             return K_MIN_BLOCK_SIZE if size else 0
-        divisions = self._divisions[min(max(size.bit_length() - 21, 0), ROUNDUP_INTERVALS - 1)]
-        if divisions > 1 and size > K_MIN_BLOCK_SIZE * divisions:
-            return _roundup_power2_next_division(size, divisions)
+        if self._rounds_power2:
+            divisions = self._divisions[min(max(size.bit_length() - 21, 0), ROUNDUP_INTERVALS - 1)]
+            if divisions > 1 and size > K_MIN_BLOCK_SIZE * divisions:
+                return _roundup_power2_next_division(size, divisions)
         return -(-size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
 
     @staticmethod
@@ -376,6 +379,7 @@ class CachingModel(MemoryModel):
             self._add_unmapped(rest)
             block.size = nbytes
         block.mapped = True
+        self._mapped_runs += 1 - _is_mapped(block.prev) - _is_mapped(block.next)
         self._grow_reserved(nbytes)
         block = self._merge_neighbours(block)
         self._add_free(block)
@@ -407,6 +411,7 @@ class CachingModel(MemoryModel):
             self._link_after(unmapped, tail)
             self._add_free(tail)
         self._reserved -= nbytes
+        self._mapped_runs += _is_mapped(unmapped.prev) + _is_mapped(unmapped.next) - 1
         unmapped = self._merge_neighbours(unmapped)
         self._add_unmapped(unmapped)
         return unmapped
@@ -497,10 +502,7 @@ class CachingModel(MemoryModel):
 
     def stats(self) -> MemoryStats:
         largest = max((pool.free[-1][0] for pool in (self._small, self._large) if pool.free), default=0)
-        if self._expandable:
-            segments = len(self.layout())
-        else:
-            segments = len(self._segments)
+        segments = self._mapped_runs if self._expandable else len(self._segments)
         return MemoryStats(allocated_bytes=self._allocated, reserved_bytes=self._reserved,
                            peak_allocated_bytes=self._peak_allocated, peak_reserved_bytes=self._peak_reserved,
                            largest_free_block=largest, segments=segments)
@@ -509,6 +511,10 @@ class CachingModel(MemoryModel):
         """The block ``block_id`` holds (None for a 0-byte request); a ``KeyError`` if it holds none."""
         block = self._owned[block_id]
         return None if block is None else Block(block.addr, block.size, block.requested, block.owner)
+
+
+def _is_mapped(block: _Blk | None) -> bool:
+    return block is not None and block.mapped
 
 
 def _roundup_power2_next_division(size: int, divisions: int) -> int:

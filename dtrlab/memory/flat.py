@@ -45,18 +45,17 @@ class ByteCountingModel(MemoryModel):
         self._allocated -= counted
 
     def layout(self) -> list[Segment]:
-        if not self._blocks:
-            return []
         blocks, address = [], 0
         for block_id, (counted, requested) in self._blocks.items():
-            blocks.append(Block(address, counted, requested, block_id))
-            address += counted
-        return [Segment(0, address, "flat", tuple(blocks))]
+            if counted:  # a 0-byte block occupies no address
+                blocks.append(Block(address, counted, requested, block_id))
+                address += counted
+        return [Segment(0, address, "flat", tuple(blocks))] if blocks else []
 
     def stats(self) -> MemoryStats:
         return MemoryStats(allocated_bytes=self._allocated, reserved_bytes=self._allocated,
                            peak_allocated_bytes=self._peak, peak_reserved_bytes=self._peak,
-                           largest_free_block=0, segments=1 if self._blocks else 0)
+                           largest_free_block=0, segments=1 if self._allocated else 0)
 
 
 @register_memory_model

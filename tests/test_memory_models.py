@@ -1,0 +1,484 @@
+"""The memory models alone: hand-derived allocator sequences and hypothesis invariants.
+
+Every expected address, size and segment below is derived by hand from the rules of
+PyTorch's caching allocator as docs/memory.md states them (constants: 512 B blocks,
+1 MiB small requests, 2 MiB small segments, 20 MiB large segments for 1-10 MiB
+requests, 2 MiB rounding above). New segments are placed by a bump pointer from 0.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dtrlab.memory import (Block, MemoryModel, Segment, available_memory_models, get_memory_model)
+from dtrlab.memory.replay import replay, unbounded_events
+
+ROOT = Path(__file__).resolve().parent.parent
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def caching(capacity_mib=1024, **options):
+    return get_memory_model("caching", capacity_mib * MiB, **options)
+
+
+def shape(model):
+    """Layout as (segment address, size, pool, [(block address, size, block_id)]) tuples."""
+    return [(s.address, s.size, s.pool, [(b.address, b.size, b.block_id) for b in s.blocks]) for s in model.layout()]
+
+
+# ---------------------------------------------------------------- registry and options
+
+def test_registry_lists_the_three_models():
+    assert available_memory_models() == ["aligned", "caching", "flat"]
+
+
+def test_unknown_model_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown memory model 'buddy'; valid models: aligned, caching, flat"):
+        get_memory_model("buddy", MiB)
+
+
+def test_unknown_option_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown memory option 'garbage_collection_threshold'; valid options for "
+                                         "'caching': expandable_segments, max_split_size, roundup_power2_divisions"):
+        caching(garbage_collection_threshold=0.5)
+
+
+@pytest.mark.parametrize(("model", "option", "owner"), [
+    ("flat", "max_split_size", "caching"), ("flat", "granularity", "aligned"),
+    ("aligned", "expandable_segments", "caching"), ("caching", "granularity", "aligned"),
+])
+def test_an_option_of_another_model_is_refused(model, option, owner):
+    with pytest.raises(ValueError, match=f"'{option}' does not apply to the '{model}' model .*belongs to '{owner}'"):
+        get_memory_model(model, MiB, **{option: 1})
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"max_split_size": 20 * MiB}, "whole number of MiB above 20 MiB"),
+    ({"max_split_size": 21 * MiB + 1}, "whole number of MiB"),
+    ({"max_split_size": 21.0 * MiB}, "must be an integer"),
+    ({"max_split_size": True}, "must be an integer"),
+    ({"expandable_segments": "True"}, "must be True or False"),
+    ({"roundup_power2_divisions": 3}, "0 \\(off\\) or a power of 2"),
+    ({"roundup_power2_divisions": -2}, ">= 0"),
+    ({"roundup_power2_divisions": {3: 2}}, "interval 3 must be a power of 2"),
+    ({"roundup_power2_divisions": {4: 6}}, "must be 0 \\(no rounding\\) or a power of 2"),
+    ({"roundup_power2_divisions": {}}, "must not be an empty dict"),
+    ({"expandable_segments": True, "max_split_size": 32 * MiB}, "cannot be combined"),
+])
+def test_caching_option_values_are_validated(options, message):
+    with pytest.raises(ValueError, match=message):
+        caching(**options)
+
+
+def test_bad_capacity_and_granularity_are_refused():
+    with pytest.raises(ValueError, match="capacity_bytes must be >= 0"):
+        get_memory_model("flat", -1)
+    with pytest.raises(ValueError, match="granularity must be >= 1"):
+        get_memory_model("aligned", MiB, granularity=0)
+
+
+def test_an_instance_is_used_as_is_and_takes_no_options():
+    model = caching(64)
+    assert get_memory_model(model) is model
+    assert get_memory_model(model, 64 * MiB) is model
+    with pytest.raises(ValueError, match="set them when constructing"):
+        get_memory_model(model, expandable_segments=True)
+    with pytest.raises(ValueError, match="differs from the instance"):
+        get_memory_model(model, 32 * MiB)
+
+
+def test_effective_options():
+    assert caching().options() == {"max_split_size": None, "expandable_segments": False,
+                                   "roundup_power2_divisions": 0}
+    assert get_memory_model("aligned", MiB).options() == {"granularity": 512}
+    assert get_memory_model("flat", MiB).options() == {}
+    assert caching(roundup_power2_divisions={2: 2, ">": 8}).options()["roundup_power2_divisions"] == {"2": 2, ">": 8}
+
+
+def test_double_allocate_and_unknown_free_are_errors():
+    for name in available_memory_models():
+        model = get_memory_model(name, 64 * MiB)
+        assert model.allocate(1, 100)
+        with pytest.raises(ValueError, match="already allocated"):
+            model.allocate(1, 100)
+        with pytest.raises(KeyError):
+            model.free(2)
+
+
+# ---------------------------------------------------------------- byte-counting models
+
+def test_flat_counts_bytes_exactly():
+    model = get_memory_model("flat", 1000)
+    assert not model.address_aware
+    assert model.allocate(1, 600) and model.allocate(2, 400)
+    assert not model.allocate(3, 1)  # 1000 + 1 > 1000
+    model.free(1)
+    assert model.allocate(3, 600)
+    assert model.request_bytes(7) == 7
+    assert shape(model) == [(0, 1000, "flat", [(0, 400, 2), (400, 600, 3)])]
+    assert model.stats() == (model.stats().__class__)(1000, 1000, 1000, 1000, 0, 1)
+
+
+def test_aligned_rounds_every_request_up():
+    model = get_memory_model("aligned", 2048)
+    assert [model.request_bytes(s) for s in (0, 1, 512, 513)] == [0, 512, 512, 1024]
+    assert model.allocate(1, 10) and model.allocate(2, 1000)
+    assert not model.allocate(3, 600)  # 512 + 1024 + 1024 > 2048 although 10 + 1000 + 600 fit
+    assert model.allocate(3, 500)
+    assert model.stats().allocated_bytes == 2048
+    assert get_memory_model("aligned", 100, granularity=64).request_bytes(65) == 128
+
+
+# ---------------------------------------------------------------- caching: hand-derived sequences
+
+def test_small_pool_packing():
+    model = caching()
+    assert model.allocate(1, 1)  # rounds to 512: a new 2 MiB small segment at 0, split
+    assert model.allocate(2, 1000)  # 1024 B right after it
+    assert model.allocate(3, 512)
+    assert shape(model) == [(0, 2 * MiB, "small", [(0, 512, 1), (512, 1024, 2), (1536, 512, 3),
+                                                  (2048, 2 * MiB - 2048, None)])]
+    assert model.allocate(4, MiB)  # exactly kSmallSize: still small, fits the 2 MiB - 2 KiB remainder
+    assert model.allocate(5, MiB)  # the remainder (1 MiB - 2 KiB) is too small: a second small segment
+    assert model.allocate(6, MiB + 1)  # large pool: its own 20 MiB segment after the two small ones
+    assert shape(model) == [
+        (0, 2 * MiB, "small", [(0, 512, 1), (512, 1024, 2), (1536, 512, 3), (2048, MiB, 4),
+                               (MiB + 2048, MiB - 2048, None)]),
+        (2 * MiB, 2 * MiB, "small", [(2 * MiB, MiB, 5), (3 * MiB, MiB, None)]),
+        (4 * MiB, 20 * MiB, "large", [(4 * MiB, MiB + 512, 6), (5 * MiB + 512, 19 * MiB - 512, None)]),
+    ]
+    stats = model.stats()
+    assert (stats.allocated_bytes, stats.reserved_bytes, stats.segments) == (
+        512 + 1024 + 512 + 3 * MiB + 512, 24 * MiB, 3)
+    assert stats.largest_free_block == 19 * MiB - 512
+
+
+def test_large_pool_segment_sizes():
+    model = caching()
+    assert model.allocate(1, MiB + 1)  # 1-10 MiB: a 20 MiB segment, split (remainder > 1 MiB)
+    assert model.allocate(2, 10 * MiB - 512)  # fits the 19 MiB - 512 remainder, split again
+    assert model.allocate(3, 10 * MiB)  # >= kMinLargeAlloc: its own 10 MiB segment, nothing left over
+    assert model.allocate(4, 11 * MiB + 1)  # rounds to a 12 MiB segment; 1 MiB - 512 left is not split off
+    assert model.allocate(5, 9 * MiB + 1)  # 1-10 MiB again; the 9 MiB cached is too small: new 20 MiB
+    assert shape(model) == [
+        (0, 20 * MiB, "large", [(0, MiB + 512, 1), (MiB + 512, 10 * MiB - 512, 2), (11 * MiB, 9 * MiB, None)]),
+        (20 * MiB, 10 * MiB, "large", [(20 * MiB, 10 * MiB, 3)]),
+        (30 * MiB, 12 * MiB, "large", [(30 * MiB, 12 * MiB, 4)]),
+        (42 * MiB, 20 * MiB, "large", [(42 * MiB, 9 * MiB + 512, 5), (51 * MiB + 512, 11 * MiB - 512, None)]),
+    ]
+    assert model.allocate(6, 9 * MiB)  # exactly the cached 9 MiB block: taken whole
+    assert shape(model)[0][3][2] == (11 * MiB, 9 * MiB, 6)
+    assert model.block_of(4) == Block(30 * MiB, 12 * MiB, 11 * MiB + 1, 4)
+    stats = model.stats()
+    assert (stats.allocated_bytes, stats.reserved_bytes, stats.segments) == (51 * MiB + 512, 62 * MiB, 4)
+
+
+def test_best_fit_by_size_then_address():
+    model = caching()
+    for block_id, size in enumerate((4, 2, 6, 2), start=1):  # one 20 MiB segment: 4|2|6|2|6 free
+        assert model.allocate(block_id, size * MiB)
+    model.free(1)
+    model.free(3)  # free: 4 MiB at 0, 6 MiB at 6 MiB, 6 MiB at 14 MiB
+    assert model.allocate(5, 3 * MiB)  # smallest that fits: the 4 MiB block (not split: 1 MiB left)
+    assert model.allocate(6, 5 * MiB)  # two 6 MiB blocks: the lower address wins (not split either)
+    assert shape(model) == [(0, 20 * MiB, "large", [(0, 4 * MiB, 5), (4 * MiB, 2 * MiB, 2), (6 * MiB, 6 * MiB, 6),
+                                                    (12 * MiB, 2 * MiB, 4), (14 * MiB, 6 * MiB, None)])]
+    assert model.block_of(5).requested == 3 * MiB
+    assert model.stats().allocated_bytes == 14 * MiB
+
+
+def test_coalescing_on_free_but_never_across_segments():
+    model = caching()
+    for block_id in range(1, 5):  # four 512 KiB blocks fill the first small segment exactly
+        assert model.allocate(block_id, 512 * KiB)
+    assert model.allocate(5, 512 * KiB)  # second small segment, adjacent in address space
+    model.free(1)
+    model.free(3)
+    assert shape(model)[0][3] == [(0, 512 * KiB, None), (512 * KiB, 512 * KiB, 2), (MiB, 512 * KiB, None),
+                                  (1536 * KiB, 512 * KiB, 4)]
+    model.free(2)  # merges with both free neighbours
+    assert shape(model)[0][3] == [(0, 1536 * KiB, None), (1536 * KiB, 512 * KiB, 4)]
+    model.free(4)
+    model.free(5)
+    # Both segments are wholly free and touch at 2 MiB, yet stay two blocks.
+    assert shape(model) == [(0, 2 * MiB, "small", [(0, 2 * MiB, None)]),
+                            (2 * MiB, 2 * MiB, "small", [(2 * MiB, 2 * MiB, None)])]
+    stats = model.stats()
+    assert (stats.allocated_bytes, stats.reserved_bytes, stats.largest_free_block) == (0, 4 * MiB, 2 * MiB)
+    assert model.allocate(6, 3 * MiB)  # needs a new segment: no merge across the two free ones
+    assert shape(model)[2] == (4 * MiB, 20 * MiB, "large", [(4 * MiB, 3 * MiB, 6), (7 * MiB, 17 * MiB, None)])
+
+
+def test_release_cached_segments_and_retry_before_oom():
+    model = caching(44)
+    assert model.allocate(0, 100)  # small segment at 0 ...
+    model.free(0)  # ... now cached and wholly free
+    assert model.allocate(1, 12 * MiB)  # at 2 MiB
+    assert model.allocate(2, 12 * MiB)  # at 14 MiB
+    model.free(1)
+    assert model.allocate(3, 14 * MiB)  # the cached 12 MiB is too small: new 14 MiB at 26 MiB (40 reserved)
+    model.free(3)
+    # 16 MiB: nothing cached fits and 40 + 16 > 44. Release every wholly free segment
+    # (the small one, 12 MiB and 14 MiB), then the new segment fits at the bump pointer.
+    assert model.allocate(4, 16 * MiB)
+    assert shape(model) == [(14 * MiB, 12 * MiB, "large", [(14 * MiB, 12 * MiB, 2)]),
+                            (40 * MiB, 16 * MiB, "large", [(40 * MiB, 16 * MiB, 4)])]
+    stats = model.stats()
+    assert (stats.reserved_bytes, stats.peak_reserved_bytes, stats.segments) == (28 * MiB, 40 * MiB, 2)
+    assert not model.allocate(5, 20 * MiB)  # 28 + 20 > 44, nothing cached to release: OOM
+    assert shape(model)[1][0] == 40 * MiB and model.stats().reserved_bytes == 28 * MiB
+
+
+def test_fragmentation_oom_although_the_bytes_fit():
+    model = caching(36)
+    assert model.allocate(1, 2 * MiB)  # 20 MiB segment
+    assert model.allocate(2, 16 * MiB)  # in its remainder, leaving 2 MiB free at the end
+    model.free(1)  # free: 2 MiB at 0 and 2 MiB at 18 MiB; 16 MiB allocated
+    # 16 + 18 <= 36 but no cached block fits, a new 18 MiB segment would reserve 38 > 36,
+    # and the partly used segment cannot be released.
+    assert not model.allocate(3, 18 * MiB)
+    assert shape(model) == [(0, 20 * MiB, "large", [(0, 2 * MiB, None), (2 * MiB, 16 * MiB, 2),
+                                                    (18 * MiB, 2 * MiB, None)])]
+
+
+def test_max_split_size_keeps_oversize_blocks_whole():
+    model = caching(max_split_size=24 * MiB)
+    assert model.allocate(1, 30 * MiB)  # a 30 MiB segment
+    model.free(1)
+    assert model.allocate(2, 26 * MiB)  # oversize request: may use the 30 MiB block (< 26 + 20) but not split it
+    assert shape(model) == [(0, 30 * MiB, "large", [(0, 30 * MiB, 2)])]
+    model.free(2)
+    assert model.allocate(3, 4 * MiB)  # a small request never takes an oversize block: new 20 MiB segment
+    assert shape(model)[1] == (30 * MiB, 20 * MiB, "large", [(30 * MiB, 4 * MiB, 3), (34 * MiB, 16 * MiB, None)])
+    model.free(3)
+    assert model.allocate(4, 50 * MiB)  # new 50 MiB segment at 50 MiB
+    model.free(4)
+    assert model.allocate(5, 26 * MiB)  # lower bound is the 30 MiB block again (26 + 20 > 30): taken
+    assert model.allocate(6, 28 * MiB)  # only the 50 MiB block is large enough, but 50 >= 28 + 20: new segment
+    assert [(s[0], s[1], s[3][0][2]) for s in shape(model)] == [
+        (0, 30 * MiB, 5), (30 * MiB, 20 * MiB, None), (50 * MiB, 50 * MiB, None), (100 * MiB, 28 * MiB, 6)]
+    without = caching()
+    assert without.allocate(1, 30 * MiB)
+    without.free(1)
+    assert without.allocate(2, 4 * MiB)  # without the option the 30 MiB block is split
+    assert shape(without) == [(0, 30 * MiB, "large", [(0, 4 * MiB, 2), (4 * MiB, 26 * MiB, None)])]
+
+
+def test_max_split_size_releases_oversize_segments_first():
+    model = caching(80, max_split_size=24 * MiB)
+    assert model.allocate(1, 30 * MiB)  # 30 MiB at 0
+    assert model.allocate(2, 40 * MiB)  # 40 MiB at 30 MiB
+    model.free(1)
+    model.free(2)
+    # 4 MiB: both cached blocks are oversize; 70 + 20 > 80. release_available_cached_blocks
+    # frees the smallest oversize segment of at least 24 MiB (the 30 MiB one), which is enough.
+    assert model.allocate(3, 4 * MiB)
+    assert shape(model) == [(30 * MiB, 40 * MiB, "large", [(30 * MiB, 40 * MiB, None)]),
+                            (70 * MiB, 20 * MiB, "large", [(70 * MiB, 4 * MiB, 3), (74 * MiB, 16 * MiB, None)])]
+    # The same without max_split_size: the 30 MiB block is split, nothing is released.
+    plain = caching(80)
+    assert plain.allocate(1, 30 * MiB) and plain.allocate(2, 40 * MiB)
+    plain.free(1)
+    plain.free(2)
+    assert plain.allocate(3, 4 * MiB)
+    assert [s[0] for s in shape(plain)] == [0, 30 * MiB]
+
+
+def test_max_split_size_releases_the_largest_oversize_segments_until_enough():
+    model = caching(80, max_split_size=24 * MiB)
+    assert model.allocate(1, 26 * MiB)  # 26 MiB at 0
+    assert model.allocate(2, 28 * MiB)  # 28 MiB at 26 MiB
+    assert model.allocate(3, 4 * MiB)  # 20 MiB at 54 MiB (74 reserved)
+    model.free(1)
+    model.free(2)
+    # 30 MiB: no cached block fits, 74 + 30 > 80; no single oversize block >= 30 MiB, so
+    # release from the largest down (28, then 26) until 30 MiB are released, then retry.
+    assert model.allocate(4, 30 * MiB)
+    assert [(s[0], s[1]) for s in shape(model)] == [(54 * MiB, 20 * MiB), (74 * MiB, 30 * MiB)]
+
+
+def test_expandable_segments():
+    model = caching(100, expandable_segments=True)
+    # Virtual ranges of 1 1/8 x 100 MiB in pages: small 57 x 2 MiB = 114 MiB at 0, large 6 x 20 MiB at 114 MiB.
+    assert model.allocate(1, 1000)  # maps one 2 MiB page of the small segment
+    assert model.allocate(2, 3 * MiB)  # maps one 20 MiB page of the large segment
+    assert model.allocate(3, 25 * MiB)  # grows the free 17 MiB tail by one page instead of a new segment
+    assert shape(model) == [
+        (0, 2 * MiB, "small", [(0, 1024, 1), (1024, 2 * MiB - 1024, None)]),
+        (114 * MiB, 40 * MiB, "large", [(114 * MiB, 3 * MiB, 2), (117 * MiB, 25 * MiB, 3), (142 * MiB, 12 * MiB, None)]),
+    ]
+    model.free(2)
+    model.free(3)
+    assert model.allocate(4, 70 * MiB)  # maps two more pages after the merged 40 MiB free block
+    assert shape(model)[1] == (114 * MiB, 80 * MiB, "large", [(114 * MiB, 70 * MiB, 4), (184 * MiB, 10 * MiB, None)])
+    assert model.stats().reserved_bytes == 82 * MiB
+    # 30 MiB needs one more page: 82 + 20 > 100. Releasing the cache unmaps no whole page (the
+    # free blocks are partial pages), so this is an OOM.
+    assert not model.allocate(5, 30 * MiB)
+    model.free(1)
+    # Now the release unmaps the small segment's only page (and drops that segment): 80 + 20 fits.
+    assert model.allocate(5, 30 * MiB)
+    assert shape(model) == [(114 * MiB, 100 * MiB, "large", [(114 * MiB, 70 * MiB, 4), (184 * MiB, 30 * MiB, 5)])]
+    model.free(4)
+    # A small request needs a new small segment (at 234 MiB, address ranges are never reused) and a
+    # page; 100 + 2 > 100, so the release unmaps the free 70 MiB's three whole pages (60 MiB);
+    # the 10 MiB partial page stays mapped and free.
+    assert model.allocate(6, 1000)
+    assert shape(model) == [(174 * MiB, 40 * MiB, "large", [(174 * MiB, 10 * MiB, None), (184 * MiB, 30 * MiB, 5)]),
+                            (234 * MiB, 2 * MiB, "small", [(234 * MiB, 1024, 6), (234 * MiB + 1024, 2 * MiB - 1024, None)])]
+    stats = model.stats()
+    assert (stats.allocated_bytes, stats.reserved_bytes, stats.peak_reserved_bytes, stats.segments) == (
+        30 * MiB + 1024, 42 * MiB, 100 * MiB, 2)
+
+
+def test_expandable_best_fit_prefers_blocks_that_cannot_grow():
+    model = caching(100, expandable_segments=True)
+    for block_id, size in enumerate((5, 2, 9), start=1):  # one 20 MiB page at 0: 5|2|9|4 free, then unmapped
+        assert model.allocate(block_id, size * MiB)
+    model.free(1)  # free: 5 MiB at 0, and the 4 MiB tail that could grow by 100 MiB of address space
+    # 3 MiB: best fit by size is the 4 MiB tail, but it counts as 104 MiB for the search, which
+    # walks on to the 5 MiB block; with expandable segments its 2 MiB remainder is split off.
+    assert model.allocate(4, 3 * MiB)
+    assert shape(model) == [(0, 20 * MiB, "large", [(0, 3 * MiB, 4), (3 * MiB, 2 * MiB, None), (5 * MiB, 2 * MiB, 2),
+                                                    (7 * MiB, 9 * MiB, 3), (16 * MiB, 4 * MiB, None)])]
+    plain = caching(100)
+    for block_id, size in enumerate((5, 2, 9), start=1):
+        assert plain.allocate(block_id, size * MiB)
+    plain.free(1)
+    assert plain.allocate(4, 3 * MiB)  # without expandable segments the 4 MiB block is the best fit
+    assert shape(plain)[0][3][-1] == (16 * MiB, 4 * MiB, 4)
+
+
+def test_roundup_power2_divisions():
+    four = caching(roundup_power2_divisions=4)
+    # Up to 4 x 512 B the 512 B rounding applies; above it the next quarter between powers of 2.
+    assert [four.request_bytes(s) for s in (1200, 2048, 9000, MiB + 1, 10 * MiB + 1, 8 * MiB)] == [
+        1536, 2048, 10240, MiB + 256 * KiB, 12 * MiB, 8 * MiB]
+    assert caching().request_bytes(9000) == 9216
+    assert four.allocate(1, 9000)
+    assert shape(four)[0][3][0] == (0, 10240, 1)
+    # Per interval: 2 MiB (and below) -> 2 divisions, 8 MiB -> 4, the 4 MiB interval stays 0.
+    table = caching(roundup_power2_divisions={2: 2, 8: 4})
+    assert [table.request_bytes(s) for s in (MiB + 1, 3 * MiB + 1, 5 * MiB + 1, 9 * MiB + 1)] == [
+        MiB + 512 * KiB, 4 * MiB, 5 * MiB + 512, 10 * MiB]
+    # '>' fills from the last listed interval on, that interval included (as PyTorch's parser does).
+    rest = caching(roundup_power2_divisions={"2": 2, ">": 8})
+    assert [rest.request_bytes(s) for s in (MiB + 1, 3 * MiB + 1)] == [MiB + 512 * KiB, 3 * MiB + 256 * KiB]
+
+
+def test_zero_byte_requests_take_no_block():
+    model = caching()
+    assert model.request_bytes(0) == 0
+    assert model.allocate(1, 0)
+    assert model.layout() == [] and model.block_of(1) is None
+    model.free(1)
+    assert model.stats().allocated_bytes == 0
+
+
+# ---------------------------------------------------------------- the unbounded event sequence
+
+def test_unbounded_events_match_the_baseline_peak(small_resnet):
+    from dtrlab.runtime.baseline import baseline
+
+    events = unbounded_events(small_resnet)
+    live = peak = 0
+    for event in events:
+        live += event.size if event.kind == "alloc" else -event.size
+        peak = max(peak, live)
+    assert peak == baseline(small_resnet).peak_memory
+    model = caching(1024)
+    assert replay(model, events) == len(events)
+    stats = model.stats()
+    assert peak <= stats.peak_allocated_bytes <= stats.peak_reserved_bytes
+    assert replay(get_memory_model("flat", peak - 1), events) < len(events)
+
+
+def test_validation_script_exits_cleanly_without_cuda():
+    pytest.importorskip("torch", reason="the script's CUDA check needs torch installed")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here: the script would run the real comparison")
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "validate_allocator_cuda.py"),
+                             str(ROOT / "traces" / "resnet32-b8.jsonl.gz")], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2
+    assert "no CUDA device available" in result.stderr
+
+
+# ---------------------------------------------------------------- properties of every model
+
+MODEL_SPECS = [
+    ("flat", {}), ("aligned", {}), ("aligned", {"granularity": 4096}), ("caching", {}),
+    ("caching", {"expandable_segments": True}), ("caching", {"max_split_size": 22 * MiB}),
+    ("caching", {"roundup_power2_divisions": 4}),
+]
+
+sizes = st.one_of(st.integers(0, 4 * KiB), st.integers(1, 2 * MiB), st.integers(MiB, 40 * MiB))
+operations = st.lists(st.one_of(st.tuples(st.just("alloc"), sizes), st.tuples(st.just("free"), st.integers(0, 50))),
+                      max_size=60)
+
+
+def run_checked(model: MemoryModel, ops) -> list:
+    """Apply ``ops`` (frees pick a live block by index), checking the invariants after each; return
+    the outcomes and layouts, for determinism."""
+    live, history, next_id = [], [], 0
+    for kind, value in ops:
+        if kind == "alloc":
+            before = model.stats().allocated_bytes
+            ok = model.allocate(next_id, value)
+            if not model.address_aware:
+                assert ok == (before + model.request_bytes(value) <= model.capacity_bytes)
+            if ok:
+                live.append((next_id, value))
+            history.append(ok)
+            next_id += 1
+        elif live:
+            model.free(live.pop(value % len(live))[0])
+        check_invariants(model, live)
+        history.append(model.layout())
+    return history
+
+
+def check_invariants(model: MemoryModel, live: list[tuple[int, int]]) -> None:
+    layout, stats = model.layout(), model.stats()
+    end, allocated, reserved, owners = -1, 0, 0, {}
+    for segment in layout:
+        assert isinstance(segment, Segment)
+        assert segment.address >= end  # segments never overlap
+        position = segment.address
+        free_bytes = used_bytes = 0
+        for block in segment.blocks:
+            assert block.address == position and block.size > 0  # blocks tile the segment, no overlap
+            position += block.size
+            if block.block_id is None:
+                free_bytes += block.size
+            else:
+                used_bytes += block.size
+                owners[block.block_id] = block.requested
+                assert block.size >= model.request_bytes(block.requested)
+        assert free_bytes + used_bytes == segment.size  # free + allocated = reserved, per segment
+        end = position
+        allocated += used_bytes
+        reserved += segment.size
+    assert owners == {block_id: size for block_id, size in live if size > 0}  # each live block placed once
+    assert (allocated, reserved, len(layout)) == (stats.allocated_bytes, stats.reserved_bytes, stats.segments)
+    assert stats.allocated_bytes <= stats.reserved_bytes <= model.capacity_bytes
+    assert stats.peak_allocated_bytes <= stats.peak_reserved_bytes <= model.capacity_bytes
+    free_sizes = [b.size for s in layout for b in s.blocks if b.block_id is None]
+    assert stats.largest_free_block == max(free_sizes, default=0)
+
+
+@pytest.mark.parametrize(("name", "options"), MODEL_SPECS, ids=[f"{n}-{o}" for n, o in MODEL_SPECS])
+@settings(max_examples=100, deadline=None)
+@given(capacity_mib=st.sampled_from([4, 24, 64, 160]), ops=operations)
+def test_invariants_and_determinism(name, options, capacity_mib, ops):
+    first = run_checked(get_memory_model(name, capacity_mib * MiB, **options), ops)
+    second = run_checked(get_memory_model(name, capacity_mib * MiB, **options), ops)
+    assert first == second
