@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..policies import Policy, get_policy
-from ..runtime import Intervention, baseline
+from ..runtime import FLAT, Intervention, baseline, memory_label, memory_spec
 from ..sweep import sweep
 from ..sweep.budget_sweep import resolve_trace
 from ..trace.model import Trace
@@ -32,7 +32,7 @@ from ..trace.model import Trace
 MIB = 1 << 20
 
 #: Columns that identify one swept configuration; a census is per configuration.
-CONFIGURATION = ["trace", "policy", "overhead_limit", "withhold"]
+CONFIGURATION = ["trace", "policy", "overhead_limit", "withhold", "memory", "memory_options"]
 
 #: Columns of :attr:`HoleCensus.holes`, one row per hole.
 HOLE_COLUMNS = [
@@ -70,7 +70,8 @@ class HoleCensus:
         """One census-table row."""
         widest = self.widest
         return {
-            "trace": self.trace, "policy": self.policy, "samples": len(self.samples), "failures": self.failures,
+            "trace": self.trace, "policy": self.policy, "memory": frame_memory_label(self.samples),
+            "samples": len(self.samples), "failures": self.failures,
             "non_monotone_failures": self.non_monotone_failures, "holes": len(self.holes),
             "widest_hole_ratio": (None if widest is None else
                                   f"{widest.fail_low_ratio:.6g}-{widest.fail_high_ratio:.6g}"),
@@ -85,6 +86,7 @@ def find_holes(frame: pd.DataFrame) -> HoleCensus:
     for column in ("trace", "policy", "budget_bytes", "ratio", "status"):
         if column not in frame:
             raise ValueError(f"find_holes needs a sweep frame (dtrlab.sweep(...)); column {column!r} is missing")
+    frame = with_memory_columns(frame)
     groups = frame[CONFIGURATION].drop_duplicates()
     if len(groups) != 1:
         raise ValueError(f"the frame mixes {len(groups)} trace/policy configurations; pass one at a time, "
@@ -138,7 +140,7 @@ def find_holes(frame: pd.DataFrame) -> HoleCensus:
 
 def census_table(frame: pd.DataFrame) -> pd.DataFrame:
     """:meth:`HoleCensus.summary` of every trace/policy configuration in a frame."""
-    return pd.DataFrame([find_holes(group).summary() for _, group in frame.groupby(CONFIGURATION, sort=False)])
+    return pd.DataFrame([find_holes(group).summary() for _, group in with_memory_columns(frame).groupby(CONFIGURATION, sort=False)])
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,8 @@ def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: 
                          "probes >= 0; "
                          f"got resolution={resolution}, probes={probes}")
     grid = find_holes(frame)
+    memory = _frame_memory(grid.samples.iloc[0], policy_params.pop("memory", None),
+                           policy_params.pop("memory_options", None))
     policy = get_policy(policy, **policy_params)
     if policy.label != grid.policy:
         raise ValueError(f"the frame was swept with policy {grid.policy!r}, not {policy.label!r}; "
@@ -226,7 +230,7 @@ def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: 
     withhold = json.loads(first["withhold"]) if first["withhold"] else []
     run = dict(trace=trace, policy=policy, overhead_limit=float(first["overhead_limit"]),
                intervention=Intervention(frozenset(withhold)) if withhold else None, jobs=jobs, backend=backend,
-               client=client, cache=cache, progress=progress)
+               client=client, cache=cache, progress=progress, **memory)
     samples = grid.samples
 
     def add(budgets: list[int]) -> None:
@@ -270,6 +274,29 @@ class Census:
     holes: pd.DataFrame
     refinements: dict[str, Refinement]
     files: tuple[str, ...]
+
+
+def with_memory_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the memory columns of a sweep frame (frames saved before them were all flat)."""
+    missing = {k: v for k, v in (("memory", FLAT), ("memory_options", "")) if k not in frame}
+    return frame.assign(**missing) if missing else frame
+
+
+def frame_memory_label(frame: pd.DataFrame) -> str:
+    """The memory model of a one-configuration sweep frame, e.g. ``caching(expandable_segments=True)``."""
+    row = with_memory_columns(frame.iloc[:1]).iloc[0]
+    return memory_label(row["memory"], json.loads(row["memory_options"]) if row["memory_options"] else {})
+
+
+def _frame_memory(row: pd.Series, memory=None, memory_options: dict | None = None) -> dict:
+    """The memory model a sweep frame was simulated under (flat for frames without the column);
+    a model given as well must be the same."""
+    name = row.get("memory") or FLAT
+    options = json.loads(row["memory_options"]) if row.get("memory_options") else {}
+    if memory is not None and memory_spec(memory, memory_options) != (name, options):
+        raise ValueError(f"the frame was swept under the {name!r} memory model with options {options}, not "
+                         f"{memory!r} with {memory_options or {}}; refine it under its own model")
+    return {"memory": name, "memory_options": options}
 
 
 def run_census(traces: dict[str, Trace], policy: str | Policy = "dtr", *, ratios="0.05:1.0:0.005",

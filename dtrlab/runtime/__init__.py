@@ -1,11 +1,11 @@
 """The simulator: simrd-faithful DTR replay under a memory budget."""
 
 from .baseline import Baseline, baseline
-from .run import DEFAULT_OVERHEAD_LIMIT, FLAT, RunResult, budget_for, memory_spec, simulate
+from .run import DEFAULT_OVERHEAD_LIMIT, FLAT, RunResult, budget_for, memory_label, memory_spec, simulate
 from .simulator import (SIMULATOR_VERSION, Failure, Intervention, OutOfMemory, PlacementRequest, SimulationError,
                         Simulator, Thrash)
 
 __all__ = [
     "Baseline", "baseline", "DEFAULT_OVERHEAD_LIMIT", "RunResult", "budget_for", "simulate", "SIMULATOR_VERSION",
-    "FLAT", "memory_spec", "PlacementRequest", "Failure", "Intervention", "OutOfMemory", "SimulationError", "Simulator", "Thrash",
+    "FLAT", "memory_label", "memory_spec", "PlacementRequest", "Failure", "Intervention", "OutOfMemory", "SimulationError", "Simulator", "Thrash",
 ]

@@ -6,7 +6,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
-from ..memory import MemoryModel, get_memory_model
+from ..memory import MEMORY_MODELS, MemoryModel, get_memory_model
 from ..policies import Policy, get_policy
 from ..trace.model import Trace
 from .baseline import baseline
@@ -151,6 +151,14 @@ def memory_spec(memory: str | MemoryModel = FLAT, options: dict | None = None) -
         return FLAT, {}
     model = get_memory_model(memory, getattr(memory, "capacity_bytes", 0), **(options or {}))
     return model.name, model.options()
+
+
+def memory_label(name: str, options: dict | None = None) -> str:
+    """``caching`` or ``caching(expandable_segments=True)``: the name and the options that differ from
+    the model's defaults, for tables and plots."""
+    specs = MEMORY_MODELS[name].option_specs if name in MEMORY_MODELS else {}
+    changed = {k: v for k, v in sorted((options or {}).items()) if k not in specs or specs[k][0] != v}
+    return name + ("(" + ", ".join(f"{k}={v!r}" for k, v in changed.items()) + ")" if changed else "")
 
 
 def memory_model(memory: str | MemoryModel, budget_bytes: int, options: dict | None = None) -> MemoryModel | None:
