@@ -14,7 +14,8 @@ and notebook 02 (the census of the committed ``figures/dtr-logs/``) on the DTR l
 ``DTRLAB_RECOMPUTE=1`` against an empty cache, so the bundle holds exactly the runs
 the notebooks ask for, computed by this simulator. Then each trace's cached rows
 are packed into ``results/shipped/<trace set>/<trace name>.parquet``
-(:mod:`dtrlab.sweep.shipped`). Figures go to a temporary directory.
+(:mod:`dtrlab.sweep.shipped`), and so are the cached analysis tables (notebook 03's
+intervention search). Figures go to a temporary directory unless ``--figures``.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dtrlab.sweep.shipped import (  # noqa: E402
-    DEFAULT_SHIPPED_DIR, RECOMPUTE_ENV, bundle_table, rows_from_cache, write_bundle_file)
+    DEFAULT_SHIPPED_DIR, RECOMPUTE_ENV, bundle_table, rows_from_cache, tables_from_cache, write_bundle_file)
 from dtrlab.trace import load_directory  # noqa: E402
 
 #: The notebooks whose runs are shipped, per trace set: all for traces/, the census for the DTR logs.
@@ -51,11 +54,12 @@ def default_logs() -> Path | None:
     return candidate if candidate.is_dir() else None
 
 
-def run_notebooks(traces_dir: Path, cache: Path, work: Path, only: list[str] | None, jobs: int) -> None:
+def run_notebooks(traces_dir: Path, cache: Path, work: Path, figures: Path, only: list[str] | None,
+                  jobs: int) -> None:
     make_figures = _make_figures()
     name = make_figures.trace_set_name(traces_dir)
-    parameters = make_figures.notebook_parameters(traces_dir, work / "figures" / name, cache, quick=False,
-                                                  jobs=jobs, reference=None)
+    parameters = make_figures.notebook_parameters(traces_dir, figures / name, cache, quick=False, jobs=jobs,
+                                                  reference=None)
     for path in make_figures.notebook_paths(only):
         started = time.perf_counter()
         print(f"ship_results: {path.name} on {traces_dir} ...", flush=True)
@@ -69,13 +73,17 @@ def pack(traces_dir: Path, cache: Path, output: Path) -> list[tuple[str, int, in
     written = []
     for name, trace in load_directory(traces_dir).items():
         rows, configs = rows_from_cache(cache, trace.content_hash)
-        if not len(rows):
-            continue
-        path = output / f"{name}.parquet"
-        write_bundle_file(bundle_table(rows, trace=name, trace_hash=trace.content_hash, configs=configs), path)
-        written.append((str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path), len(rows),
-                        path.stat().st_size))
-    return written
+        if len(rows):
+            path = output / f"{name}.parquet"
+            write_bundle_file(bundle_table(rows, trace=name, trace_hash=trace.content_hash, configs=configs), path)
+            written.append((path, len(rows)))
+        for table in tables_from_cache(cache, trace.content_hash):
+            path = output / "tables" / table.name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(table, path)
+            written.append((path, len(pd.read_parquet(path))))
+    return [(str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path), rows, path.stat().st_size)
+            for path, rows in written]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, help="sweep cache to fill and pack (default: a new temporary one)")
     parser.add_argument("--output", type=Path, default=DEFAULT_SHIPPED_DIR, help="bundle directory (default results/shipped)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes per sweep")
+    parser.add_argument("--figures", type=Path, help="keep the recomputed figures in DIR/<trace set>/ (to compare "
+                        "with a run on the shipped layer; default: discarded)")
     args = parser.parse_args(argv)
 
     sets = [(args.traces, None)]
@@ -102,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         written = []
         for traces_dir, only in sets:
-            run_notebooks(traces_dir, cache, work, only, args.jobs)
+            run_notebooks(traces_dir, cache, work, args.figures or work / "figures", only, args.jobs)
             written += pack(traces_dir, cache, args.output / traces_dir.resolve().name)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -7,7 +7,9 @@ cache (the columns :class:`~dtrlab.sweep.SweepCache` stores) plus its
 ``trace_hash`` and ``config_key`` (the cache directory's name, which hashes the
 policy, overhead limit and intervention). The file's parquet metadata
 (key ``dtrlab``) holds the trace name and content hash, the simulator version and
-every configuration's full key.
+every configuration's full key. Analysis tables that are not sweep rows (notebook
+03's intervention search, :mod:`dtrlab.sweep.tables`) are shipped as they were
+cached, in ``results/shipped/<trace set>/tables/``.
 
 Checked, not trusted: a row is used only if its simulator version is the running
 one and its trace hash and config key are those asked for; anything else is
@@ -57,7 +59,7 @@ def shipped_rows(trace_hash: str, config_key: str) -> pd.DataFrame:
     directory = shipped_dir()
     if directory is None:
         return pd.DataFrame()
-    files = sorted(directory.rglob("*.parquet"))
+    files = sorted(directory.glob("*/*.parquet"))  # <trace set>/<trace>.parquet (tables/ lie one level deeper)
     stamp = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
     return _index(stamp).get((trace_hash, config_key), pd.DataFrame()).copy()
 
@@ -110,6 +112,17 @@ def rows_from_cache(cache_root: str | os.PathLike, trace_hash: str) -> tuple[pd.
         configs[config_dir.name] = key
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return rows, configs
+
+
+def tables_from_cache(cache_root: str | os.PathLike, trace_hash: str) -> list[Path]:
+    """The cached analysis tables (:mod:`dtrlab.sweep.tables`) of one trace under this simulator."""
+    tables = Path(cache_root) / f"sim-v{SIMULATOR_VERSION}" / trace_hash[:24] / "tables"
+    valid = []
+    for path in sorted(tables.glob("*.parquet")):
+        metadata = json.loads((pq.read_schema(path).metadata or {}).get(METADATA_KEY, b"{}"))
+        if metadata.get("trace_hash") == trace_hash and metadata.get("simulator_version") == SIMULATOR_VERSION:
+            valid.append(path)
+    return valid
 
 
 def bundle_table(rows: pd.DataFrame, *, trace: str, trace_hash: str, configs: dict[str, dict]) -> pa.Table:
