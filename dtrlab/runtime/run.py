@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ..memory import MEMORY_MODELS, MemoryModel, get_memory_model
 from ..policies import Policy, get_policy
 from ..trace.model import Trace
+from . import compiled
 from .baseline import baseline
 from .simulator import Failure, Intervention, Simulator
 
@@ -99,7 +100,8 @@ def budget_for(trace: Trace, ratio: float) -> int:
 def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None = None,
              budget_bytes: int | None = None, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
              intervention: Intervention | None = None, recorder=None, regions: str = "auto",
-             memory: str | MemoryModel = FLAT, memory_options: dict | None = None, **policy_params) -> RunResult:
+             memory: str | MemoryModel = FLAT, memory_options: dict | None = None, engine: str = "auto",
+             **policy_params) -> RunResult:
     """Replay ``trace`` under a memory budget with an eviction policy.
 
     Give exactly one of ``ratio`` (a fraction of the unbounded peak; the budget is
@@ -112,6 +114,11 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
     another registered name (``"aligned"``, ``"caching"``; built with the budget as
     its capacity and ``memory_options``) or an unused :class:`~dtrlab.memory.MemoryModel`
     instance of that capacity. See docs/memory.md.
+
+    ``engine`` picks the replay: "compiled" (the C core, for the flat model, the
+    built-in score policies and no recorder, timed pin or forced eviction), "python"
+    (the readable reference :class:`Simulator`) or "auto" (compiled when it can).
+    Both decide identically.
     """
     if (ratio is None) == (budget_bytes is None):
         raise ValueError("give exactly one of ratio= (e.g. 0.5) or budget_bytes= (e.g. 2_000_000_000)")
@@ -125,9 +132,13 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
     model = memory_model(memory, budget_bytes, memory_options)
     base = baseline(trace)
     remat_limit = base.model_compute * (overhead_limit - 1)
-    sim = Simulator(trace, policy, budget_bytes, remat_limit, intervention=intervention, recorder=recorder,
-                    regions=regions, memory_model=model)
-    status = sim.run()
+    if _use_compiled(engine, trace, policy, intervention, recorder, regions, model):
+        sim = compiled.run(trace, policy, budget_bytes, remat_limit, intervention)
+        status = sim.status
+    else:
+        sim = Simulator(trace, policy, budget_bytes, remat_limit, intervention=intervention, recorder=recorder,
+                        regions=regions, memory_model=model)
+        status = sim.run()
     names = trace.tensor_names
     metrics = {} if model is None else memory_metrics(sim)
     return RunResult(
@@ -138,6 +149,22 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
         baseline_memory=base.peak_memory, baseline_compute=base.model_compute,
         overhead_limit=overhead_limit, failure=sim.failure, **metrics,
     )
+
+
+def _use_compiled(engine: str, trace: Trace, policy: Policy, intervention, recorder, regions: str, model) -> bool:
+    """Whether this run goes to the compiled core (see ``engine`` in :func:`simulate`)."""
+    if engine not in compiled.ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(compiled.ENGINES)}, got {engine!r}")
+    if engine == "python":
+        return False
+    reason = compiled.unsupported_reason(trace, policy, intervention, recorder)
+    if model is not None:
+        reason = f"the {model.name!r} memory model runs on the Python simulator"
+    elif regions == "python":
+        reason = "regions='python' asks for the reference region index of the Python simulator"
+    if reason is not None and engine == "compiled":
+        raise ValueError(f"engine='compiled' cannot take this run: {reason}; use engine='auto' or 'python'")
+    return reason is None
 
 
 def memory_spec(memory: str | MemoryModel = FLAT, options: dict | None = None) -> tuple[str, dict]:

@@ -1,0 +1,406 @@
+/*
+ * The region index's algorithm, shared by the compiled region index
+ * (_regions.c, used by the Python simulator) and the compiled replay core
+ * (_core.c). The rules are those of dtrlab/runtime/regions.py (read that file
+ * first; its docstring explains what a region is and why it is maintained this
+ * way). Each region's interior and frontier are bitsets; walks go over a
+ * storage-level graph with a generation-stamped visited array, so a rebuild
+ * allocates nothing and touches only the storages it reaches.
+ *
+ * The including module sets RegionError (dtrlab.runtime.regions.RegionError).
+ * Functions return 0, or -1 with a Python exception set.
+ */
+#ifndef DTRLAB_REGIONS_CORE_H
+#define DTRLAB_REGIONS_CORE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *RegionError;
+
+typedef struct {
+    int32_t *items;
+    Py_ssize_t len, cap;
+} IntVec;
+
+typedef struct {
+    uint64_t *interior, *frontier; /* NULL until the region is first built */
+} Region;
+
+typedef struct {
+    Py_ssize_t n, words;
+    const uint8_t *material;    /* 1 when the storage is resident */
+    const int64_t *compute;     /* each storage's own compute */
+    int64_t *region_compute[2]; /* written here: [0] forward, [1] reverse region compute */
+    IntVec *edges[2];           /* [0] children storages, [1] parent storages */
+    Region *regions[2];
+    uint32_t *seen;             /* generation stamps for walks */
+    uint32_t generation;
+    int32_t *stack;
+    uint64_t *scratch[2];       /* affected-storage bitsets for regions_materialized() */
+    /* walk_batch(): per-storage base bit, bases-reaching-me mask, frontier mask, with stamps */
+    uint64_t *base_bit, *reach, *front;
+    uint32_t *base_seen, *front_seen;
+    int32_t *touched;           /* resident storages reached by a batch */
+    uint64_t *batch_bits;       /* the evicted storages a batch reaches */
+} Regions;
+
+static int vec_push(IntVec *vec, int32_t value) {
+    if (vec->len == vec->cap) {
+        Py_ssize_t cap = vec->cap ? 2 * vec->cap : 4;
+        int32_t *items = PyMem_Realloc(vec->items, cap * sizeof(int32_t));
+        if (!items) { PyErr_NoMemory(); return -1; }
+        vec->items = items;
+        vec->cap = cap;
+    }
+    vec->items[vec->len++] = value;
+    return 0;
+}
+
+static int vec_contains(const IntVec *vec, int32_t value) {
+    for (Py_ssize_t i = 0; i < vec->len; i++)
+        if (vec->items[i] == value) return 1;
+    return 0;
+}
+
+#define BIT_GET(bits, i) (((bits)[(i) >> 6] >> ((i) & 63)) & 1u)
+#define BIT_SET(bits, i) ((bits)[(i) >> 6] |= (uint64_t)1 << ((i) & 63))
+#define BIT_CLEAR(bits, i) ((bits)[(i) >> 6] &= ~((uint64_t)1 << ((i) & 63)))
+
+static int regions_init(Regions *self, Py_ssize_t n, const uint8_t *material, const int64_t *compute,
+                        int64_t *region_compute, int64_t *region_rev_compute) {
+    if (n < 0 || n > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "storage count out of range");
+        return -1;
+    }
+    self->n = n;
+    self->words = (n + 63) / 64;
+    self->material = material;
+    self->compute = compute;
+    self->region_compute[0] = region_compute;
+    self->region_compute[1] = region_rev_compute;
+    Py_ssize_t count = n ? n : 1;
+    for (int dir = 0; dir < 2; dir++) {
+        self->edges[dir] = PyMem_Calloc(count, sizeof(IntVec));
+        self->regions[dir] = PyMem_Calloc(count, sizeof(Region));
+        self->scratch[dir] = PyMem_Calloc(self->words ? self->words : 1, sizeof(uint64_t));
+    }
+    self->seen = PyMem_Calloc(count, sizeof(uint32_t));
+    self->generation = 0;
+    self->stack = PyMem_Calloc(count, sizeof(int32_t));
+    self->base_bit = PyMem_Calloc(count, sizeof(uint64_t));
+    self->reach = PyMem_Calloc(count, sizeof(uint64_t));
+    self->front = PyMem_Calloc(count, sizeof(uint64_t));
+    self->base_seen = PyMem_Calloc(count, sizeof(uint32_t));
+    self->front_seen = PyMem_Calloc(count, sizeof(uint32_t));
+    self->touched = PyMem_Calloc(count, sizeof(int32_t));
+    self->batch_bits = PyMem_Calloc(self->words ? self->words : 1, sizeof(uint64_t));
+    if (!self->edges[0] || !self->edges[1] || !self->regions[0] || !self->regions[1] || !self->seen ||
+        !self->stack || !self->scratch[0] || !self->scratch[1] || !self->base_bit || !self->reach || !self->front ||
+        !self->base_seen || !self->front_seen || !self->touched || !self->batch_bits) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* Frees what regions_init allocated (safe on a zeroed or partly initialized struct). */
+static void regions_release(Regions *self) {
+    for (int dir = 0; dir < 2; dir++) {
+        if (self->edges[dir]) {
+            for (Py_ssize_t i = 0; i < self->n; i++) PyMem_Free(self->edges[dir][i].items);
+            PyMem_Free(self->edges[dir]);
+            self->edges[dir] = NULL;
+        }
+        if (self->regions[dir]) {
+            for (Py_ssize_t i = 0; i < self->n; i++) PyMem_Free(self->regions[dir][i].interior);
+            PyMem_Free(self->regions[dir]);
+            self->regions[dir] = NULL;
+        }
+        PyMem_Free(self->scratch[dir]);
+        self->scratch[dir] = NULL;
+    }
+    void *buffers[] = {self->seen, self->stack, self->base_bit, self->reach, self->front, self->base_seen,
+                       self->front_seen, self->touched, self->batch_bits};
+    for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) PyMem_Free(buffers[i]);
+    self->seen = NULL;
+    self->stack = self->touched = NULL;
+    self->base_bit = self->reach = self->front = self->batch_bits = NULL;
+    self->base_seen = self->front_seen = NULL;
+}
+
+static int region_ensure(Regions *self, Region *region) {
+    if (region->interior) return 0;
+    region->interior = PyMem_Calloc(2 * self->words, sizeof(uint64_t));
+    if (!region->interior) { PyErr_NoMemory(); return -1; }
+    region->frontier = region->interior + self->words;
+    return 0;
+}
+
+/* An evicted storage has no regions until it is resident again: give the memory back. */
+static void region_free(Region *region) {
+    PyMem_Free(region->interior);
+    region->interior = region->frontier = NULL;
+}
+
+/* link(parent, child): a tensor of storage `child` was computed from one of `parent`. */
+static int regions_link(Regions *self, int32_t parent, int32_t child) {
+    /* A self-edge never changes a walk; keep edges unique, as the reference's sets do. */
+    if (parent == child || vec_contains(&self->edges[0][parent], child)) return 0;
+    if (vec_push(&self->edges[0][parent], child) < 0 || vec_push(&self->edges[1][child], parent) < 0) return -1;
+    return 0;
+}
+
+/* A fresh stamp for seen, base_seen and front_seen. */
+static uint32_t next_generation(Regions *self) {
+    if (++self->generation == 0) { /* wrapped: reset stamps */
+        memset(self->seen, 0, self->n * sizeof(uint32_t));
+        memset(self->base_seen, 0, self->n * sizeof(uint32_t));
+        memset(self->front_seen, 0, self->n * sizeof(uint32_t));
+        self->generation = 1;
+    }
+    return self->generation;
+}
+
+/* Walk the region of `base` in direction `dir` afresh. */
+static int walk(Regions *self, int32_t base, int dir) {
+    Region *region = &self->regions[dir][base];
+    if (region_ensure(self, region) < 0) return -1;
+    memset(region->interior, 0, 2 * self->words * sizeof(uint64_t));
+    uint64_t *interior = region->interior, *frontier = region->frontier;
+    IntVec *edges = self->edges[dir];
+    const uint8_t *material = self->material;
+    const int64_t *compute = self->compute;
+    uint32_t *seen = self->seen;
+
+    uint32_t generation = next_generation(self);
+    int64_t gained = 0;
+    Py_ssize_t top = 0;
+    self->stack[top++] = base;
+    while (top) {
+        IntVec *out = &edges[self->stack[--top]];
+        for (Py_ssize_t i = 0; i < out->len; i++) {
+            int32_t us = out->items[i];
+            if (material[us]) {
+                if (us != base) BIT_SET(frontier, us);
+            } else if (seen[us] != generation) {
+                seen[us] = generation;
+                gained += compute[us];
+                BIT_SET(interior, us);
+                self->stack[top++] = us;
+            }
+        }
+    }
+    self->region_compute[dir][base] = gained;
+    return 0;
+}
+
+/*
+ * The walks of up to 64 bases in one direction at once, with the same results as
+ * walk() on each: every walk of one regions_materialized() call sees the same
+ * resident set, so the evicted storages reachable from the bases are found once,
+ * each with the mask of the bases that reach it (propagated along in-edges in
+ * storage-id order, which is nearly topological; repeated until nothing changes,
+ * so cycles are handled too), and every region is read off the masks.
+ */
+static int walk_batch(Regions *self, const int32_t *bases, int count, int dir) {
+    IntVec *out_edges = self->edges[dir], *in_edges = self->edges[1 - dir];
+    const uint8_t *material = self->material;
+    const int64_t *compute = self->compute;
+    uint32_t *seen = self->seen, *base_seen = self->base_seen, *front_seen = self->front_seen;
+    uint64_t *base_bit = self->base_bit, *reach = self->reach, *front = self->front, *bits = self->batch_bits;
+    uint32_t generation = next_generation(self);
+    int64_t gained[64] = {0};
+    Py_ssize_t top = 0, words = self->words;
+
+    memset(bits, 0, words * sizeof(uint64_t));
+    for (int i = 0; i < count; i++) {
+        int32_t base = bases[i];
+        Region *region = &self->regions[dir][base];
+        if (region_ensure(self, region) < 0) return -1;
+        memset(region->interior, 0, 2 * words * sizeof(uint64_t));
+        base_seen[base] = generation;
+        base_bit[base] = (uint64_t)1 << i;
+        self->stack[top++] = base;
+    }
+    /* The evicted storages reachable from any base through evicted storages. */
+    while (top) {
+        IntVec *out = &out_edges[self->stack[--top]];
+        for (Py_ssize_t j = 0; j < out->len; j++) {
+            int32_t us = out->items[j];
+            if (!material[us] && seen[us] != generation) {
+                seen[us] = generation;
+                reach[us] = 0;
+                BIT_SET(bits, us);
+                self->stack[top++] = us;
+            }
+        }
+    }
+    /* reach[v]: the bases with a path to v; forward edges mostly go up in storage id. */
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (Py_ssize_t k = 0; k < words; k++) {
+            Py_ssize_t w = dir ? words - 1 - k : k;
+            uint64_t word = bits[w];
+            while (word) {
+                int b = dir ? 63 - __builtin_clzll(word) : __builtin_ctzll(word);
+                int32_t v = (int32_t)((w << 6) + b);
+                word &= ~((uint64_t)1 << b);
+                uint64_t mask = 0;
+                IntVec *in = &in_edges[v];
+                for (Py_ssize_t j = 0; j < in->len; j++) {
+                    int32_t u = in->items[j];
+                    if (base_seen[u] == generation) mask |= base_bit[u];
+                    if (seen[u] == generation) mask |= reach[u];
+                }
+                if (mask != reach[v]) {
+                    reach[v] = mask;
+                    changed = 1;
+                }
+            }
+        }
+    }
+    /* Interiors and their compute; frontier masks of the resident storages reached. */
+    Py_ssize_t touched = 0;
+    for (Py_ssize_t w = 0; w < words; w++) {
+        uint64_t word = bits[w];
+        while (word) {
+            int32_t v = (int32_t)((w << 6) + __builtin_ctzll(word));
+            word &= word - 1;
+            int64_t cost = compute[v];
+            for (uint64_t mask = reach[v]; mask; mask &= mask - 1) {
+                int i = __builtin_ctzll(mask);
+                BIT_SET(self->regions[dir][bases[i]].interior, v);
+                gained[i] += cost;
+            }
+        }
+    }
+    for (int pass = 0; pass < 2; pass++) { /* sources: the bases, then the reached evicted storages */
+        Py_ssize_t limit = pass ? words : count;
+        for (Py_ssize_t k = 0; k < limit; k++) {
+            uint64_t word = pass ? bits[k] : 1;
+            while (word) {
+                int32_t u = pass ? (int32_t)((k << 6) + __builtin_ctzll(word)) : bases[k];
+                word &= word - 1;
+                uint64_t mask = pass ? reach[u] : base_bit[u];
+                if (!mask) continue;
+                IntVec *out = &out_edges[u];
+                for (Py_ssize_t j = 0; j < out->len; j++) {
+                    int32_t us = out->items[j];
+                    if (!material[us]) continue;
+                    if (front_seen[us] != generation) {
+                        front_seen[us] = generation;
+                        front[us] = 0;
+                        self->touched[touched++] = us;
+                    }
+                    front[us] |= mask;
+                }
+            }
+        }
+    }
+    for (Py_ssize_t j = 0; j < touched; j++) {
+        int32_t us = self->touched[j];
+        for (uint64_t mask = front[us]; mask; mask &= mask - 1) {
+            int32_t base = bases[__builtin_ctzll(mask)];
+            if (us != base) BIT_SET(self->regions[dir][base].frontier, us);
+        }
+    }
+    for (int i = 0; i < count; i++) self->region_compute[dir][bases[i]] = gained[i];
+    return 0;
+}
+
+/* Rebuild every storage flagged in `bits` in direction `dir`, batching the walks. */
+static int rebuild_flagged(Regions *self, const uint64_t *bits, int dir) {
+    int32_t bases[64];
+    int count = 0;
+    for (Py_ssize_t w = 0; w < self->words; w++) {
+        uint64_t word = bits[w];
+        while (word) {
+            bases[count++] = (int32_t)((w << 6) + __builtin_ctzll(word));
+            word &= word - 1;
+            if (count == 64) {
+                if (walk_batch(self, bases, count, dir) < 0) return -1;
+                count = 0;
+            }
+        }
+    }
+    /* A lone walk is cheaper than a batch of one. */
+    if (count == 1) return walk(self, bases[0], dir);
+    return count ? walk_batch(self, bases, count, dir) : 0;
+}
+
+/* `storages` just became resident: rebuild them and their frontiers' regions. */
+static int regions_materialized(Regions *self, const int32_t *storages, Py_ssize_t count) {
+    uint64_t *affected = self->scratch[0], *affected_rev = self->scratch[1];
+    memset(affected, 0, self->words * sizeof(uint64_t));
+    memset(affected_rev, 0, self->words * sizeof(uint64_t));
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int32_t s = storages[i];
+        if (walk(self, s, 0) < 0 || walk(self, s, 1) < 0) return -1;
+        for (Py_ssize_t w = 0; w < self->words; w++) {
+            affected[w] |= self->regions[1][s].frontier[w];
+            affected_rev[w] |= self->regions[0][s].frontier[w];
+        }
+    }
+    /* Every walk of this call sees the same resident set, so their order does not matter. */
+    if (rebuild_flagged(self, affected, 0) < 0 || rebuild_flagged(self, affected_rev, 1) < 0) return -1;
+    return 0;
+}
+
+/* Region `owner` (direction dir) absorbs the just-evicted storage s and s's region. */
+static int absorb(Regions *self, int32_t owner, int32_t s, int dir) {
+    Region *region = &self->regions[dir][owner];
+    Region *evicted = &self->regions[dir][s];
+    if (region_ensure(self, region) < 0 || region_ensure(self, evicted) < 0) return -1;
+    if (!BIT_GET(region->frontier, s)) {
+        PyErr_Format(RegionError, "storage %d is not on the frontier of a region it should join "
+                     "(simrd fails the same assertion here)", (int)s);
+        return -1;
+    }
+    BIT_CLEAR(region->frontier, s);
+    /* simrd adds (evicted interior - own interior) plus s itself, as a set: s counts once. */
+    int s_in_difference = BIT_GET(evicted->interior, s) && !BIT_GET(region->interior, s);
+    int64_t gained = 0;
+    const int64_t *compute = self->compute;
+    for (Py_ssize_t w = 0; w < self->words; w++) {
+        region->frontier[w] |= evicted->frontier[w];
+        uint64_t added = evicted->interior[w] & ~region->interior[w];
+        region->interior[w] |= added;
+        while (added) {
+            gained += compute[(w << 6) + __builtin_ctzll(added)];
+            added &= added - 1;
+        }
+    }
+    /* s joins the interior and is counted even if it was there already (as simrd does). */
+    BIT_SET(region->interior, s);
+    if (!s_in_difference) gained += compute[s];
+    self->region_compute[dir][owner] += gained;
+    return 0;
+}
+
+/* `s` was just evicted: its frontier storages absorb it, then its regions are cleared. */
+static int regions_evicted(Regions *self, int32_t s) {
+    for (int dir = 0; dir < 2; dir++) {
+        Region *evicted = &self->regions[dir][s];
+        if (!evicted->interior) continue;
+        /* Forward regions of the evicted storage's reverse frontier absorb it, and vice versa. */
+        const uint64_t *owners = self->regions[1 - dir][s].frontier;
+        if (!owners) continue;
+        for (Py_ssize_t w = 0; w < self->words; w++) {
+            uint64_t word = owners[w];
+            while (word) {
+                if (absorb(self, (int32_t)((w << 6) + __builtin_ctzll(word)), s, dir) < 0) return -1;
+                word &= word - 1;
+            }
+        }
+    }
+    for (int dir = 0; dir < 2; dir++) {
+        region_free(&self->regions[dir][s]);
+        self->region_compute[dir][s] = 0;
+    }
+    return 0;
+}
+
+#endif

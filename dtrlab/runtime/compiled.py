@@ -1,0 +1,141 @@
+"""The compiled replay core (``_core.c``): which runs it can take, and how to run one.
+
+The core replays a whole trace in C for the flat memory model and the built-in score
+policies listed in :data:`POLICY_CODES`, decision for decision like
+:class:`~dtrlab.runtime.simulator.Simulator` (the readable reference, which stays
+the only path for policies written in Python, other memory models, recorders and
+step-by-step analyses). ``tests/test_compiled_core.py`` compares the two step by
+step on random traces.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from array import array
+from dataclasses import dataclass
+
+from ..policies.builtin import DTR, LRU, MSPS, DTREqClass, DTRLocal, LargestStorage
+from ..trace.model import Trace
+from .simulator import Failure, Intervention
+
+try:
+    from . import _core
+except ImportError:  # not built (e.g. running from a source tree without `pip install`)
+    _core = None
+
+#: The policy classes the core implements (exactly these classes, with no parameters),
+#: mapped to the core's policy codes.
+POLICY_CODES = {DTR: 0, DTREqClass: 1, DTRLocal: 2, MSPS: 3, LRU: 4, LargestStorage: 5}
+
+ENGINES = ("auto", "compiled", "python")
+_INT64_MAX = 2**63 - 1
+
+
+def available() -> bool:
+    """True when the core is built."""
+    return _core is not None
+
+
+def unsupported_reason(trace: Trace, policy, intervention: Intervention | None = None, recorder=None) -> str | None:
+    """Why the core cannot take this run, or None when it can."""
+    if _core is None:
+        return "the compiled core is not built (reinstall dtrlab with `pip install -e .`)"
+    if not core_trace(trace).fits:
+        return "the trace's compute or bytes are too large for the core's 64-bit counters"
+    if type(policy) not in POLICY_CODES:
+        return f"policy {policy.label!r} is not one of the compiled built-ins ({', '.join(c.name for c in POLICY_CODES)})"
+    if policy.params or {"score_of", "choose", "score", "start"} & set(vars(policy)):
+        return f"policy {policy.label!r} has parameters or overridden methods"
+    if recorder is not None:
+        return "a recorder needs the step-by-step Python simulator"
+    if intervention is not None and (intervention.pin or intervention.force_evict):
+        return "timed pins and forced evictions run on the Python simulator"
+    return None
+
+
+@dataclass(frozen=True)
+class CoreRun:
+    """What one compiled replay decided (the fields :func:`~dtrlab.runtime.simulate` reports)."""
+
+    status: str
+    clock: int
+    model_compute: int
+    remat_compute: int
+    peak_memory: int
+    remats: int
+    evicted: list[int]
+    failure: Failure | None
+    steps: list[tuple[int, int, int, int]] | None  # (clock, memory, evictions, remat_compute) after each step
+
+
+_STATUS = ("pass", "oom", "thrash")
+#: Bound on a trace's total compute and total output bytes: every sum the core keeps
+#: (region computes, scores' numerators, memory) then stays far inside int64; the
+#: clock and recompute, unbounded without a thrash limit, are checked as they grow.
+_MAX_TOTAL = 2**56
+
+
+@dataclass(frozen=True)
+class _CoreTraceEntry:
+    trace: weakref.ref
+    flat: object  # the _core.CoreTrace
+    fits: bool  # totals below _MAX_TOTAL
+
+
+_core_traces: dict[int, _CoreTraceEntry] = {}
+
+
+def core_trace(trace: Trace) -> _CoreTraceEntry:
+    """The trace flattened into the core's arrays, built once per Trace object."""
+    entry = _core_traces.get(id(trace))
+    if entry is not None and entry.trace() is trace:
+        return entry
+    op_cost, arg_off, args, out_off, outs, sizes, aliases = (
+        array("q"), array("i", [0]), array("i"), array("i", [0]), array("i"), array("q"), array("i"))
+    for op in trace.operators:
+        op_cost.append(op.cost)
+        args.extend(op.args)
+        arg_off.append(len(args))
+        outs.extend(op.outputs)
+        sizes.extend(op.sizes)
+        aliases.extend(op.aliases)
+        out_off.append(len(outs))
+    kinds = array("i", [kind for kind, _ in trace.schedule])
+    operands = array("i", [operand for _, operand in trace.schedule])
+    flat = _core.CoreTrace(tuple(trace.tensor_names), op_cost, arg_off, args, out_off, outs, sizes, aliases,
+                           array("i", trace.tensor_op), array("i", trace.tensor_index), kinds, operands)
+    key = id(trace)
+    fits = sum(op_cost) < _MAX_TOTAL and sum(sizes) < _MAX_TOTAL and min(op_cost, default=0) >= 0
+    entry = _CoreTraceEntry(weakref.ref(trace, lambda _, key=key: _core_traces.pop(key, None)), flat, fits)
+    _core_traces[key] = entry
+    return entry
+
+
+def _exceeded_at(limit: float) -> int:
+    """The largest integer not above ``limit`` (an int exceeds ``limit`` exactly when it exceeds this)."""
+    if limit == math.inf:
+        return _INT64_MAX
+    return min(math.floor(limit), _INT64_MAX)
+
+
+def run(trace: Trace, policy, budget_bytes: float, remat_limit: float = math.inf,
+        intervention: Intervention | None = None, record_steps: bool = False) -> CoreRun:
+    """One replay on the compiled core; the caller checked :func:`unsupported_reason`."""
+    withhold = None
+    if intervention is not None and intervention.withhold:
+        flags = bytearray(trace.n_tensors)
+        for s in intervention.withhold:
+            if 0 <= s < trace.n_tensors:
+                flags[s] = 1
+        withhold = flags
+    status, clock, model_compute, remat_compute, peak, remats, evicted, failure, steps = _core.replay(
+        core_trace(trace).flat, POLICY_CODES[type(policy)], _exceeded_at(budget_bytes), _exceeded_at(remat_limit),
+        withhold, record_steps)
+    if failure is not None:
+        step, operator, tensor, requested, memory, candidates = failure
+        failure = Failure(kind=_STATUS[status], step=step, operator=operator, tensor=tensor,
+                          requested_bytes=requested, memory_in_use=memory, candidates=candidates,
+                          cause="bytes" if status == 1 else None)
+    return CoreRun(status=_STATUS[status], clock=clock, model_compute=model_compute, remat_compute=remat_compute,
+                   peak_memory=peak, remats=remats, evicted=evicted, failure=failure, steps=steps)
