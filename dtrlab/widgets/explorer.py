@@ -65,18 +65,22 @@ class BudgetExplorer:
         self.recorded: RecordedRun | None = None  # the current run's events, when the timeline is shown
         self.window: pd.DataFrame | None = None
 
+        # One label width wide enough for every label: the default 80 px cut "budget ratio" to
+        # "budget ra..." (found by tests/test_explorer_browser.py).
+        label = {"description_width": "100px"}
         self.trace_dropdown = widgets.Dropdown(
             options=[(short_trace_name(name), name) for name in self.traces],
-            value=trace or next(iter(self.traces)), description="trace")
-        self.policy_dropdown = widgets.Dropdown(options=policies, value=policy, description="policy")
+            value=trace or next(iter(self.traces)), description="trace", style=label)
+        self.policy_dropdown = widgets.Dropdown(options=policies, value=policy, description="policy", style=label)
         self.ratio_slider = widgets.FloatSlider(
             value=ratio, min=RATIO_STEP, max=1.0, step=RATIO_STEP, readout_format=".3f",
-            description="budget ratio", continuous_update=False, layout=widgets.Layout(width="520px"))
+            description="budget ratio", continuous_update=False, layout=widgets.Layout(width="520px"), style=label)
         self.nudge_slider = widgets.IntSlider(value=0, description="nudge (B)", continuous_update=False,
-                                              layout=widgets.Layout(width="520px"))
-        self.withhold_dropdown = widgets.Dropdown(options=[], description="storage")
+                                              layout=widgets.Layout(width="520px"), style=label)
+        self.withhold_dropdown = widgets.Dropdown(options=[], description="storage", style=label)
         self.withhold_toggle = widgets.ToggleButton(value=False, description="withhold from eviction",
-                                                    tooltip="never offer this storage as an eviction candidate")
+                                                    tooltip="never offer this storage as an eviction candidate",
+                                                    layout=widgets.Layout(width="auto"))
         self.sweep_button = widgets.Button(description="sweep window", icon="search",
                                            tooltip=f"{window_points} budgets within ±{window} x peak of the budget")
         self.outcome = widgets.HTML()
