@@ -151,8 +151,12 @@ def compare(step: int, torch, tensors: dict, model, report) -> None:
             report(step, f"segment of block {block_id}: cuda {rseg['pool']} {rseg['size']} B, "
                          f"model {mseg['pool']} {mseg['size']} B")
         if rseg["blocks"] != mseg["blocks"]:
-            report(step, f"blocks of the segment of block {block_id} (offset, size, allocated):\n"
-                         f"    cuda  {rseg['blocks']}\n    model {mseg['blocks']}")
+            first = next(i for i, pair in enumerate(zip(rseg["blocks"] + [None], mseg["blocks"] + [None]))
+                         if pair[0] != pair[1])
+            at = lambda blocks: blocks[first] if first < len(blocks) else "none"  # noqa: E731
+            report(step, f"blocks of the segment of block {block_id} ({len(rseg['blocks'])} in cuda, "
+                         f"{len(mseg['blocks'])} in the model) first differ at block {first} "
+                         f"(offset, size, allocated): cuda {at(rseg['blocks'])}, model {at(mseg['blocks'])}")
     live_real = {i for i, _ in real_where.values()}
     live_mine = {i for i, _ in mine_where.values()}
     cached_real = Counter((s["pool"], s["size"]) for i, s in enumerate(real) if i not in live_real)
