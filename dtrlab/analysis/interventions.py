@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..policies import get_policy
-from ..runtime import DEFAULT_OVERHEAD_LIMIT, Intervention, RunResult, simulate
+from ..runtime import DEFAULT_OVERHEAD_LIMIT, FLAT, Intervention, RunResult, memory_spec, simulate
 from ..sweep.cache import default_cache_dir, policy_fingerprint
 from ..sweep.engine import RunSpec, run_many
 from ..sweep.tables import TableCache
@@ -77,7 +77,8 @@ def _effect(base: RunResult, run: RunResult) -> str:
 def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = None, budget_bytes: int | None = None,
                          overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, jobs: int = 1, backend: str = "loky",
                          client=None, progress: bool = True, cache: bool | str | os.PathLike = False,
-                         storages: list[str] | None = None, **policy_params) -> InterventionSearch:
+                         storages: list[str] | None = None, memory="flat", memory_options: dict | None = None,
+                         **policy_params) -> InterventionSearch:
     """Withhold each storage the failing run evicted, one at a time; see the module doc.
 
     Budget and policy arguments are those of :func:`~dtrlab.runtime.simulate`;
@@ -86,10 +87,13 @@ def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = No
     directory, or a directory) reuses the table of an earlier identical search, or a
     shipped one (:class:`~dtrlab.sweep.tables.TableCache`); the base run is always
     simulated. ``storages`` restricts the search to these evicted storages (names),
-    e.g. to recompute a sample of a cached table.
+    e.g. to recompute a sample of a cached table. ``memory`` and ``memory_options``
+    pick the memory model of every run, as in :func:`~dtrlab.runtime.simulate`.
     """
     policy = get_policy(policy, **policy_params)
-    base = simulate(trace, policy, ratio=ratio, budget_bytes=budget_bytes, overhead_limit=overhead_limit)
+    memory, memory_options = memory_spec(memory, memory_options)
+    base = simulate(trace, policy, ratio=ratio, budget_bytes=budget_bytes, overhead_limit=overhead_limit,
+                    memory=memory, memory_options=memory_options)
     if base.passed:
         raise ValueError(f"{trace.name} passes under {policy.label} at {base.budget_bytes:,} bytes; the search "
                          "explains failures, so give a failing budget (e.g. a hole found by a sweep)")
@@ -97,7 +101,9 @@ def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = No
     if cache is not False and storages is None:
         store = TableCache(default_cache_dir() if cache is True else cache, trace, "single_tensor_search",
                            {"policy": policy_fingerprint(policy), "budget_bytes": base.budget_bytes,
-                            "overhead_limit": float(overhead_limit)})
+                            "overhead_limit": float(overhead_limit),
+                            # a model other than flat joins the key; flat keys stay as they were
+                            **({"memory": memory, "memory_options": memory_options} if memory != FLAT else {})})
         table = store.load()
         if table is not None:
             return InterventionSearch(trace.name, base, table)
@@ -113,8 +119,9 @@ def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = No
             raise ValueError(f"{', '.join(unknown[:5])}: not evicted by the base run; the evicted storages are "
                              f"{', '.join(list(first)[:5])}, ...")
     storages = [name for name in first if storages is None or name in storages]
+    options = tuple(sorted(memory_options.items()))
     specs = [RunSpec(base.budget_bytes, policy, overhead_limit, Intervention(withhold=frozenset({index[name]})),
-                     ratio) for name in storages]
+                     ratio, memory, options) for name in storages]
     runs = run_many(trace, specs, jobs=jobs, backend=backend, client=client, progress=progress,
                     desc=f"withhold each of {len(specs)} storages")
     rows = []

@@ -54,12 +54,13 @@ class VariantCensus:
 def variant_census(traces: Trace | list[Trace] | dict[str, Trace], policies=DEFAULT_POLICIES, *,
                    ratios="0.05:1.0:0.01", jobs: int = 1, backend: str = "loky", client=None,
                    overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, cache: bool | str | os.PathLike = True,
-                   progress: bool = True) -> VariantCensus:
+                   progress: bool = True, memory="flat", memory_options: dict | None = None) -> VariantCensus:
     """Sweep every policy over every trace at ``ratios`` and tabulate their holes.
 
     ``policies`` are registered names, classes or instances (a policy defined in a
     notebook cell works); ``ratios``, ``jobs``, ``backend``, ``client`` and ``cache``
-    are as in :func:`dtrlab.sweep.sweep`.
+    are as in :func:`dtrlab.sweep.sweep`, and so are ``memory`` and ``memory_options``
+    (one memory model for every run).
     """
     if isinstance(traces, Trace):
         traces = [traces]
@@ -79,7 +80,8 @@ def variant_census(traces: Trace | list[Trace] | dict[str, Trace], policies=DEFA
     for trace in traces:
         for policy in policies:
             frame = sweep(trace, policy, ratios=ratios, jobs=jobs, backend=backend, client=client,
-                          overhead_limit=overhead_limit, cache=cache, progress=progress)
+                          overhead_limit=overhead_limit, cache=cache, progress=progress, memory=memory,
+                          memory_options=memory_options)
             frames.append(frame)
             censuses[trace.name, policy.label] = find_holes(frame)
     samples = pd.concat(frames, ignore_index=True)

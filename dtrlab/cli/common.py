@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..memory import available_memory_models
 from ..policies import available_policies
 from ..trace import Trace, load
 
@@ -42,14 +43,39 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                         help="policy parameter, e.g. --param seed=3 (repeatable; values are parsed as JSON)")
     parser.add_argument("--overhead-limit", type=float, default=2.0,
                         help="thrash once total compute exceeds this multiple of the baseline (default 2.0)")
+    add_memory_arguments(parser)
+
+
+def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--memory", default="flat",
+                        help="memory model (default flat, simrd's byte counter; available: "
+                             f"{', '.join(available_memory_models())}; see docs/memory.md)")
+    parser.add_argument("--memory-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="memory model option, e.g. --memory-option expandable_segments=true (repeatable; "
+                             "values are parsed as JSON)")
+
+
+def memory_arguments(args) -> dict:
+    """``memory=`` and ``memory_options=`` for simulate/sweep, checked now: an unknown model or
+    option is an error that lists the valid ones."""
+    from ..runtime import memory_spec
+
+    options = key_values(args.memory_option, "--memory-option")
+    memory_spec(args.memory, options)
+    return {"memory": args.memory, "memory_options": options}
 
 
 def policy_params(pairs: list[str]) -> dict:
+    return key_values(pairs, "--param")
+
+
+def key_values(pairs: list[str], flag: str) -> dict:
+    """``KEY=VALUE`` arguments as a dict; values are parsed as JSON when they are JSON."""
     params = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
-            raise ValueError(f"--param takes KEY=VALUE, got {pair!r}")
+            raise ValueError(f"{flag} takes KEY=VALUE, got {pair!r}")
         try:
             params[key] = json.loads(value)
         except json.JSONDecodeError:

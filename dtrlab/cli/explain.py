@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import add_single_run_arguments, load_single_trace, policy_params, print_table
+from .common import add_single_run_arguments, load_single_trace, memory_arguments, policy_params, print_table
 
 
 def register(subparsers) -> None:
@@ -27,8 +27,9 @@ def explain(args) -> int:
     if args.save and not args.save.endswith((".parquet", ".csv")):
         raise ValueError(f"--save writes .parquet or .csv files, got {args.save}")
     params = policy_params(args.param)
+    memory = memory_arguments(args)
     run = record(trace, args.policy, ratio=args.ratio, budget_bytes=args.budget, overhead_limit=args.overhead_limit,
-                 candidate_scores=False, **params)
+                 candidate_scores=False, **memory, **params)
     result = run.result
     print(f"{trace.name} under {result.policy} at {result.budget_bytes:,} bytes: {result.status} "
           f"(overhead {result.overhead:.4f}, {result.evictions} evictions, {result.remats} remats)")
@@ -42,7 +43,7 @@ def explain(args) -> int:
         print(f"  {key.ljust(width)}  {value}")
     search = single_tensor_search(trace, args.policy, budget_bytes=result.budget_bytes,
                                   overhead_limit=args.overhead_limit, jobs=args.jobs, backend=args.backend,
-                                  client=args.scheduler, **params)
+                                  client=args.scheduler, **memory, **params)
     table = search.table
     rescues = search.rescues
     print(f"\nwithholding each of the {len(table)} evicted storages: {len(rescues)} rescue the run, "

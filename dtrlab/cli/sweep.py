@@ -8,7 +8,7 @@ import pandas as pd
 
 from ..analysis.holes import census_table
 from ..sweep import BACKENDS, sweep
-from .common import add_policy_arguments, load_traces, policy_params, print_table
+from .common import add_policy_arguments, load_traces, memory_arguments, policy_params, print_table
 
 
 def add_sweep_arguments(parser) -> None:
@@ -30,7 +30,7 @@ def sweep_options(args) -> dict:
     return dict(ratios=ratios, jobs=args.jobs, backend="dask" if args.scheduler else args.backend,
                 client=args.scheduler, overhead_limit=args.overhead_limit,
                 cache=False if args.no_cache else (args.cache or True), progress=not args.quiet,
-                **policy_params(args.param))
+                **memory_arguments(args), **policy_params(args.param))
 
 
 def register(subparsers) -> None:

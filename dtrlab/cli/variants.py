@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import load_traces, print_table
+from .common import add_memory_arguments, load_traces, memory_arguments, print_table
 
 
 def register(subparsers) -> None:
@@ -26,6 +26,7 @@ def register(subparsers) -> None:
                                                                 "the sweep cache")
     parser.add_argument("--save", metavar="PATH", help="write the census table to PATH (.parquet or .csv)")
     parser.add_argument("--save-samples", metavar="PATH", help="write every sweep row to PATH (.parquet or .csv)")
+    add_memory_arguments(parser)
     parser.set_defaults(handler=variants)
 
 
@@ -38,7 +39,8 @@ def variants(args) -> int:
     policies = [name.strip() for name in args.policies.split(",") if name.strip()]
     ratios = args.ratios if ":" in args.ratios else [float(r) for r in args.ratios.split(",")]
     census = variant_census(load_traces(args.logs), policies, ratios=ratios, jobs=args.jobs, backend=args.backend,
-                            client=args.scheduler, overhead_limit=args.overhead_limit, cache=not args.no_cache)
+                            client=args.scheduler, overhead_limit=args.overhead_limit, cache=not args.no_cache,
+                            **memory_arguments(args))
     table = census.table
     print(f"{len(census.ratios)} ratios from {min(census.ratios):.6g} to {max(census.ratios):.6g}")
     for trace, rows in table.groupby("trace", sort=False):
