@@ -356,7 +356,9 @@ class CachingModel(MemoryModel):
         page = K_SMALL_BUFFER if pool.small else K_LARGE_BUFFER
         # PyTorch reserves address space for 1 1/8 of the device memory.
         pages = -(-(self.capacity_bytes + self.capacity_bytes // 8) // page)
-        if pages == 0:
+        if pages * page < size:
+            # No fresh segment could hold it either. PyTorch would still reserve one (address space
+            # only) on every such attempt; skipping that changes no layout or statistic.
             return None
         seg = self._new_segment(pages * page, pool, page)
         seg.head = _Blk(seg.addr, seg.size, seg, mapped=False)
