@@ -12,7 +12,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml setup.py dtrlab/runtime/_regions.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,torch,browser]'
+	$(BIN)/pip install --quiet -e '.[dev,torch,browser,solvers]'
 	touch $@
 
 figures: setup

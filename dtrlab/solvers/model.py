@@ -1,0 +1,173 @@
+"""The stage formulation as a 0/1 linear program, shared by both solver back ends.
+
+Variables (all binary), only at the *need stages* of :class:`~dtrlab.solvers.problem.Problem`:
+
+* ``A[t, s]``: fresh storage ``s`` is resident while need stage ``t`` runs;
+* ``K[t, s]``: ``s`` is kept through all stages from ``t`` up to its next need stage
+  (or the release that frees it); otherwise it is evicted right after its last need.
+  Keeping a storage through only part of such a stretch never helps: nothing can
+  use it there, so these variables lose no schedule worth having;
+* ``D[t, v]``: view tensor ``v`` is defined at need stage ``t``;
+* ``R[t, op]``: operator ``op`` is recomputed in the gap before need stage ``t``.
+
+A storage stays resident only if it was resident in the previous stage and no
+release freed it, or its operator is recomputed; an operator is recomputed only
+when none of its outputs is still defined, and only with all its arguments
+defined; the stage's operator needs its arguments defined; the resident bytes of
+every stage, with the stage's outputs and the pinned constants, fit the budget;
+recompute stays within the overhead limit. The objective is the recompute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .problem import Problem
+
+
+@dataclass
+class LinearModel:
+    """``min cost . x`` subject to ``lower <= row . x <= upper`` with binary ``x``."""
+
+    names: list[tuple[str, int, int]] = field(default_factory=list)  # (kind, stage, storage/tensor/op)
+    lower: list[int] = field(default_factory=list)
+    upper: list[int] = field(default_factory=list)
+    cost: list[int] = field(default_factory=list)
+    rows: list[tuple[dict[int, int], float, float]] = field(default_factory=list)
+    index: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    cover: dict[int, dict[int, int]] = field(default_factory=dict)  # storage -> {stage: its residency variable}
+    infeasible: str | None = None  # a reason found while building (a structural contradiction)
+
+    def var(self, kind: str, stage: int, item: int, cost: int = 0) -> int:
+        key = (kind, stage, item)
+        self.index[key] = len(self.names)
+        self.names.append(key)
+        self.lower.append(0)
+        self.upper.append(1)
+        self.cost.append(cost)
+        return self.index[key]
+
+    def fix(self, var: int | None, value: int, why: str) -> None:
+        if var is None:
+            if value == 1:
+                self.infeasible = self.infeasible or why
+            return
+        if not self.lower[var] <= value <= self.upper[var]:
+            self.infeasible = self.infeasible or why
+        self.lower[var] = self.upper[var] = value
+
+    def row(self, terms: dict[int, int], lower: float, upper: float) -> None:
+        self.rows.append((terms, lower, upper))
+
+    @property
+    def n_vars(self) -> int:
+        return len(self.names)
+
+
+def build_model(problem: Problem, budget_bytes: int, remat_limit: float) -> LinearModel:
+    """The stage formulation of ``problem`` at one budget (variables per need stage, not per stage)."""
+    m = LinearModel()
+    trace = problem.trace
+    ops = trace.operators
+    storage = problem.storage
+    pinned = problem.pinned_storages
+    op_stage, need = problem.op_stage, problem.need
+
+    R = {(t, op_index): m.var("R", t, op_index, ops[op_index].cost) for op_index, stages in need.items() for t in stages}
+    # at[x][t]: the variable for "x is resident/defined at need stage t" of storage or view x.
+    at: dict[int, dict[int, int]] = {}
+    cover: dict[int, dict[int, int]] = {}  # storage -> {stage: variable} wherever it may be resident
+    memory = [dict() for _ in range(problem.n_stages)]
+    for s in problem.storage_window:
+        producer = trace.tensor_op[s]
+        size = ops[producer].sizes[trace.tensor_index[s]]
+        stages = (op_stage[producer],) + need[producer]
+        freed = problem.release_stage.get(s)
+        here = at[s] = {}
+        cover[s] = covered = {}
+        for j, t in enumerate(stages):
+            here[t] = covered[t] = m.var("A", t, s)
+            memory[t][here[t]] = size
+            if j == 0:
+                m.fix(here[t], 1, "")
+                continue
+            before = stages[j - 1]
+            between = range(before + 1, t)
+            released = freed is not None and before < freed <= t
+            prev = here[before] if not between else None
+            live = [u for u in between if not (freed is not None and before < freed <= u)]
+            if live:
+                kept = m.var("K", live[0], s)  # kept from stage before+1 through live[-1]
+                m.row({kept: 1, here[before]: -1}, -1, 0)
+                for u in live:
+                    memory[u][kept] = size
+                    covered[u] = kept
+                prev = kept
+            if released:
+                prev = None
+            remat = R[t, producer]
+            terms = {here[t]: 1, remat: -1}
+            if prev is not None:
+                terms[prev] = -1
+                # an operator is recomputed only when its outputs are gone (no duplicate bytes)
+                m.row({remat: 1, prev: 1}, 0, 1)
+            m.row(terms, -1, 0)
+            m.row({remat: 1, here[t]: -1}, -1, 0)  # a recomputation fills every output
+    for v in problem.view_window:
+        view_op, s = trace.tensor_op[v], storage[v]
+        root_op = trace.tensor_op[s]
+        stages = (op_stage[view_op],) + need[view_op]
+        here = at[v] = {}
+        for j, t in enumerate(stages):
+            here[t] = m.var("D", t, v)
+            m.row({here[t]: 1, at[s][t]: -1}, -1, 0)  # a view needs its storage
+            if j == 0:
+                m.fix(here[t], 1, "")
+                continue
+            before = stages[j - 1]
+            redo = R[t, view_op]
+            m.row({here[t]: 1, here[before]: -1, redo: -1}, -1, 0)
+            # Still defined only if the storage stayed resident and was not recomputed since.
+            for u in range(before + 1, t + 1):
+                holder = cover[s].get(u)
+                if holder is None:
+                    m.row({here[t]: 1, redo: -1}, -1, 0)
+                    break
+                if u < t:
+                    m.row({here[t]: 1, holder: -1, redo: -1}, -1, 0)
+                root_redo = R.get((u, root_op))
+                if root_redo is not None:
+                    m.row({here[t]: 1, root_redo: 1, redo: -1}, -1, 1)
+
+    def defined(t: int, tensor: int):
+        """The variable saying ``tensor`` is defined at need stage ``t``; True if always, None if never."""
+        if storage[tensor] in pinned:
+            return True
+        return at.get(tensor, {}).get(t)
+
+    for (t, op_index), remat in R.items():
+        for a in ops[op_index].args:
+            dep = defined(t, a)
+            if dep is None:
+                m.fix(remat, 0, "")
+            elif dep is not True:
+                m.row({remat: 1, dep: -1}, -1, 0)
+    for t, op_index in enumerate(problem.stage_op):
+        needed = ops[op_index].args if op_index != -1 else sorted(problem.end_pinned)
+        for a in needed:
+            dep = defined(t, a)
+            if dep is not True:
+                m.fix(dep, 1, f"stage {t} needs {trace.tensor_names[a]}, which the model cannot keep")
+
+    for t, terms in enumerate(memory):
+        room = budget_bytes - problem.constant_bytes[t]
+        if room < 0:
+            m.infeasible = m.infeasible or f"the pinned constants ({problem.constant_bytes[t]} bytes) exceed the budget"
+        if terms:
+            m.row(terms, 0, max(room, 0))
+    if R:
+        m.row({var: ops[op_index].cost for (t, op_index), var in R.items()}, 0, remat_limit)
+    m.cover = cover
+    return m
+
+

@@ -1,0 +1,218 @@
+"""The rematerialization problem as the simulator sees a trace, in stages.
+
+A *stage* is one schedule step that computes a non-constant operator, in schedule
+order; if the trace pins outputs at its end, one more stage (the *final* stage)
+stands for the moment just before the first of those pins. Between two stages
+(in the *gap* before a stage) the trace's releases free storages, and a schedule
+may evict storages and recompute operators, in operator order, before the stage's
+operator runs.
+
+What the model keeps from the runtime (see docs/solvers.md):
+
+* storages, not tensors, hold memory; an alias output (a view) shares its
+  argument's storage and costs no memory, but is its own tensor: evicting the
+  storage undefines the view, and using the view again recomputes its operator;
+* an operator recomputes all its outputs at once (a multi-output operator fills
+  every output storage, even ones already released, which then count until evicted);
+* constants are pinned from their creation on and never evicted;
+* a release that drops a storage's last reference frees it at once;
+* the pins at the end need every pinned tensor defined at the same time;
+* a recomputation needs all its arguments defined, as does the stage's operator;
+  the simulator's budget check (memory + all output bytes <= budget) applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..runtime import baseline
+from ..trace.model import COMPUTE, PIN, RELEASE, GET, Trace
+
+
+class UnsupportedTrace(ValueError):
+    """A trace the stage model cannot express (it names the operator)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Everything the solvers need, with tensor and storage ids of the trace.
+
+    ``need[op]`` are the stages after its first computation at which an output of
+    ``op`` may have to be defined (used by the stage's operator, pinned at the end,
+    or needed to recompute a consumer at one of *its* need stages); recomputations
+    of ``op`` are allowed only at those stages (on-demand recomputation).
+    """
+
+    trace: Trace
+    storage: tuple[int, ...]  # tensor -> its storage (the root tensor id)
+    n_stages: int  # including the final stage, if any
+    stage_step: tuple[int, ...]  # schedule step before which each stage's actions run
+    stage_op: tuple[int, ...]  # operator computed at each stage (-1 for the final stage)
+    op_stage: dict[int, int]  # non-constant operator -> stage of its first computation
+    need: dict[int, tuple[int, ...]]
+    chain: int
+    storage_window: dict[int, tuple[int, int]]  # fresh storage -> (first stage, last stage) it may be resident
+    view_window: dict[int, tuple[int, int]]  # view tensor of a non-pinned storage -> stages it may be defined
+    release_stage: dict[int, int]  # storage -> first stage after the release that frees it
+    end_pinned: frozenset[int]  # tensors pinned at the end (non-constant storages only)
+    constant_bytes: tuple[int, ...]  # bytes of pinned constants resident at each stage
+    pinned_storages: frozenset[int]  # storages of constants: always resident once created
+    base_compute: int
+
+    @property
+    def final_stage(self) -> int | None:
+        return self.n_stages - 1 if self.stage_op and self.stage_op[-1] == -1 else None
+
+    def storage_of(self, tensor: int) -> int:
+        return self.storage[tensor]
+
+    def storage_producer(self, s: int) -> int:
+        return self.trace.tensor_op[s]
+
+    def is_view(self, tensor: int) -> bool:
+        op = self.trace.operators[self.trace.tensor_op[tensor]]
+        return op.aliases[self.trace.tensor_index[tensor]] != -1
+
+    def lower_bound(self) -> int:
+        """Bytes every schedule needs: the largest stage footprint (arguments + outputs) plus pinned bytes."""
+        ops = self.trace.operators
+        best = 0
+        for t, op_index in enumerate(self.stage_op):
+            if op_index == -1:
+                needed = {self.storage_of(x) for x in self.end_pinned}
+                out = 0
+            else:
+                op = ops[op_index]
+                needed = {self.storage_of(a) for a in op.args}
+                out = op.total_size
+            footprint = sum(self.trace.operators[self.storage_producer(s)].sizes[self.trace.tensor_index[s]]
+                            for s in needed if s not in self.pinned_storages)
+            best = max(best, footprint + out + self.constant_bytes[t])
+        return best
+
+
+def _storages(trace: Trace) -> list[int]:
+    storage = list(range(trace.n_tensors))
+    for op in trace.operators:
+        for t, alias in zip(op.outputs, op.aliases):
+            if alias != -1:
+                storage[t] = storage[op.args[alias]]
+    return storage
+
+
+def build_problem(trace: Trace, chain: int = 3) -> Problem:
+    """Read the stages, windows, releases and pins of ``trace`` (see the module docstring).
+
+    ``chain`` bounds recompute chains: an operator may be recomputed at a stage only
+    to feed the stage's operator through at most ``chain`` recomputed operators
+    (views do not count). Larger values admit more schedules and cost model size.
+    """
+    ops = trace.operators
+    for index, op in enumerate(ops):
+        kinds = {alias == -1 for alias in op.aliases}
+        if len(kinds) > 1:
+            raise UnsupportedTrace(f"operator {index} ({op.name}) has both fresh and alias outputs; "
+                                   "the stage model needs each operator to be all-fresh or all-alias")
+    storage = _storages(trace)
+    stage_step, stage_op, op_stage = [], [], {}
+    pinned, constant_bytes_now = set(), 0
+    constant_bytes = []
+    ref = [0] * trace.n_tensors
+    release_at_step = {}  # storage -> schedule step whose release freed it
+    last_compute = max((k for k, (kind, _) in enumerate(trace.schedule) if kind == COMPUTE), default=-1)
+    end_pins: list[int] = []
+    final_step = None
+    for k, (kind, operand) in enumerate(trace.schedule):
+        if kind == COMPUTE:
+            op = ops[operand]
+            for t, alias in zip(op.outputs, op.aliases):
+                ref[storage[t]] += 1
+            if op.is_constant:
+                pinned.update(op.outputs)
+                constant_bytes_now += op.total_size
+            else:
+                op_stage[operand] = len(stage_op)
+                stage_step.append(k)
+                stage_op.append(operand)
+                constant_bytes.append(constant_bytes_now)
+        elif kind == GET:
+            ref[storage[operand]] += 1
+        elif kind == RELEASE:
+            s = storage[operand]
+            ref[s] -= 1
+            if ref[s] == 0 and s not in pinned:
+                release_at_step[s] = k
+        elif kind == PIN:
+            s = storage[operand]
+            if s in pinned:
+                continue
+            if k < last_compute:
+                raise UnsupportedTrace(f"the trace pins non-constant tensor {trace.tensor_names[operand]} "
+                                       "before its last computation; the stage model pins only at the end")
+            if final_step is None:
+                final_step = k
+            end_pins.append(operand)
+    if final_step is not None:
+        stage_step.append(final_step)
+        stage_op.append(-1)
+        constant_bytes.append(constant_bytes_now)
+    n_stages = len(stage_op)
+
+    # The first stage whose gap comes after each freeing release.
+    release_stage = {}
+    steps = stage_step
+    j = 0
+    for s, k in sorted(release_at_step.items(), key=lambda item: item[1]):
+        while j < len(steps) and steps[j] < k:
+            j += 1
+        release_stage[s] = j  # == n_stages when freed after the last stage
+    # Stages at which each operator's outputs may be needed, consumers first.
+    consumers: dict[int, set[int]] = {}
+    direct: dict[int, set[int]] = {}
+    for t, op_index in enumerate(stage_op):
+        args = ops[op_index].args if op_index != -1 else end_pins
+        for a in args:
+            producer = trace.tensor_op[a]
+            if not ops[producer].is_constant and storage[a] not in pinned:
+                direct.setdefault(producer, set()).add(t)
+    for op_index in op_stage:
+        for a in ops[op_index].args:
+            producer = trace.tensor_op[a]
+            if not ops[producer].is_constant and storage[a] not in pinned:
+                consumers.setdefault(producer, set()).add(op_index)
+    # Recompute chains at most ``chain`` operators long (views do not count): level k
+    # holds the stages at which an operator may be recomputed to feed a chain of k.
+    is_view = {op_index: ops[op_index].aliases[0] != -1 for op_index in op_stage}
+    level = {op_index: direct.get(op_index, set()) for op_index in op_stage}
+    for _ in range(max(chain, 1) - 1):
+        nxt: dict[int, set[int]] = {}
+        for op_index in sorted(op_stage, reverse=True):
+            stages = set(direct.get(op_index, ()))
+            for consumer in consumers.get(op_index, ()):
+                stages.update(nxt[consumer] if is_view[consumer] else level[consumer])
+            nxt[op_index] = stages
+        level = nxt
+    if chain >= 1:  # a view passes its needs to the storage's producer at every level
+        for op_index in sorted(op_stage, reverse=True):
+            for consumer in consumers.get(op_index, ()):
+                if is_view[consumer]:
+                    level[op_index] = level[op_index] | level[consumer]
+    need = {op_index: tuple(sorted(t for t in level[op_index] if t > op_stage[op_index])) for op_index in op_stage}
+    storage_window, view_window = {}, {}
+    for op_index, first in op_stage.items():
+        op = ops[op_index]
+        last = need[op_index][-1] if need[op_index] else first
+        for t, alias in zip(op.outputs, op.aliases):
+            if alias == -1:
+                storage_window[t] = (first, last)
+            elif storage[t] not in pinned:
+                view_window[t] = (first, last)
+    # A view's operator consumes the storage's producer, so need[producer] covers the
+    # view's needs and the storage window covers the view window.
+    end_pinned = frozenset(t for t in end_pins if storage[t] not in pinned)
+    return Problem(
+        trace=trace, storage=tuple(storage), n_stages=n_stages, stage_step=tuple(stage_step), stage_op=tuple(stage_op), op_stage=op_stage,
+        need=need, chain=chain, storage_window=storage_window, view_window=view_window, release_stage=release_stage,
+        end_pinned=end_pinned, constant_bytes=tuple(constant_bytes), pinned_storages=frozenset(pinned),
+        base_compute=baseline(trace).model_compute,
+    )

@@ -1,0 +1,216 @@
+"""``solve_optimal``: the least recompute that fits a budget, as a :class:`SolveResult` record."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from ..runtime import DEFAULT_OVERHEAD_LIMIT
+from ..trace.model import Trace
+from .model import LinearModel, build_model
+from .problem import Problem, build_problem
+
+SOLVERS = ("cpsat", "milp")
+DEFAULT_TIME_LIMIT_S = 30.0
+
+
+class SolverUnavailable(ImportError):
+    """The optional solver packages are not installed."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What to keep and what to recompute, per stage (see :mod:`dtrlab.solvers.problem`).
+
+    ``resident[t]``: the non-constant storages resident while stage ``t`` runs;
+    ``remat[t]``: the operators recomputed, in this order, in the gap before stage ``t``.
+    """
+
+    resident: tuple[tuple[int, ...], ...]
+    remat: tuple[tuple[int, ...], ...]
+
+    @property
+    def remat_count(self) -> int:
+        return sum(len(ops) for ops in self.remat)
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """One solve. Compute is in the trace's cost units; ``objective`` and ``best_bound``
+    are total compute (the trace's own compute plus recompute)."""
+
+    trace: str
+    solver: str
+    budget_bytes: int
+    overhead_limit: float
+    status: str  # "optimal", "feasible", "infeasible" or "unknown"
+    objective: int | None
+    best_bound: float | None
+    base_compute: int
+    solve_seconds: float
+    time_limit_s: float
+    n_vars: int = 0
+    n_rows: int = 0
+    message: str = ""
+    schedule: Schedule | None = field(default=None, repr=False)
+
+    @property
+    def remat_compute(self) -> int | None:
+        return None if self.objective is None else self.objective - self.base_compute
+
+    @property
+    def gap(self) -> float | None:
+        """(objective - best bound) / objective; 0 when optimal, None without a solution."""
+        if self.objective is None or self.best_bound is None:
+            return None
+        return max(0.0, (self.objective - self.best_bound) / self.objective) if self.objective else 0.0
+
+    @property
+    def overhead(self) -> float | None:
+        """The simulator's overhead measure for this schedule: (1 + total compute) / trace compute."""
+        return None if self.objective is None else (1 + self.objective) / self.base_compute
+
+    @property
+    def has_schedule(self) -> bool:
+        return self.schedule is not None
+
+    def to_dict(self) -> dict:
+        return {
+            "trace": self.trace, "solver": self.solver, "budget_bytes": self.budget_bytes,
+            "overhead_limit": self.overhead_limit, "status": self.status, "objective": self.objective,
+            "best_bound": self.best_bound, "gap": self.gap, "remat_compute": self.remat_compute,
+            "overhead": self.overhead, "base_compute": self.base_compute, "solve_seconds": self.solve_seconds,
+            "time_limit_s": self.time_limit_s, "n_vars": self.n_vars, "n_rows": self.n_rows,
+            "message": self.message,
+        }
+
+
+def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
+                  time_limit_s: float = DEFAULT_TIME_LIMIT_S, solver: str = "cpsat", workers: int = 2) -> SolveResult:
+    """The schedule with the least recompute that keeps ``trace`` within ``budget_bytes``.
+
+    ``solver``: "cpsat" (OR-Tools CP-SAT) or "milp" (HiGHS). Both solve the stage
+    formulation of :mod:`dtrlab.solvers.model`; "optimal" and "infeasible" are proofs
+    within that formulation, "feasible" is a schedule without an optimality proof
+    (see ``gap``), "unknown" means the time limit ran out with neither.
+    A budget below :meth:`Problem.lower_bound` is answered "infeasible" without a solve.
+    """
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
+    if not overhead_limit >= 1:
+        raise ValueError(f"overhead_limit must be >= 1 (2.0 allows as much recompute as compute), got {overhead_limit}")
+    if not time_limit_s > 0:
+        raise ValueError(f"time_limit_s must be positive, got {time_limit_s}")
+    problem = trace if isinstance(trace, Problem) else build_problem(trace)
+    started = time.perf_counter()
+    common = dict(trace=problem.trace.name, solver=solver, budget_bytes=int(budget_bytes),
+                  overhead_limit=overhead_limit, base_compute=problem.base_compute, time_limit_s=time_limit_s)
+    bound = problem.lower_bound()
+    if budget_bytes < bound:
+        return SolveResult(status="infeasible", objective=None, best_bound=None,
+                           solve_seconds=time.perf_counter() - started,
+                           message=f"budget {budget_bytes} is below the lower bound {bound} bytes (the largest "
+                                   "stage footprint: arguments, outputs and pinned bytes); no schedule fits",
+                           **common)
+    remat_limit = problem.base_compute * (overhead_limit - 1)
+    model = build_model(problem, int(budget_bytes), remat_limit)
+    sizes = dict(n_vars=model.n_vars, n_rows=len(model.rows))
+    if model.infeasible:
+        return SolveResult(status="infeasible", objective=None, best_bound=None,
+                           solve_seconds=time.perf_counter() - started, message=model.infeasible, **common, **sizes)
+    backend = _solve_cpsat if solver == "cpsat" else _solve_highs
+    status, values, objective, best = backend(model, time_limit_s, workers)
+    seconds = time.perf_counter() - started
+    schedule = _schedule(problem, model, values) if values is not None else None
+    if status == "optimal":
+        best = objective
+    return SolveResult(
+        status=status,
+        objective=None if objective is None else problem.base_compute + int(round(objective)),
+        best_bound=None if best is None else problem.base_compute + best,
+        solve_seconds=seconds, schedule=schedule,
+        message="" if status != "infeasible" else "the solver proved that no schedule of the stage model fits",
+        **common, **sizes,
+    )
+
+
+def _schedule(problem: Problem, model: LinearModel, values: list[int]) -> Schedule:
+    resident = [[] for _ in range(problem.n_stages)]
+    remat = [[] for _ in range(problem.n_stages)]
+    for s, stages in model.cover.items():
+        for t, var in stages.items():
+            if values[var]:
+                resident[t].append(s)
+    for (kind, t, item), value in zip(model.names, values):
+        if value and kind == "R":
+            remat[t].append(item)
+    return Schedule(resident=tuple(tuple(sorted(r)) for r in resident),
+                    remat=tuple(tuple(sorted(r)) for r in remat))
+
+
+def _solve_cpsat(model: LinearModel, time_limit_s: float, workers: int):
+    try:
+        from ortools.sat.python import cp_model
+    except ImportError as error:
+        raise SolverUnavailable("solver='cpsat' needs OR-Tools: pip install 'dtrlab[solvers]'") from error
+    cp = cp_model.CpModel()
+    x = [cp.NewBoolVar("") for _ in range(model.n_vars)]
+    for var, (lo, hi) in enumerate(zip(model.lower, model.upper)):
+        if lo == hi:
+            cp.Add(x[var] == lo)
+    for terms, lo, hi in model.rows:
+        expr = sum(coef * x[var] for var, coef in terms.items())
+        if math.isfinite(hi):
+            cp.Add(expr <= int(math.floor(hi)))
+        if math.isfinite(lo) and lo > -sum(abs(c) for c in terms.values()):
+            cp.Add(expr >= int(math.ceil(lo)))
+    cp.Minimize(sum(c * x[var] for var, c in enumerate(model.cost) if c))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit_s)
+    solver.parameters.num_workers = max(1, int(workers))
+    code = solver.Solve(cp)
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        values = [int(solver.Value(v)) for v in x]
+        return ("optimal" if code == cp_model.OPTIMAL else "feasible", values, solver.ObjectiveValue(),
+                solver.BestObjectiveBound())
+    if code == cp_model.INFEASIBLE:
+        return "infeasible", None, None, None
+    return "unknown", None, None, None
+
+
+def _solve_highs(model: LinearModel, time_limit_s: float, workers: int):
+    try:
+        import highspy
+        import numpy as np
+    except ImportError as error:
+        raise SolverUnavailable("solver='milp' needs HiGHS: pip install 'dtrlab[solvers]'") from error
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("mip_rel_gap", 0.0)
+    h.setOptionValue("threads", max(1, int(workers)))
+    n = model.n_vars
+    inf = highspy.kHighsInf
+    h.addVars(n, np.array(model.lower, dtype=float), np.array(model.upper, dtype=float))
+    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, highspy.HighsVarType.kInteger))
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.array(model.cost, dtype=float))
+    starts, indices, coefs, lower, upper = [], [], [], [], []
+    for terms, lo, hi in model.rows:
+        starts.append(len(indices))
+        indices.extend(terms)
+        coefs.extend(terms.values())
+        lower.append(lo if math.isfinite(lo) else -inf)
+        upper.append(hi if math.isfinite(hi) else inf)
+    h.addRows(len(model.rows), np.array(lower, dtype=float), np.array(upper, dtype=float), len(indices),
+              np.array(starts, dtype=np.int32), np.array(indices, dtype=np.int32), np.array(coefs, dtype=float))
+    h.run()
+    status = h.getModelStatus()
+    info = h.getInfo()
+    if status == highspy.HighsModelStatus.kInfeasible:
+        return "infeasible", None, None, None
+    if info.primal_solution_status == 2:  # a feasible integer solution exists
+        values = [int(round(v)) for v in h.getSolution().col_value]
+        optimal = status == highspy.HighsModelStatus.kOptimal
+        return "optimal" if optimal else "feasible", values, info.objective_function_value, info.mip_dual_bound
+    return "unknown", None, None, None

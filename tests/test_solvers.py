@@ -1,0 +1,145 @@
+"""Exact solvers on hand-built graphs whose optimum is derived by hand, and their replay in the simulator.
+
+Every graph has a constant ``x`` of 10 bytes that stays pinned; budgets below count it.
+"""
+
+import pytest
+
+pytest.importorskip("ortools", reason="the exact solvers need the optional extra: pip install 'dtrlab[solvers]'")
+pytest.importorskip("highspy", reason="the exact solvers need the optional extra: pip install 'dtrlab[solvers]'")
+
+from dtrlab.solvers import SOLVERS, build_problem, replay, solve_optimal  # noqa: E402
+from dtrlab.trace.builder import LogBuilder  # noqa: E402
+
+
+def chain():
+    """Three forward layers, three backward layers; a1 is expensive (5), the others cost 1.
+
+    Without eviction the backward's first two steps hold a1, a2, a3/g3, g2 and x: 50 bytes.
+    b2 needs g3, a2, g2 and x (40) and b1 needs g2, a1, g1 and x (40), so below 50 a1
+    must be gone at b2 and recomputed for b1: recompute 5 for budgets 40..49, none
+    from 50. Below 40 (b2's own footprint) nothing fits.
+    """
+    log = LogBuilder()
+    log.constant("x", 10)
+    log.call("f1", ["x"], [("a1", 10)], time=5)
+    log.call("f2", ["a1"], [("a2", 10)], time=1)
+    log.call("f3", ["a2"], [("a3", 10)], time=1)
+    log.backward()
+    log.call("b3", ["a3"], [("g3", 10)], time=1)
+    log.release("a3")
+    log.call("b2", ["g3", "a2"], [("g2", 10)], time=1)
+    log.release("g3", "a2")
+    log.call("b1", ["g2", "a1"], [("g1", 10)], time=1)
+    log.release("g2", "a1")
+    return log.trace("chain")
+
+
+def diamond():
+    """a feeds b and c, which meet in d; e needs d and a again.
+
+    d's step needs b, c, d and x (40) while a is still live (50 with it). Below 50, a
+    must be gone at d and recomputed (cost 4) for e; recomputing b or c instead would
+    need a resident at d anyway. Nothing fits below 40.
+    """
+    log = LogBuilder()
+    log.constant("x", 10)
+    log.call("f", ["x"], [("a", 10)], time=4)
+    log.call("g", ["a"], [("b", 10)], time=1)
+    log.call("h", ["a"], [("c", 10)], time=2)
+    log.call("k", ["b", "c"], [("d", 10)], time=1)
+    log.release("b", "c")
+    log.call("m", ["d", "a"], [("e", 10)], time=1)
+    log.release("d", "a")
+    return log.trace("diamond")
+
+
+def unet():
+    """An encoder output e1 (10 bytes, cost 8) skips, through a view (cost 1), to the decoder.
+
+    mid needs e2, m and x (50) while e1 is live (60 with it). Below 60, e1 must be
+    gone at mid and come back for dec1: recompute enc1 (8) and, since the view died
+    with its storage, the view again (1): 9 for budgets 50..59. Nothing fits below 50.
+    """
+    log = LogBuilder()
+    log.constant("x", 10)
+    log.call("enc1", ["x"], [("e1", 10)], time=8)
+    log.call("view", ["e1"], [("v", 0, 0)], time=1)
+    log.call("enc2", ["e1"], [("e2", 20)], time=1)
+    log.call("mid", ["e2"], [("m", 20)], time=1)
+    log.release("e2")
+    log.call("dec2", ["m"], [("d2", 10)], time=1)
+    log.release("m")
+    log.call("dec1", ["d2", "v"], [("d1", 10)], time=1)
+    log.release("d2", "v", "e1")
+    log.call("out", ["d1"], [("y", 10)], time=1)
+    log.release("d1")
+    return log.trace("unet")
+
+
+# graph -> (lower bound = minimal budget, the budget from which nothing is recomputed, recompute between)
+HAND_DERIVED = {chain: (40, 50, 5), diamond: (40, 50, 4), unet: (50, 60, 9)}
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("graph", list(HAND_DERIVED), ids=lambda g: g.__name__)
+def test_hand_built_optimum(graph, solver):
+    trace = graph()
+    minimal, free_from, recompute = HAND_DERIVED[graph]
+    problem = build_problem(trace)
+    assert problem.lower_bound() == minimal
+    for budget, expected in [(minimal - 1, None), (minimal, recompute), (free_from - 1, recompute),
+                             (free_from, 0), (free_from + 20, 0)]:
+        result = solve_optimal(problem, budget, solver=solver, time_limit_s=10)
+        if expected is None:
+            assert result.status == "infeasible" and result.schedule is None
+            assert "lower bound" in result.message
+            continue
+        assert result.status == "optimal", (budget, result)
+        assert result.remat_compute == expected, budget
+        assert result.objective == trace.model_compute + expected
+        assert result.gap == 0.0
+        check = replay(problem, result)
+        assert check.passed, check.summary()
+        assert check.remat_compute == expected and check.peak_memory <= budget
+
+
+def test_overhead_limit_makes_a_budget_infeasible():
+    """The chain at 40 bytes needs recompute 5 of its 10 units of compute: fine at 1.5, not at 1.4."""
+    trace = chain()
+    assert trace.model_compute == 10
+    assert solve_optimal(trace, 40, overhead_limit=1.5, time_limit_s=10).remat_compute == 5
+    for solver in SOLVERS:
+        result = solve_optimal(trace, 40, overhead_limit=1.4, solver=solver, time_limit_s=10)
+        assert result.status == "infeasible" and result.schedule is None
+
+
+def test_replay_catches_a_schedule_that_does_not_fit():
+    """A schedule is checked by the simulator, not by the solver's accounting: the same
+    schedule that fits 40 bytes fails at 39."""
+    trace = chain()
+    result = solve_optimal(trace, 40, time_limit_s=10)
+    assert replay(trace, result).passed
+    tight = replay(trace, result.schedule, 39)
+    assert not tight.passed and tight.status == "oom"
+
+
+def test_replay_reports_a_wrong_compute_claim():
+    """Dropping the schedule's recompute makes the simulator recompute a1 on demand: reported."""
+    from dataclasses import replace
+    trace = chain()
+    result = solve_optimal(trace, 40, time_limit_s=10)
+    stripped = replace(result.schedule, remat=tuple(() for _ in result.schedule.remat))
+    check = replay(trace, stripped, 40)
+    assert not check.passed
+    assert check.remat_compute == 5 and check.claimed_remat_compute == 0
+
+
+def test_bad_input_is_a_clear_error():
+    trace = chain()
+    with pytest.raises(ValueError, match="cpsat, milp"):
+        solve_optimal(trace, 40, solver="gurobi")
+    with pytest.raises(ValueError, match="overhead_limit"):
+        solve_optimal(trace, 40, overhead_limit=0.5)
+    result = solve_optimal(trace, 5)
+    assert result.status == "infeasible" and "below the lower bound 40" in result.message
