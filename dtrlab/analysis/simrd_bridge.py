@@ -28,6 +28,7 @@ class SimrdOutcome:
     peak_memory: int
     evicted_storages: tuple[str, ...]
     seconds: float  # the budgeted replay alone (not parsing or the baseline)
+    cpu_seconds: float = 0.0  # the same, in this process's CPU time (steadier on a shared machine)
 
     @property
     def eviction_sha256(self) -> str:
@@ -71,7 +72,7 @@ def run_simrd(simrd: ModuleType, log_path: str | Path, heuristic: str, *, ratio:
     policy.choose = recording_choose
     runtime = simrd.runtime.RuntimeV2EagerOptimized(budget_bytes, policy, stats=False, trace=False,
                                                     remat_limit=remat_limit)
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     try:
         callback(runtime)
         status = "pass"
@@ -79,8 +80,8 @@ def run_simrd(simrd: ModuleType, log_path: str | Path, heuristic: str, *, ratio:
         status = "oom"
     except simrd.runtime.RematExceededError:
         status = "thrash"
-    seconds = time.perf_counter() - started
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - started_cpu
     summary = runtime.telemetry.summary
     return SimrdOutcome(status=status, budget_bytes=budget_bytes, clock=runtime.clock,
                         remat_compute=summary["remat_compute"], peak_memory=summary["max_memory"],
-                        evicted_storages=tuple(evicted), seconds=seconds)
+                        evicted_storages=tuple(evicted), seconds=seconds, cpu_seconds=cpu_seconds)

@@ -44,6 +44,7 @@ typedef struct {
     uint64_t *base_bit, *reach, *front;
     uint32_t *base_seen, *front_seen;
     int32_t *touched;           /* resident storages reached by a batch */
+    IntVec pairs;               /* (storage, resident out-neighbour) pairs seen by a batch */
     uint64_t *batch_bits;       /* the evicted storages a batch reaches */
 } Regions;
 
@@ -122,6 +123,9 @@ static void regions_release(Regions *self) {
         PyMem_Free(self->scratch[dir]);
         self->scratch[dir] = NULL;
     }
+    PyMem_Free(self->pairs.items);
+    self->pairs.items = NULL;
+    self->pairs.len = self->pairs.cap = 0;
     void *buffers[] = {self->seen, self->stack, self->base_bit, self->reach, self->front, self->base_seen,
                        self->front_seen, self->touched, self->batch_bits};
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) PyMem_Free(buffers[i]);
@@ -201,12 +205,13 @@ static int walk(Regions *self, int32_t base, int dir) {
  * The walks of up to 64 bases in one direction at once, with the same results as
  * walk() on each: every walk of one regions_materialized() call sees the same
  * resident set, so the evicted storages reachable from the bases are found once,
- * each with the mask of the bases that reach it (propagated along in-edges in
- * storage-id order, which is nearly topological; repeated until nothing changes,
- * so cycles are handled too), and every region is read off the masks.
+ * each with the mask of the bases that reach it, and every region is read off the
+ * masks. Masks are pushed along edges in storage-id order, which is nearly
+ * topological (only alias edges can point back); a pass that changed a storage
+ * already passed is repeated, so cycles are handled too.
  */
 static int walk_batch(Regions *self, const int32_t *bases, int count, int dir) {
-    IntVec *out_edges = self->edges[dir], *in_edges = self->edges[1 - dir];
+    IntVec *out_edges = self->edges[dir];
     const uint8_t *material = self->material;
     const int64_t *compute = self->compute;
     uint32_t *seen = self->seen, *base_seen = self->base_seen, *front_seen = self->front_seen;
@@ -225,45 +230,51 @@ static int walk_batch(Regions *self, const int32_t *bases, int count, int dir) {
         base_bit[base] = (uint64_t)1 << i;
         self->stack[top++] = base;
     }
-    /* The evicted storages reachable from any base through evicted storages. */
+    /* The evicted storages reachable from any base through evicted storages; the bases'
+     * own bits go to their evicted neighbours, and edges into resident storages are kept. */
+    self->pairs.len = 0;
     while (top) {
-        IntVec *out = &out_edges[self->stack[--top]];
+        int32_t u = self->stack[--top];
+        IntVec *out = &out_edges[u];
+        uint64_t own = base_seen[u] == generation ? base_bit[u] : 0;
         for (Py_ssize_t j = 0; j < out->len; j++) {
             int32_t us = out->items[j];
-            if (!material[us] && seen[us] != generation) {
+            if (material[us]) {
+                if (vec_push(&self->pairs, u) < 0 || vec_push(&self->pairs, us) < 0) return -1;
+                continue;
+            }
+            if (seen[us] != generation) {
                 seen[us] = generation;
                 reach[us] = 0;
                 BIT_SET(bits, us);
                 self->stack[top++] = us;
             }
+            reach[us] |= own;
         }
     }
-    /* reach[v]: the bases with a path to v; forward edges mostly go up in storage id. */
-    for (int changed = 1; changed;) {
-        changed = 0;
+    /* reach[v]: the bases with a path to v through evicted storages. */
+    for (int again = 1; again;) {
+        again = 0;
         for (Py_ssize_t k = 0; k < words; k++) {
             Py_ssize_t w = dir ? words - 1 - k : k;
             uint64_t word = bits[w];
             while (word) {
                 int b = dir ? 63 - __builtin_clzll(word) : __builtin_ctzll(word);
-                int32_t v = (int32_t)((w << 6) + b);
+                int32_t u = (int32_t)((w << 6) + b);
                 word &= ~((uint64_t)1 << b);
-                uint64_t mask = 0;
-                IntVec *in = &in_edges[v];
-                for (Py_ssize_t j = 0; j < in->len; j++) {
-                    int32_t u = in->items[j];
-                    if (base_seen[u] == generation) mask |= base_bit[u];
-                    if (seen[u] == generation) mask |= reach[u];
-                }
-                if (mask != reach[v]) {
-                    reach[v] = mask;
-                    changed = 1;
+                uint64_t mask = reach[u];
+                if (!mask) continue;
+                IntVec *out = &out_edges[u];
+                for (Py_ssize_t j = 0; j < out->len; j++) {
+                    int32_t us = out->items[j];
+                    if (material[us] || !(mask & ~reach[us])) continue;
+                    reach[us] |= mask;
+                    if (dir ? us > u : us < u) again = 1; /* already passed in this order */
                 }
             }
         }
     }
-    /* Interiors and their compute; frontier masks of the resident storages reached. */
-    Py_ssize_t touched = 0;
+    /* Interiors and their compute. */
     for (Py_ssize_t w = 0; w < words; w++) {
         uint64_t word = bits[w];
         while (word) {
@@ -277,28 +288,17 @@ static int walk_batch(Regions *self, const int32_t *bases, int count, int dir) {
             }
         }
     }
-    for (int pass = 0; pass < 2; pass++) { /* sources: the bases, then the reached evicted storages */
-        Py_ssize_t limit = pass ? words : count;
-        for (Py_ssize_t k = 0; k < limit; k++) {
-            uint64_t word = pass ? bits[k] : 1;
-            while (word) {
-                int32_t u = pass ? (int32_t)((k << 6) + __builtin_ctzll(word)) : bases[k];
-                word &= word - 1;
-                uint64_t mask = pass ? reach[u] : base_bit[u];
-                if (!mask) continue;
-                IntVec *out = &out_edges[u];
-                for (Py_ssize_t j = 0; j < out->len; j++) {
-                    int32_t us = out->items[j];
-                    if (!material[us]) continue;
-                    if (front_seen[us] != generation) {
-                        front_seen[us] = generation;
-                        front[us] = 0;
-                        self->touched[touched++] = us;
-                    }
-                    front[us] |= mask;
-                }
-            }
+    /* Frontiers: the resident storages at the end of an edge from a base or its interior. */
+    Py_ssize_t touched = 0;
+    for (Py_ssize_t j = 0; j < self->pairs.len; j += 2) {
+        int32_t u = self->pairs.items[j], us = self->pairs.items[j + 1];
+        uint64_t mask = base_seen[u] == generation ? base_bit[u] : reach[u];
+        if (front_seen[us] != generation) {
+            front_seen[us] = generation;
+            front[us] = 0;
+            self->touched[touched++] = us;
         }
+        front[us] |= mask;
     }
     for (Py_ssize_t j = 0; j < touched; j++) {
         int32_t us = self->touched[j];

@@ -8,8 +8,10 @@ pinned storages. The peak of this replay is what budget ratios multiply.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import wraps
 
 from ..trace.model import COMPUTE, GET, PIN, RELEASE, Trace
 
@@ -60,7 +62,28 @@ def _replay(trace: Trace) -> Baseline:
     return Baseline(peak_memory=peak, model_compute=compute)
 
 
-@lru_cache(maxsize=64)
+def cache_per_trace(function: Callable[[Trace], object]) -> Callable[[Trace], object]:
+    """Cache ``function(trace)`` per Trace object, for as long as that object lives.
+
+    Keyed on the object's identity: hashing a Trace (all its operators) would cost
+    more than a small replay.
+    """
+    results: dict[int, tuple[weakref.ref, object]] = {}
+
+    @wraps(function)
+    def cached(trace: Trace):
+        key = id(trace)
+        entry = results.get(key)
+        if entry is not None and entry[0]() is trace:
+            return entry[1]
+        result = function(trace)
+        results[key] = (weakref.ref(trace, lambda _, key=key: results.pop(key, None)), result)
+        return result
+
+    return cached
+
+
+@cache_per_trace
 def baseline(trace: Trace) -> Baseline:
     """Peak memory and compute of an unbounded replay (cached per trace)."""
     return _replay(trace)

@@ -11,12 +11,12 @@ step on random traces.
 from __future__ import annotations
 
 import math
-import weakref
 from array import array
 from dataclasses import dataclass
 
 from ..policies.builtin import DTR, LRU, MSPS, DTREqClass, DTRLocal, LargestStorage
 from ..trace.model import Trace
+from .baseline import cache_per_trace
 from .simulator import Failure, Intervention
 
 try:
@@ -77,20 +77,14 @@ _MAX_TOTAL = 2**56
 
 
 @dataclass(frozen=True)
-class _CoreTraceEntry:
-    trace: weakref.ref
+class CoreTrace:
     flat: object  # the _core.CoreTrace
     fits: bool  # totals below _MAX_TOTAL
 
 
-_core_traces: dict[int, _CoreTraceEntry] = {}
-
-
-def core_trace(trace: Trace) -> _CoreTraceEntry:
+@cache_per_trace
+def core_trace(trace: Trace) -> CoreTrace:
     """The trace flattened into the core's arrays, built once per Trace object."""
-    entry = _core_traces.get(id(trace))
-    if entry is not None and entry.trace() is trace:
-        return entry
     op_cost, arg_off, args, out_off, outs, sizes, aliases = (
         array("q"), array("i", [0]), array("i"), array("i", [0]), array("i"), array("q"), array("i"))
     for op in trace.operators:
@@ -105,11 +99,8 @@ def core_trace(trace: Trace) -> _CoreTraceEntry:
     operands = array("i", [operand for _, operand in trace.schedule])
     flat = _core.CoreTrace(tuple(trace.tensor_names), op_cost, arg_off, args, out_off, outs, sizes, aliases,
                            array("i", trace.tensor_op), array("i", trace.tensor_index), kinds, operands)
-    key = id(trace)
     fits = sum(op_cost) < _MAX_TOTAL and sum(sizes) < _MAX_TOTAL and min(op_cost, default=0) >= 0
-    entry = _CoreTraceEntry(weakref.ref(trace, lambda _, key=key: _core_traces.pop(key, None)), flat, fits)
-    _core_traces[key] = entry
-    return entry
+    return CoreTrace(flat, fits)
 
 
 def _exceeded_at(limit: float) -> int:
