@@ -10,23 +10,29 @@ Definitions, over the sampled budgets of one trace and policy sorted by budget:
   sample (it included) passes.
 
 :func:`find_holes` measures these on a sweep frame. :func:`refine_holes` adds
-samples: it bisects every pass<->fail transition in bytes down to a resolution,
-and probes the gaps around *suspicious* passing samples to find holes narrower
-than the sampling step (see its docstring and docs/sweeps.md).
+samples: with ``delta`` it first samples the frame's whole range so that no two
+samples are more than ``delta`` bytes apart (the guarantee: every hole at least
+``delta`` wide inside the range holds a sample; docs/sweeps.md states and proves
+it); it probes the gaps around *suspicious* passing samples to find holes narrower
+than the sampling step, and bisects every pass<->fail transition in bytes down to
+a resolution (see its docstring).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from ..policies import Policy, get_policy
-from ..runtime import FLAT, Intervention, baseline, memory_label, memory_spec
+from ..runtime import FLAT, Intervention, baseline, memory_label, memory_spec, budget_for
 from ..sweep import sweep
-from ..sweep.budget_sweep import resolve_trace
+from ..sweep.budget_sweep import parse_ratios, resolve_trace
 from ..trace.model import Trace
 
 MIB = 1 << 20
@@ -50,6 +56,9 @@ class HoleCensus:
     ``holes`` has :data:`HOLE_COLUMNS`. A hole's true extent lies between
     ``[fail_low, fail_high]`` (its failing samples) and ``(pass_below, pass_above)``
     (the passing samples around it): ``min_width_bytes`` and ``width_bytes``.
+    ``max_gap_bytes`` is the largest distance between budget-adjacent samples: every
+    hole of at least that many budgets between the smallest and the largest sample
+    holds a sample (docs/sweeps.md, "The guarantee").
     """
 
     trace: str
@@ -60,6 +69,7 @@ class HoleCensus:
     non_monotone_failures: int
     threshold_bytes: int | None
     threshold_ratio: float | None
+    max_gap_bytes: int = 0
 
     @property
     def widest(self) -> pd.Series | None:
@@ -77,12 +87,37 @@ class HoleCensus:
                                   f"{widest.fail_low_ratio:.6g}-{widest.fail_high_ratio:.6g}"),
             "widest_hole_mib": None if widest is None else widest.width_bytes / MIB,
             "widest_hole_kinds": None if widest is None else widest.kinds,
-            "threshold_ratio": self.threshold_ratio,
+            "threshold_ratio": self.threshold_ratio, "max_gap_bytes": self.max_gap_bytes,
         }
 
 
-def find_holes(frame: pd.DataFrame) -> HoleCensus:
-    """Holes, non-monotone failures and the feasibility threshold of one sweep frame."""
+def delta_bytes(delta: int | float, peak: int) -> int:
+    """A sampling resolution in bytes: an integer ``delta >= 1`` is bytes, a float in
+    (0, 1) a fraction of the baseline ``peak`` (rounded up, so ``0.001`` is
+    ``ceil(peak / 1000)``: the gaps of a ``START:STOP:0.001`` ratio grid never exceed it
+    except by float rounding)."""
+    if isinstance(delta, float) and 0 < delta < 1:
+        return max(1, math.ceil(delta * peak))
+    if float(delta) == int(delta) and int(delta) >= 1:
+        return int(delta)
+    raise ValueError(f"delta is bytes (an integer >= 1) or a fraction of the baseline peak in (0, 1), "
+                     f"e.g. 0.001 for peak/1000; got {delta!r}")
+
+
+def max_gap(budgets) -> int:
+    """The largest distance between budget-adjacent samples (0 for fewer than two)."""
+    budgets = np.unique(np.asarray(budgets, dtype=np.int64))
+    return int(np.diff(budgets).max()) if len(budgets) > 1 else 0
+
+
+def find_holes(frame: pd.DataFrame, delta: int | float | None = None) -> HoleCensus:
+    """Holes, non-monotone failures and the feasibility threshold of one sweep frame.
+
+    With ``delta`` (bytes, or a fraction of the baseline peak; see :func:`delta_bytes`)
+    the frame must sample its range at least that finely, so that the census carries
+    the guarantee of docs/sweeps.md for holes of ``delta`` bytes; a coarser frame is an
+    error that names its widest gap (:func:`refine_holes` with ``delta`` fills it).
+    """
     for column in ("trace", "policy", "budget_bytes", "ratio", "status"):
         if column not in frame:
             raise ValueError(f"find_holes needs a sweep frame (dtrlab.sweep(...)); column {column!r} is missing")
@@ -97,6 +132,18 @@ def find_holes(frame: pd.DataFrame) -> HoleCensus:
     budgets = samples["budget_bytes"].to_numpy()
     ratios = samples["ratio"].to_numpy()
     statuses = samples["status"].to_numpy()
+
+    gap = max_gap(budgets)
+    if delta is not None:
+        if isinstance(delta, float) and delta < 1 and "baseline_memory" not in samples:
+            raise ValueError("a fractional delta needs the frame's baseline_memory column (a dtrlab.sweep frame); "
+                             "give delta in bytes instead")
+        limit = delta_bytes(delta, int(samples["baseline_memory"].iloc[0]) if "baseline_memory" in samples else 1)
+        if gap > limit:
+            at = int(np.argmax(np.diff(budgets)))
+            raise ValueError(f"the samples are {gap:,} bytes apart between budgets {int(budgets[at]):,} and "
+                             f"{int(budgets[at + 1]):,}, coarser than delta = {limit:,} bytes; sample more finely "
+                             "(refine_holes(trace, frame, delta=...) fills every gap)")
 
     seen_pass = passed.cumsum() > 0
     non_monotone = int((~passed & seen_pass).sum())
@@ -134,7 +181,7 @@ def find_holes(frame: pd.DataFrame) -> HoleCensus:
         holes=pd.DataFrame(holes, columns=HOLE_COLUMNS), failures=int((~passed).sum()),
         non_monotone_failures=non_monotone,
         threshold_bytes=None if threshold is None else int(budgets[threshold]),
-        threshold_ratio=None if threshold is None else float(ratios[threshold]),
+        threshold_ratio=None if threshold is None else float(ratios[threshold]), max_gap_bytes=gap,
     )
 
 
@@ -148,8 +195,11 @@ class Refinement:
     """What :func:`refine_holes` sampled and found.
 
     ``grid`` is the census of the input frame, ``refined`` that of every sample
-    (grid, probes and bisection points). ``suspicious`` lists the probed passing
-    samples with the reason they were probed.
+    (grid, fill, probes and bisection points). ``suspicious`` lists the probed passing
+    samples with the reason they were probed. With ``delta``, ``fill_budgets`` are the
+    budgets added so that no two samples are more than ``delta_bytes`` apart, and
+    ``refined.max_gap_bytes`` (at most ``delta_bytes``) is the width from which every
+    hole inside the sampled range is guaranteed to hold a sample.
     """
 
     grid: HoleCensus
@@ -158,6 +208,8 @@ class Refinement:
     probe_budgets: tuple[int, ...]
     bisection_budgets: tuple[int, ...]
     resolution: int
+    fill_budgets: tuple[int, ...] = ()
+    delta_bytes: int | None = None
 
     @property
     def hidden_holes(self) -> pd.DataFrame:
@@ -195,19 +247,64 @@ def suspicious_samples(samples: pd.DataFrame, spike: float = 0.02, near_miss: fl
     return flagged[["ratio", "budget_bytes", "overhead", "remat_compute", "reason"]]
 
 
+def fill_budgets(budgets, delta: int) -> list[int]:
+    """Budgets to add between the smallest and the largest of ``budgets`` so that no two
+    budget-adjacent samples are more than ``delta`` bytes apart.
+
+    A gap ``g > delta`` gets ``ceil(g / delta) - 1`` evenly spaced budgets, so its
+    pieces are ``floor`` or ``ceil`` of ``g / ceil(g / delta) <= delta``.
+    """
+    if delta < 1:
+        raise ValueError(f"delta must be >= 1 byte, got {delta}")
+    budgets = sorted(set(int(b) for b in budgets))
+    added = []
+    for low, high in zip(budgets, budgets[1:]):
+        gap = high - low
+        pieces = -(-gap // delta)  # ceil
+        added += [low + gap * j // pieces for j in range(1, pieces)]
+    return added
+
+
+def bisect_transitions(passed: dict[int, bool], run: Callable[[list[int]], dict[int, bool]],
+                       resolution: int) -> list[int]:
+    """Bisect every pass<->fail transition of ``passed`` (budget -> passed) in bytes.
+
+    While two budget-adjacent samples differ and lie more than ``resolution`` bytes
+    apart, their midpoint is sampled; ``run(budgets)`` samples a whole round at once
+    and returns budget -> passed. ``passed`` is updated in place; returns the
+    bisection budgets in the order they were sampled. Each gap ends with one
+    transition located to ``resolution``; structure finer than that inside a gap is
+    not searched (the midpoints never land between two samples that agree).
+    """
+    sampled = []
+    while True:
+        budgets = sorted(passed)
+        midpoints = [(low + high) // 2 for low, high in zip(budgets, budgets[1:])
+                     if passed[low] != passed[high] and high - low > resolution]
+        if not midpoints:
+            return sampled
+        sampled += midpoints
+        passed.update(run(midpoints))
+
+
 def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: str | Policy = "dtr", *,
-                 resolution: int | None = None, probes: int = 8, spike: float = 0.02, near_miss: float = 0.9,
-                 jobs: int = 1, backend: str = "loky", client=None, cache=True, progress: bool = True,
-                 **policy_params) -> Refinement:
+                 delta: int | float | None = None, resolution: int | None = None, probes: int | None = None,
+                 spike: float = 0.02, near_miss: float = 0.9, jobs: int = 1, backend: str = "loky", client=None,
+                 cache=True, progress: bool = True, **policy_params) -> Refinement:
     """Find hole edges to ``resolution`` bytes and holes narrower than the sampling step.
 
-    1. **Probe**: for each :func:`suspicious_samples` sample, simulate ``probes``
-       evenly spaced budgets inside each of the two sampling gaps next to it.
-    2. **Bisect**: while two budget-adjacent samples differ in pass/fail and lie more
+    1. **Fill** (with ``delta``, bytes or a fraction of the baseline peak, see
+       :func:`delta_bytes`): sample the range of ``frame``'s budgets so that no two
+       budget-adjacent samples are more than ``delta`` bytes apart (:func:`fill_budgets`).
+       Then every hole at least ``delta`` wide inside the range holds a sample
+       (docs/sweeps.md, "The guarantee").
+    2. **Probe**: for each :func:`suspicious_samples` sample, simulate ``probes``
+       evenly spaced budgets inside each of the two sampling gaps next to it
+       (default 8 without ``delta``, 0 with it: the fill already samples every gap).
+    3. **Bisect**: while two budget-adjacent samples differ in pass/fail and lie more
        than ``resolution`` bytes apart (default :func:`default_resolution`), simulate
-       their midpoint (all such gaps in one parallel batch per round). Each gap ends
-       with one transition located to ``resolution``; structure finer than that
-       inside a gap is not searched.
+       their midpoint (all such gaps in one parallel batch per round); see
+       :func:`bisect_transitions`.
 
     ``frame`` is a sweep of ``trace`` under ``policy`` (same overhead limit and
     intervention); all new runs go through :func:`dtrlab.sweep` and its cache.
@@ -215,10 +312,13 @@ def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: 
     trace = resolve_trace(trace)
     if resolution is None:
         resolution = default_resolution(trace)
+    if probes is None:
+        probes = 8 if delta is None else 0
     if resolution < 1 or probes < 0:
         raise ValueError(f"resolution must be >= 1 byte (default: min(1 MiB, baseline peak / 10000)) and "
                          "probes >= 0; "
                          f"got resolution={resolution}, probes={probes}")
+    delta = None if delta is None else delta_bytes(delta, baseline(trace).peak_memory)
     grid = find_holes(frame)
     memory = _frame_memory(grid.samples.iloc[0], policy_params.pop("memory", None),
                            policy_params.pop("memory_options", None))
@@ -231,16 +331,25 @@ def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: 
     run = dict(trace=trace, policy=policy, overhead_limit=float(first["overhead_limit"]),
                intervention=Intervention(frozenset(withhold)) if withhold else None, jobs=jobs, backend=backend,
                client=client, cache=cache, progress=progress, **memory)
-    samples = grid.samples
+    new_frames = []
 
-    def add(budgets: list[int]) -> None:
-        nonlocal samples
+    def simulate_budgets(budgets: list[int]) -> dict[int, bool]:
         new = sweep(budgets=budgets, **run)
-        samples = pd.concat([samples, new], ignore_index=True).drop_duplicates("budget_bytes")
-        samples = samples.sort_values("budget_bytes", kind="stable").reset_index(drop=True)
+        new_frames.append(new)
+        return dict(zip(new["budget_bytes"].tolist(), (new["status"] == "pass").tolist()))
 
-    suspicious = suspicious_samples(grid.samples, spike, near_miss)
-    budgets = grid.samples["budget_bytes"].tolist()
+    passed = dict(zip(grid.samples["budget_bytes"].tolist(), (grid.samples["status"] == "pass").tolist()))
+    filled = []
+    if delta is not None:
+        filled = fill_budgets(passed, delta)
+        if filled:
+            passed.update(simulate_budgets(filled))
+
+    # Suspicious samples come from the grid (with delta: grid and fill) before any probing.
+    samples = pd.concat([grid.samples, *new_frames], ignore_index=True).drop_duplicates("budget_bytes")
+    samples = samples.sort_values("budget_bytes", kind="stable").reset_index(drop=True)
+    suspicious = suspicious_samples(samples, spike, near_miss)
+    budgets = samples["budget_bytes"].tolist()
     probe_budgets = set()
     for position in suspicious.index:
         for low, high in ((position - 1, position), (position, position + 1)):
@@ -249,21 +358,13 @@ def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: 
                 probe_budgets.update(a + (b - a) * j // (probes + 1) for j in range(1, probes + 1))
     probe_budgets -= set(budgets)
     if probe_budgets:
-        add(sorted(probe_budgets))
+        passed.update(simulate_budgets(sorted(probe_budgets)))
 
-    bisection_budgets = []
-    while True:
-        budgets = samples["budget_bytes"].to_numpy()
-        passed = (samples["status"] == "pass").to_numpy()
-        midpoints = [int(budgets[k] + budgets[k + 1]) // 2 for k in range(len(budgets) - 1)
-                     if passed[k] != passed[k + 1] and budgets[k + 1] - budgets[k] > resolution]
-        if not midpoints:
-            break
-        bisection_budgets += midpoints
-        add(midpoints)
+    bisection_budgets = bisect_transitions(passed, simulate_budgets, resolution)
+    samples = pd.concat([grid.samples, *new_frames], ignore_index=True).drop_duplicates("budget_bytes")
     return Refinement(grid=grid, refined=find_holes(samples), suspicious=suspicious,
                       probe_budgets=tuple(sorted(probe_budgets)), bisection_budgets=tuple(bisection_budgets),
-                      resolution=resolution)
+                      resolution=resolution, fill_budgets=tuple(filled), delta_bytes=delta)
 
 
 @dataclass(frozen=True)
@@ -274,6 +375,27 @@ class Census:
     holes: pd.DataFrame
     refinements: dict[str, Refinement]
     files: tuple[str, ...]
+
+
+def census_grid(trace: Trace, ratios, delta: int | float | None) -> dict:
+    """The grid sweep's ``ratios=`` or ``budgets=`` keyword: ``ratios`` as given, or with
+    ``delta`` the range ``START:STOP`` of ``ratios`` every ``delta``: for a fraction the
+    ratios ``START:STOP:delta`` (the budgets of a plain sweep at that step, so the
+    census shares its cached results), for bytes every ``delta`` bytes."""
+    if delta is None:
+        return {"ratios": ratios}
+    if isinstance(ratios, str):
+        try:
+            start, stop = (float(x) for x in ratios.split(":")[:2])
+        except ValueError:
+            raise ValueError(f"ratios must look like START:STOP:STEP, e.g. 0.05:1.0:0.005; got {ratios!r}") from None
+    else:
+        values = parse_ratios(ratios)
+        start, stop = min(values), max(values)
+    if isinstance(delta, float) and 0 < delta < 1:
+        return {"ratios": f"{start!r}:{stop!r}:{delta!r}"}
+    low, high = budget_for(trace, start), budget_for(trace, stop)
+    return {"budgets": sorted({low, high, *fill_budgets([low, high], delta_bytes(delta, 1))})}
 
 
 def with_memory_columns(frame: pd.DataFrame) -> pd.DataFrame:
@@ -300,18 +422,26 @@ def _frame_memory(row: pd.Series, memory=None, memory_options: dict | None = Non
 
 
 def run_census(traces: dict[str, Trace], policy: str | Policy = "dtr", *, ratios="0.05:1.0:0.005",
-               out: str | os.PathLike | None = None, refine: bool = True, resolution: int | None = None,
-               jobs: int = 1,
+               delta: int | float | None = None, out: str | os.PathLike | None = None, refine: bool = True,
+               resolution: int | None = None, probes: int | None = None, jobs: int = 1,
                backend: str = "loky", client=None, overhead_limit: float | None = None, cache=True,
                progress: bool = True, **policy_params) -> Census:
     """Sweep every trace, census its holes and (with ``refine``) refine them.
+
+    With ``delta`` (a fraction of each trace's baseline peak such as ``0.001``, or
+    bytes), the census samples the range ``START:STOP`` of ``ratios`` every ``delta``
+    (:func:`census_grid`, then :func:`refine_holes` fills any gap the rounding of
+    budgets left wider) and bisects every edge: every hole at least ``delta`` wide
+    inside the range is found (docs/sweeps.md, "The guarantee"). Without it, the grid
+    is ``ratios`` and refinement probes suspicious samples (``probes``, default 8).
 
     With ``out``, writes ``OUT/{trace}.parquet`` (the grid sweep, every refinement
     sample appended with ``ratio = budget / peak``), ``OUT/holes.parquet`` and
     ``OUT/summary.csv``. The table has, per trace, the grid census (samples,
     failures, non-monotone failures, holes, widest hole) and, refined, the hole
-    count, the hidden holes (narrower than the sampling step) and the widest hole's
-    width to ``resolution``.
+    count, the hidden holes (narrower than the sampling step), the widest hole's
+    width to ``resolution`` and the largest gap between samples (``refined_max_gap_bytes``,
+    the width from which every hole is guaranteed to be found).
     """
     from pathlib import Path
 
@@ -324,19 +454,22 @@ def run_census(traces: dict[str, Trace], policy: str | Policy = "dtr", *, ratios
         directory.mkdir(parents=True, exist_ok=True)
     rows, holes, refinements, files = [], [], {}, []
     for name, trace in traces.items():
-        frame = sweep(trace, policy, ratios=ratios, **limit, **options)
+        frame = sweep(trace, policy, **census_grid(trace, ratios, delta), **limit, **options)
         grid = find_holes(frame)
         row = grid.summary()
         samples, found = frame, grid.holes.assign(hidden=False)
         if refine:
-            refinement = refine_holes(trace, frame, policy, resolution=resolution, **options)
+            refinement = refine_holes(trace, frame, policy, delta=delta, resolution=resolution, probes=probes,
+                                      **options)
             refinements[name] = refinement
             hidden = refinement.hidden_holes
             refined_widest = refinement.refined.widest
             row.update({"refined_holes": len(refinement.refined.holes), "hidden_holes": len(hidden),
                         "refined_widest_mib": None if refined_widest is None else refined_widest.width_bytes / MIB,
                         "refined_threshold_ratio": refinement.refined.threshold_ratio,
-                        "refinement_runs": len(refinement.probe_budgets) + len(refinement.bisection_budgets)})
+                        "refined_max_gap_bytes": refinement.refined.max_gap_bytes,
+                        "refinement_runs": (len(refinement.fill_budgets) + len(refinement.probe_budgets)
+                                            + len(refinement.bisection_budgets))})
             samples = refinement.refined.samples
             found = refinement.refined.holes.assign(
                 hidden=refinement.refined.holes["fail_low_bytes"].isin(hidden["fail_low_bytes"]))

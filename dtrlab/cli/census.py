@@ -1,11 +1,11 @@
-"""``dtrlab census [DIR] --ratios 0.05:1.0:0.005 -j 2 --out results/census``: holes of every trace."""
+"""``dtrlab census [DIR] --delta 0.001 -j 2 --out results/census``: holes of every trace."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
-from ..analysis.holes import MIB, run_census
 from ..trace import load
 from .common import add_policy_arguments, print_table
 from .sweep import add_sweep_arguments, sweep_options
@@ -21,20 +21,43 @@ def register(subparsers) -> None:
     add_sweep_arguments(parser)
     parser.add_argument("--out", default="results/census", help="output directory (default results/census)")
     parser.add_argument("--resolution", type=int, metavar="BYTES",
-                        help=f"bisect hole edges down to this many bytes (default: 1 MiB = {MIB}, or "
+                        help="bisect hole edges down to this many bytes (default: 1 MiB, or "
                              "1/10000 of the trace's baseline peak when finer)")
+    parser.add_argument("--delta", type=delta_argument, metavar="DELTA",
+                        help="sample the range START:STOP of --ratios every DELTA (a fraction of each trace's peak "
+                             "such as 0.001, or bytes when >= 1), then bisect every pass/fail edge: every hole at "
+                             "least DELTA wide in the range is found (docs/sweeps.md); without it, the grid is "
+                             "--ratios and suspicious samples are probed")
+    parser.add_argument("--probes", type=int, metavar="N",
+                        help="budgets probed in each gap next to a suspicious passing sample "
+                             "(default 8; 0 with --delta)")
     parser.add_argument("--no-refine", action="store_true", help="grid census only: no probing or bisection")
     parser.set_defaults(handler=run)
 
 
+def delta_argument(text: str) -> int | float:
+    """A fraction of the peak (0 < DELTA < 1) or a whole number of bytes."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"DELTA is a fraction such as 0.001 or bytes such as 4194304, got {text!r}")
+    if 0 < value < 1:
+        return value
+    if value >= 1 and value == int(value):
+        return int(value)
+    raise argparse.ArgumentTypeError(f"DELTA is a fraction in (0, 1) or a whole number of bytes >= 1, got {text!r}")
+
+
 def run(args) -> int:
+    from ..analysis.holes import run_census  # pandas: imported when the command runs
+
     directory = args.directory or (SHARED_LOGS if SHARED_LOGS.is_dir() else Path("traces"))
     traces = load(directory)
     if not isinstance(traces, dict):
         traces = {traces.name: traces}
     started = time.perf_counter()
-    census = run_census(traces, args.policy, out=args.out, refine=not args.no_refine, resolution=args.resolution,
-                        **sweep_options(args))
+    census = run_census(traces, args.policy, delta=args.delta, out=args.out, refine=not args.no_refine,
+                        resolution=args.resolution, probes=args.probes, **sweep_options(args))
     seconds = time.perf_counter() - started
     table = census.table
     print_table(table.where(table.notna(), None).to_dict("records"))
