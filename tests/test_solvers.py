@@ -3,12 +3,15 @@
 Every graph has a constant ``x`` of 10 bytes that stays pinned; budgets below count it.
 """
 
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("ortools", reason="the exact solvers need the optional extra: pip install 'dtrlab[solvers]'")
 pytest.importorskip("highspy", reason="the exact solvers need the optional extra: pip install 'dtrlab[solvers]'")
 
 from dtrlab.solvers import SOLVERS, build_problem, replay, solve_optimal  # noqa: E402
+from dtrlab.trace import load_log  # noqa: E402
 from dtrlab.trace.builder import LogBuilder  # noqa: E402
 
 
@@ -143,3 +146,41 @@ def test_bad_input_is_a_clear_error():
         solve_optimal(trace, 40, overhead_limit=0.5)
     result = solve_optimal(trace, 5)
     assert result.status == "infeasible" and "below the lower bound 40" in result.message
+
+
+@pytest.mark.parametrize("graph", list(HAND_DERIVED), ids=lambda g: g.__name__)
+def test_optimum_never_costs_more_than_dtr(graph):
+    """Wherever DTR passes, the optimal compute is at most DTR's (clock = 1 + compute)."""
+    from dtrlab.runtime import simulate
+    trace = graph()
+    minimal, free_from, _ = HAND_DERIVED[graph]
+    for budget in range(minimal, free_from + 11):
+        dtr = simulate(trace, "dtr", budget_bytes=budget)
+        if dtr.passed:
+            assert solve_optimal(trace, budget, time_limit_s=10).objective + 1 <= dtr.clock, budget
+
+
+def test_shipped_unet_schedules_replay_and_beat_dtr(small_unet):
+    """The shipped U-Net at three budgets: every schedule replays in the simulator, and
+    where DTR passes a proven optimum is no more compute than DTR's."""
+    from dtrlab.runtime import baseline, simulate
+    problem = build_problem(small_unet)
+    seen = 0
+    for ratio in (0.9, 1.0, 1.5):
+        budget = int(baseline(small_unet).peak_memory * ratio)
+        result = solve_optimal(problem, budget, solver="milp", time_limit_s=10)
+        assert result.solve_seconds < 30
+        if result.schedule is None:
+            continue
+        seen += 1
+        check = replay(problem, result)
+        assert check.passed, check.summary()
+        dtr = simulate(small_unet, "dtr", budget_bytes=budget)
+        if dtr.passed and result.status == "optimal":
+            assert result.objective + 1 <= dtr.clock
+    assert seen >= 2
+
+
+@pytest.fixture(scope="module")
+def small_unet():
+    return load_log(Path(__file__).resolve().parent.parent / "traces" / "unet-b2.jsonl.gz")

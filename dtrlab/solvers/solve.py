@@ -87,7 +87,8 @@ class SolveResult:
 
 
 def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
-                  time_limit_s: float = DEFAULT_TIME_LIMIT_S, solver: str = "cpsat", workers: int = 2) -> SolveResult:
+                  time_limit_s: float = DEFAULT_TIME_LIMIT_S, solver: str = "cpsat", workers: int = 2,
+                  feasibility_only: bool = False) -> SolveResult:
     """The schedule with the least recompute that keeps ``trace`` within ``budget_bytes``.
 
     ``solver``: "cpsat" (OR-Tools CP-SAT) or "milp" (HiGHS). Both solve the stage
@@ -95,6 +96,8 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
     within that formulation, "feasible" is a schedule without an optimality proof
     (see ``gap``), "unknown" means the time limit ran out with neither.
     A budget below :meth:`Problem.lower_bound` is answered "infeasible" without a solve.
+    ``feasibility_only`` stops at the first schedule that fits (status "feasible",
+    no bound): what a bisection for the minimal budget needs.
     """
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
@@ -119,8 +122,14 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
     if model.infeasible:
         return SolveResult(status="infeasible", objective=None, best_bound=None,
                            solve_seconds=time.perf_counter() - started, message=model.infeasible, **common, **sizes)
+    if feasibility_only:
+        model.cost = [0] * model.n_vars
     backend = _solve_cpsat if solver == "cpsat" else _solve_highs
     status, values, objective, best = backend(model, time_limit_s, workers)
+    if feasibility_only and values is not None:
+        claimed = sum(problem.trace.operators[item].cost for (kind, _, item), value in zip(model.names, values)
+                      if value and kind == "R")
+        status, objective, best = "feasible", claimed, None
     seconds = time.perf_counter() - started
     schedule = _schedule(problem, model, values) if values is not None else None
     if status == "optimal":
