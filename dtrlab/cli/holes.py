@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
-from ..analysis.holes import CONFIGURATION, census_table, find_holes
 from .common import print_table
 
 
@@ -18,6 +15,10 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    import pandas as pd  # imported when the command runs, so other commands start fast
+
+    from ..analysis.holes import CONFIGURATION, census_table, find_holes
+
     files = []
     for path in map(Path, args.paths):
         if not path.exists():

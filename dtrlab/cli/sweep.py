@@ -4,10 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
-from ..analysis.holes import census_table
-from ..sweep import BACKENDS, sweep
 from .common import add_policy_arguments, load_traces, memory_arguments, policy_params, print_table
 
 
@@ -16,7 +12,9 @@ def add_sweep_arguments(parser) -> None:
     parser.add_argument("--ratios", default="0.05:1.0:0.005",
                         help="START:STOP:STEP (both ends included) or comma-separated ratios (default 0.05:1.0:0.005)")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="local worker processes (-1: all cores; default 1)")
-    parser.add_argument("--backend", choices=BACKENDS, default="loky", help="default loky (joblib processes)")
+    # dtrlab.sweep.BACKENDS (not imported here: it needs pandas; tests/test_cli_startup.py checks they agree)
+    parser.add_argument("--backend", choices=("sequential", "loky", "dask"), default="loky",
+                        help="default loky (joblib processes)")
     parser.add_argument("--scheduler", metavar="ADDRESS", help="run on this Dask scheduler, e.g. tcp://host:8786")
     cache = parser.add_mutually_exclusive_group()
     cache.add_argument("--cache", metavar="DIR", help="result cache directory (default $DTRLAB_CACHE or ~/.cache/dtrlab)")
@@ -43,6 +41,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    import pandas as pd  # imported when the command runs, so other commands start fast
+
+    from ..analysis.holes import census_table
+    from ..sweep import sweep
+
     options = sweep_options(args)
     frame = pd.concat([sweep(trace, args.policy, **options) for trace in load_traces(args.logs)],
                       ignore_index=True)

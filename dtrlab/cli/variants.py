@@ -6,12 +6,10 @@ from .common import add_memory_arguments, load_traces, memory_arguments, print_t
 
 
 def register(subparsers) -> None:
-    from ..analysis.variant_census import DEFAULT_POLICIES
-
     parser = subparsers.add_parser(
         "variants", help="hole census per trace and policy: failures, non-monotone failures, holes, threshold")
     parser.add_argument("logs", metavar="LOG", nargs="+", help="log files, directories of logs or zips")
-    parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
+    parser.add_argument("--policies",
                         help="comma-separated policy names (default: h_DTR, its simrd siblings, TwoPhase and every "
                              "score variant; `dtrlab run --help` lists every name)")
     parser.add_argument("--ratios", default="0.05:1.0:0.01",
@@ -31,12 +29,13 @@ def register(subparsers) -> None:
 
 
 def variants(args) -> int:
-    from ..analysis.variant_census import variant_census
+    from ..analysis.variant_census import DEFAULT_POLICIES, variant_census
 
     for path in (args.save, args.save_samples):
         if path and not path.endswith((".parquet", ".csv")):
             raise ValueError(f"--save and --save-samples write .parquet or .csv files, got {path}")
-    policies = [name.strip() for name in args.policies.split(",") if name.strip()]
+    policies = ([name.strip() for name in args.policies.split(",") if name.strip()] if args.policies
+                else list(DEFAULT_POLICIES))
     ratios = args.ratios if ":" in args.ratios else [float(r) for r in args.ratios.split(",")]
     census = variant_census(load_traces(args.logs), policies, ratios=ratios, jobs=args.jobs, backend=args.backend,
                             client=args.scheduler, overhead_limit=args.overhead_limit, cache=not args.no_cache,

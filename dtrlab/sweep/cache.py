@@ -28,14 +28,8 @@ import pyarrow.parquet as pq
 
 from ..policies import Policy
 from ..runtime import SIMULATOR_VERSION, Intervention
+from ..trace.cache import CACHE_ENV, default_cache_dir  # noqa: F401  (one cache root for all)
 from ..trace.model import Trace
-
-CACHE_ENV = "DTRLAB_CACHE"
-
-
-def default_cache_dir() -> Path:
-    """``$DTRLAB_CACHE`` if set, else ``~/.cache/dtrlab``."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "dtrlab")
 
 
 def policy_fingerprint(policy: Policy) -> dict:

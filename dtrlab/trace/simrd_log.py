@@ -248,12 +248,6 @@ def parse_lines(lines: Iterable[str], source: str = "<log>", name: str | None = 
     )
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
-
-
 def trace_name(path: str | os.PathLike) -> str:
     """Short name of a log file: the file name without ``.log``/``.jsonl``/``.gz``."""
     name = Path(path).name
@@ -262,13 +256,37 @@ def trace_name(path: str | os.PathLike) -> str:
     return name
 
 
-def load_log(path: str | os.PathLike, start: bool = True) -> Trace:
-    """Load one simrd log (``.log``, ``.jsonl`` or gzip-compressed ``.gz``)."""
+def load_log(path: str | os.PathLike, start: bool = True, cache: bool | str | os.PathLike = True) -> Trace:
+    """Load one simrd log (``.log``, ``.jsonl`` or gzip-compressed ``.gz``).
+
+    The parsed trace is cached (:mod:`dtrlab.trace.cache`) under ``cache``: True for
+    the default directory (``$DTRLAB_CACHE`` or ``~/.cache/dtrlab``), a directory, or
+    False to parse without caching. The key is the file's content hash and the
+    parser version, so an edited log or a new parser is parsed again.
+    """
+    from . import cache as trace_cache
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no log file at {path}")
-    with _open_text(path) as handle:
-        return parse_lines(handle, source=str(path), name=trace_name(path), start=start)
+    data = path.read_bytes()
+    name, source = trace_name(path), str(path)
+    if cache is False:
+        return _parse_bytes(data, path, name, start)
+    digest = trace_cache.file_digest(data)
+    cached_at = trace_cache.cache_path(trace_cache.default_cache_dir() if cache is True else cache, digest, start)
+    trace = trace_cache.load_cached(cached_at, digest, start, name, source)
+    if trace is None:
+        trace = _parse_bytes(data, path, name, start)
+        trace_cache.store(cached_at, trace, digest, start)
+    return trace
+
+
+def _parse_bytes(data: bytes, path: Path, name: str, start: bool) -> Trace:
+    """Parse a log file's bytes read once (so the cache key is the content parsed)."""
+    raw = gzip.GzipFile(fileobj=io.BytesIO(data)) if path.suffix == ".gz" else io.BytesIO(data)
+    with io.TextIOWrapper(raw, encoding="utf-8") as handle:
+        return parse_lines(handle, source=str(path), name=name, start=start)
 
 
 def _manifest_entries(manifest: dict, where: str) -> list[dict]:

@@ -1,0 +1,70 @@
+"""CLI startup: each subcommand imports only what it uses (no pandas for run and info)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+LOG = str(ROOT / "traces" / "unet-b2.jsonl.gz")
+HEAVY = ("pandas", "pyarrow", "tqdm", "joblib", "matplotlib", "scipy")
+
+# Runs the command line in a fresh interpreter and prints the heavy top-level modules it imported.
+PROBE = """
+import json, sys
+from dtrlab.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps({"code": code, "heavy": sorted({m.split('.')[0] for m in sys.modules} & set(%r))}))
+""" % (HEAVY,)
+
+
+def probe(*argv: str, cache) -> dict:
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "DTRLAB_CACHE": str(cache)}, timeout=120)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv", [["run", LOG, "--ratio", "0.9"], ["info", LOG], ["run", "--help"]],
+                         ids=["run", "info", "help"])
+def test_run_and_info_import_no_pandas(argv, tmp_path):
+    for attempt in ("parse", "cached"):  # the first run parses the log, the second loads it from the cache
+        result = probe(*argv, cache=tmp_path)
+        assert result["code"] == 0, (attempt, result)
+        assert result["heavy"] == [], (attempt, result)
+
+
+def test_python_m_dtrlab_cli_importtime_has_no_pandas(tmp_path):
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "dtrlab.cli", "run", LOG, "--ratio", "0.9"],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "DTRLAB_CACHE": str(tmp_path)},
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "dtrlab.runtime" in imported and "pandas" not in imported and "pyarrow" not in imported
+
+
+def test_commands_that_need_pandas_still_get_it(tmp_path):
+    sweep_file = tmp_path / "s.parquet"
+    result = probe("sweep", LOG, "--ratios", "0.9,1.0", "--no-cache", "--quiet", "--out", str(sweep_file),
+                   cache=tmp_path)
+    assert result["code"] == 0 and "pandas" in result["heavy"]
+    assert probe("holes", str(sweep_file), cache=tmp_path)["code"] == 0
+
+
+def test_the_sweep_options_offer_the_engine_backends():
+    import argparse
+
+    from dtrlab.cli.sweep import add_sweep_arguments
+    from dtrlab.sweep import BACKENDS
+
+    parser = argparse.ArgumentParser()
+    add_sweep_arguments(parser)
+    (backend,) = [action for action in parser._actions if action.dest == "backend"]
+    assert tuple(backend.choices) == tuple(BACKENDS)
