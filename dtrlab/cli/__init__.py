@@ -12,7 +12,7 @@ import sys
 
 from ..trace import TraceFormatError
 
-COMMANDS = ["info", "run", "capture", "explain", "variants", "sweep", "holes", "census", "frontier"]
+COMMANDS = ["info", "run", "capture", "explain", "variants", "sweep", "holes", "census", "search", "frontier"]
 
 
 def build_parser() -> argparse.ArgumentParser:

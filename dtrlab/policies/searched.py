@@ -1,0 +1,92 @@
+"""The policy-search space and the policies the search found.
+
+``score_search`` extends :class:`~dtrlab.policies.variants.ScoreFamily` by one
+feature, the number ``n`` of evicted storages adjacent to a candidate:
+
+    h = cost^a / (size^b x (staleness + stale_offset)^c) x (1 + n)^d
+
+With ``d > 0`` a candidate whose eviction would grow an evicted neighbourhood (and so
+every later rematerialization chain through it) is kept longer; ``d = 0`` is the
+score family itself and does not compute ``n``.
+
+The searched policies (``searched_1``, ...) are registered from the shipped results
+``results/shipped/search/policies.json`` (written by :func:`dtrlab.search.export_policies`):
+the file is checked (format, version and a sha256 of its policy list) and every
+parameter set is validated by building the policy, so a registered name always
+means the parameters the search reported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from .base import register
+from .variants import ScoreFamily
+
+#: The shipped search results of a source checkout.
+SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "results" / "shipped" / "search" / "policies.json"
+POLICIES_FORMAT = "dtrlab-searched-policies"
+POLICIES_VERSION = 1
+
+
+@register
+class ScoreSearch(ScoreFamily):
+    """score_family x (1 + evicted neighbours)^d: the policy-search space."""
+
+    name = "score_search"
+
+    @classmethod
+    def parameters(cls):
+        return {**ScoreFamily.parameters(), "d": 0}
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        d = self.params["d"]
+        if not (isinstance(d, (int, float)) and d >= 0):
+            raise ValueError(f"d (the evicted-neighbour exponent) must be a number >= 0, got {d!r}")
+        if d:
+            family_score = self.score_of
+
+            def score_of(sim, s):
+                return family_score(sim, s) * (1 + len(sim.evicted_neighbours(s))) ** d
+
+            self.score_of = score_of
+
+
+def policies_digest(policies: list[dict]) -> str:
+    """sha256 of the canonical JSON of a policy list (the check stored beside it)."""
+    return hashlib.sha256(json.dumps(policies, sort_keys=True).encode()).hexdigest()
+
+
+def load_searched(path: str | Path = SHIPPED_POLICIES) -> dict[str, type[ScoreSearch]]:
+    """Register every policy of a search-results file; returns name -> class.
+
+    Raises ``ValueError`` when the file is not a valid results file.
+    """
+    document = json.loads(Path(path).read_text())
+    if document.get("format") != POLICIES_FORMAT or document.get("version") != POLICIES_VERSION:
+        raise ValueError(f"{path} is not a version-{POLICIES_VERSION} {POLICIES_FORMAT} file")
+    policies = document["policies"]
+    if document.get("sha256") != policies_digest(policies):
+        raise ValueError(f"{path}: the policy list does not match its sha256 (edited by hand?)")
+    registered = {}
+    for entry in policies:
+        if not entry["name"].isidentifier():
+            raise ValueError(f"{path}: policy name {entry['name']!r} is not an identifier")
+        params = {**ScoreSearch.parameters(), **entry["params"]}
+        ScoreSearch(**params)  # validates the parameters
+        doc = (f"Found by the policy search (study {document.get('study')!r}, trial {entry.get('trial')}): "
+               f"score_search with {entry['params']}.")
+        cls = type(f"Searched_{entry['name']}", (ScoreSearch,), {
+            "name": entry["name"], "description": doc, "__doc__": doc, "__module__": __name__,
+            "parameters": classmethod(lambda cls, params=params: dict(params)),
+        })
+        # A module attribute, so that pickle finds the class in worker processes.
+        globals()[cls.__name__] = cls
+        registered[entry["name"]] = register(cls)
+    return registered
+
+
+SEARCHED = load_searched() if SHIPPED_POLICIES.exists() else {}

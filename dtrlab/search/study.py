@@ -1,0 +1,190 @@
+"""The policy search: an Optuna study in a SQLite file, resumable after Ctrl-C or SIGKILL.
+
+* **Storage**: every finished trial is committed to the SQLite file as it ends.
+* **Resume**: a trial left ``RUNNING`` by a killed process, or ``FAIL`` by an
+  interrupted one, is marked failed and its parameters are enqueued once, so the
+  next run evaluates exactly those parameters; its simulations that had finished are
+  read back from the sweep cache, not simulated again. No completed trial is lost
+  and none is evaluated twice.
+* **Budget**: ``n_trials`` is the total number of finished (completed or pruned) trials the study should
+  reach (a resumed search runs only the rest); ``timeout`` stops starting new trials
+  after that many seconds.
+* **Sampler**: TPE, seeded with ``seed + completed trials`` at each (re)start, so a
+  resumed search is reproducible from the stored state. The first trial is h_DTR in
+  float64 (:data:`~dtrlab.search.space.DTR_POINT`), the reference point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from .evaluate import SEARCH_RATIOS, evaluate, objective_value, summarize
+from .space import DTR_POINT, SPACE, make_policy, suggest
+
+PARETO_COLUMNS = ["trial", "policy", "holes", "threshold", "overhead", "value", *SPACE]
+
+
+def _optuna():
+    try:
+        import optuna
+    except ImportError:  # pragma: no cover - optuna is a core dependency
+        raise ImportError("the policy search needs optuna: pip install optuna") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What a search run did and the study's state at its end."""
+
+    study_name: str
+    storage: str
+    completed: int
+    ran: int
+    retried: int
+    seconds: float
+    trials: pd.DataFrame
+    pareto: pd.DataFrame
+
+
+def _rdb(path: str | os.PathLike):
+    return _optuna().storages.RDBStorage(f"sqlite:///{Path(path).resolve()}")
+
+
+def open_study(storage: str | os.PathLike, study_name: str = "score_search", seed: int = 0):
+    """Create or load the study in the SQLite file ``storage``."""
+    optuna = _optuna()
+    study = optuna.create_study(study_name=study_name, storage=_rdb(storage), load_if_exists=True,
+                                direction="minimize")
+    completed = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    study.sampler = optuna.samplers.TPESampler(seed=seed + completed, n_startup_trials=8)
+    return study
+
+
+def _recover(study, path) -> int:
+    """Mark trials a dead process left RUNNING as failed; enqueue failed trials' parameters once."""
+    optuna = _optuna()
+    state = optuna.trial.TrialState
+    # Single-process use: a RUNNING trial at start-up belongs to a process that died.
+    storage = _rdb(path)
+    study_id = storage.get_study_id_from_name(study.study_name)
+    trials = study.get_trials(deepcopy=False)
+    for trial in trials:
+        if trial.state == state.RUNNING:
+            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+            storage.set_trial_state_values(trial_id, state=state.FAIL)
+    trials = study.get_trials(deepcopy=False)
+    planned = {json.dumps(t.params, sort_keys=True) for t in trials if t.state in (state.COMPLETE, state.WAITING)}
+    planned |= {json.dumps(t.system_attrs.get("fixed_params", {}), sort_keys=True)
+                for t in trials if t.state == state.WAITING}
+    retried = 0
+    for trial in trials:
+        key = json.dumps(trial.params, sort_keys=True)
+        if trial.state == state.FAIL and trial.params and key not in planned:
+            study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+            planned.add(key)
+            retried += 1
+    return retried
+
+
+def run_search(traces, storage: str | os.PathLike, *, study_name: str = "score_search", n_trials: int | None = 20,
+               timeout: float | None = None, ratios=SEARCH_RATIOS, jobs: int = 1,
+               cache: bool | str | os.PathLike = True, seed: int = 0, prune_margin: int | None = 2,
+               progress: bool = True) -> SearchResult:
+    """Search the :data:`~dtrlab.search.space.SPACE` on ``traces`` until the study has
+    ``n_trials`` completed trials or ``timeout`` seconds passed (at least one must be given).
+
+    Each trial sweeps one policy over every trace at ``ratios`` (cached, ``jobs``
+    processes) and is ranked by :func:`~dtrlab.search.evaluate.objective_value`.
+    Traces are evaluated shortest schedule first; with ``prune_margin`` a trial stops
+    (state PRUNED, counted as finished) once its holes so far exceed the best
+    completed trial's total by more than the margin: it cannot be best and its
+    remaining traces would cost the most. ``None`` evaluates every trial fully.
+    """
+    if n_trials is None and timeout is None:
+        raise ValueError("give a budget: n_trials= (total completed trials) or timeout= (seconds), or both")
+    optuna = _optuna()
+    traces = list(traces.values()) if isinstance(traces, dict) else list(traces)
+    study = open_study(storage, study_name, seed)
+    study.set_user_attr("tuning_traces", sorted(t.name for t in traces))
+    study.set_user_attr("ratios", ratios if isinstance(ratios, str) else list(ratios))
+    retried = _recover(study, storage)
+    complete = optuna.trial.TrialState.COMPLETE
+    finished_states = (complete, optuna.trial.TrialState.PRUNED)
+    traces = sorted(traces, key=lambda t: (len(t.schedule), t.name))
+    if not study.trials:
+        study.enqueue_trial(DTR_POINT, user_attrs={"reference": "dtr_float64"})
+
+    def objective(trial):
+        policy = make_policy(suggest(trial))
+        finished = [t for t in study.get_trials(deepcopy=False, states=(complete,))]
+        best_holes = min((t.user_attrs["holes"] for t in finished), default=None)
+        tables = []
+        for trace in traces:  # cheapest first, so that a hopeless trial stops early
+            tables.append(evaluate(policy, [trace], ratios=ratios, jobs=jobs, cache=cache).table)
+            holes = int(sum(table["holes"].sum() for table in tables))
+            if prune_margin is not None and best_holes is not None and holes > best_holes + prune_margin:
+                trial.set_user_attr("holes_when_pruned", holes)
+                trial.set_user_attr("traces_when_pruned", len(tables))
+                raise optuna.TrialPruned()
+        table = pd.concat(tables, ignore_index=True)
+        result = summarize(table)
+        for key, value in result.as_dict().items():
+            trial.set_user_attr(key, value)
+        trial.set_user_attr("per_trace", table[["trace", "holes", "threshold_ratio", "mean_pass_overhead"]]
+                            .astype(object).where(table.notna(), None).to_dict("records"))
+        return objective_value(result.holes, result.threshold, result.overhead)
+
+    def completed() -> int:
+        return sum(t.state in finished_states for t in study.get_trials(deepcopy=False))
+
+    started = time.monotonic()
+    done_before = completed()
+    target = n_trials if n_trials is not None else None
+    bar = tqdm(total=target, initial=min(done_before, target or done_before), desc=f"search {study_name}",
+               unit="trial", disable=not progress)
+    try:
+        while (target is None or completed() < target) and (timeout is None or time.monotonic() - started < timeout):
+            study.optimize(objective, n_trials=1, catch=())
+            bar.update()
+            best = study.best_trial
+            bar.set_postfix(holes=best.user_attrs.get("holes"), threshold=f"{best.user_attrs.get('threshold'):.4f}")
+    finally:
+        bar.close()
+    done = completed()
+    return SearchResult(study_name=study_name, storage=str(storage), completed=done, ran=done - done_before,
+                        retried=retried, seconds=time.monotonic() - started, trials=trials_table(study),
+                        pareto=pareto_table(study))
+
+
+def trials_table(study) -> pd.DataFrame:
+    """Every completed trial: its metrics, objective value and parameters, best first."""
+    optuna = _optuna()
+    rows = []
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        attrs = trial.user_attrs
+        rows.append({"trial": trial.number, "policy": make_policy(trial.params).label, "holes": attrs["holes"],
+                     "threshold": attrs["threshold"], "overhead": attrs["overhead"], "value": trial.value,
+                     **trial.params})
+    frame = pd.DataFrame(rows, columns=PARETO_COLUMNS)
+    return frame.sort_values(["value", "trial"], kind="stable").reset_index(drop=True)
+
+
+def pareto_table(study) -> pd.DataFrame:
+    """The completed trials no other trial beats in all of holes, threshold and overhead."""
+    trials = trials_table(study)
+    metrics = trials[["holes", "threshold", "overhead"]].to_numpy(dtype=float)
+    keep = []
+    for i, row in enumerate(metrics):
+        dominated = ((metrics <= row).all(axis=1) & (metrics < row).any(axis=1)).any()
+        keep.append(not dominated)
+    pareto = trials[keep]
+    # Trials with identical metrics (different parameters, same decisions) show once.
+    return pareto.drop_duplicates(["holes", "threshold", "overhead"]).reset_index(drop=True)

@@ -1,0 +1,129 @@
+"""monotone(policy): feasibility monotone in the budget, overhead non-increasing, decisions replayed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dtrlab.analysis.holes import find_holes
+from dtrlab.policies import get_policy
+from dtrlab.policies.monotone import CalibrationPoint, choose_cap, monotone_envelope
+from dtrlab.runtime import baseline, budget_for, simulate
+from dtrlab.sweep import parse_ratios, sweep
+from dtrlab.trace import load_directory
+
+from conftest import ROOT
+
+CALIBRATION = "0.05:1.0:0.01"
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    # Calibrations go through the default sweep cache; keep the tests' runs out of the user's.
+    monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))
+
+
+def test_choose_cap_takes_the_cheapest_passing_budget_that_fits():
+    points = [CalibrationPoint(0.1, 100, "oom", 5), CalibrationPoint(0.2, 200, "pass", 30),
+              CalibrationPoint(0.3, 300, "thrash", 99), CalibrationPoint(0.4, 400, "pass", 20),
+              CalibrationPoint(0.5, 500, "pass", 20), CalibrationPoint(0.6, 600, "pass", 25)]
+    assert choose_cap(points, 199) is None
+    assert choose_cap(points, 200).budget_bytes == 200
+    assert choose_cap(points, 399).budget_bytes == 200  # 300 failed
+    assert choose_cap(points, 450).budget_bytes == 400
+    assert choose_cap(points, 10**9).budget_bytes == 500  # equal clocks: the larger budget
+
+
+def test_monotone_replays_the_cap_run_inside_the_budget(small_resnet):
+    envelope = monotone_envelope(small_resnet, "dtr", CALIBRATION)
+    first_pass = envelope.loc[envelope["base_status"] == "pass", "budget_bytes"].min()
+    for ratio in (0.455, 0.5, 0.583, 0.9):
+        budget = budget_for(small_resnet, ratio)
+        wrapped = simulate(small_resnet, "monotone", budget_bytes=budget)
+        row = envelope[envelope["budget_bytes"] <= budget].iloc[-1]
+        cap = budget_for(small_resnet, row["cap_ratio"])
+        at_cap = simulate(small_resnet, "dtr", budget_bytes=cap)
+        assert budget >= first_pass and wrapped.passed
+        assert wrapped.budget_bytes == budget and wrapped.peak_memory <= cap <= budget
+        # Decision for decision the base policy's run at the cap, inside budget B.
+        assert wrapped.eviction_sha256 == at_cap.eviction_sha256 and wrapped.clock == at_cap.clock
+        assert wrapped.overhead == pytest.approx(row["monotone_overhead"])
+
+
+def test_below_the_first_passing_calibration_budget_it_refuses(small_resnet):
+    envelope = monotone_envelope(small_resnet, "dtr", CALIBRATION)
+    first_pass = int(envelope.loc[envelope["base_status"] == "pass", "budget_bytes"].min())
+    refused = simulate(small_resnet, "monotone", budget_bytes=first_pass - 1)
+    assert refused.status == "oom" and refused.peak_memory == 0 and refused.evictions == 0
+    assert simulate(small_resnet, "monotone", budget_bytes=first_pass).passed
+
+
+def test_zero_holes_and_non_increasing_overhead_at_0001_with_two_workers(small_resnet):
+    # The 0.001 grid crosses the DTR holes of this trace near 0.44-0.58 (see the envelope).
+    frame = sweep(small_resnet, "monotone", ratios="0.30:0.70:0.001", jobs=2, progress=False)
+    census = find_holes(frame)
+    dtr = find_holes(sweep(small_resnet, "dtr", ratios="0.30:0.70:0.001", jobs=2, progress=False))
+    assert len(dtr.holes) > 0, "the range should contain holes of the base policy"
+    assert census.holes.empty and census.non_monotone_failures == 0
+    passing = frame[frame["status"] == "pass"].sort_values("budget_bytes")
+    assert (np.diff(passing["overhead"].to_numpy()) <= 0).all()
+    assert (frame["peak_memory"] <= frame["budget_bytes"]).all()
+    # Workers give the same decisions as this process.
+    for row in frame.sample(4, random_state=1).itertuples():
+        assert simulate(small_resnet, "monotone", budget_bytes=row.budget_bytes).eviction_sha256 == \
+            row.eviction_sha256
+
+
+def test_decision_identical_twice_and_labels(small_resnet):
+    policy = get_policy("monotone", base="msps", calibration=[0.3, 0.5, 0.7, 0.9])
+    assert policy.label == "monotone(base='msps', calibration=[0.3, 0.5, 0.7, 0.9])"
+    first = simulate(small_resnet, policy, ratio=0.8)
+    second = simulate(small_resnet, get_policy("monotone", base="msps", calibration=[0.9, 0.7, 0.5, 0.3]), ratio=0.8)
+    assert first.to_dict(evicted=True) | {"policy": ""} == second.to_dict(evicted=True) | {"policy": ""}
+    assert get_policy("monotone").label == "monotone"
+
+
+def test_bad_parameters_are_clear():
+    with pytest.raises(ValueError, match="unknown policy 'nope'"):
+        get_policy("monotone", base="nope")
+    with pytest.raises(ValueError, match="START:STOP:STEP"):
+        get_policy("monotone", calibration="0.1-0.9")
+    with pytest.raises(ValueError, match="wrap a plain policy"):
+        get_policy("monotone", base="monotone")
+
+
+TRACES = ROOT / "traces"
+
+
+@pytest.mark.slow
+def test_zero_holes_at_0001_on_every_shipped_trace():
+    for name, trace in load_directory(TRACES).items():
+        frame = sweep(trace, "monotone", ratios="0.05:1.0:0.001", jobs=2, progress=False)
+        census = find_holes(frame)
+        assert census.holes.empty and census.non_monotone_failures == 0, name
+        passing = frame[frame["status"] == "pass"].sort_values("budget_bytes")
+        assert (np.diff(passing["overhead"].to_numpy()) <= 0).all(), name
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+def test_zero_holes_at_0001_on_every_dtr_log(logs_dir):
+    """Every DTR log: the wrapper's feasibility and overhead at all 951 ratios of the 0.001 grid
+    (from its calibration), and a simulation at 12 of them per log that must agree."""
+    rng = np.random.default_rng(0)
+    grid = parse_ratios("0.05:1.0:0.001")
+    for name, trace in load_directory(logs_dir).items():
+        envelope = monotone_envelope(trace, "dtr", CALIBRATION)
+        budgets = [budget_for(trace, r) for r in grid]
+        position = np.searchsorted(envelope["budget_bytes"].to_numpy(), budgets, side="right") - 1
+        cap_overhead = np.where(position >= 0, envelope["monotone_overhead"].to_numpy()[np.maximum(position, 0)],
+                                np.nan)
+        passed = ~np.isnan(cap_overhead)
+        assert passed.any() and not (np.diff(passed.astype(int)) < 0).any(), name  # one step from fail to pass
+        assert (np.diff(cap_overhead[passed]) <= 0).all(), name
+        compute = baseline(trace).model_compute
+        for k in sorted(rng.choice(len(grid), 12, replace=False)):
+            result = simulate(trace, "monotone", budget_bytes=budgets[k])
+            assert result.passed == passed[k], (name, grid[k])
+            if result.passed:
+                assert result.clock / compute == pytest.approx(cap_overhead[k]) and result.peak_memory <= budgets[k]
