@@ -1,0 +1,100 @@
+"""Figures of the allocator census: feasibility strips per memory model, the threshold
+shift against flat, and a memory layout over time (address x step)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.patches import Patch
+
+from .feasibility import plot_strip
+from .style import STATUS_COLORS, STATUS_LABELS, use_style
+
+MIB = 1 << 20
+
+
+def plot_model_strips(samples: pd.DataFrame, *, titles: dict[str, str] | None = None, configs=None):
+    """One panel per trace: a pass/oom/thrash strip per configuration (``config`` column), flat on top.
+
+    ``samples`` is :attr:`~dtrlab.analysis.allocator_census.AllocatorCensus.samples`.
+    """
+    use_style()
+    traces = list(dict.fromkeys(samples["trace"]))
+    configs = list(configs or dict.fromkeys(samples["config"]))
+    fig, axes = plt.subplots(len(traces), 1, figsize=(9, 0.32 * len(configs) * len(traces) + 0.9 * len(traces)),
+                             squeeze=False, constrained_layout=True)
+    for ax, trace in zip(axes[:, 0], traces):
+        rows = samples[samples["trace"] == trace]
+        for i, config in enumerate(configs):
+            frame = rows[rows["config"] == config]
+            if frame.empty:
+                continue
+            strip = ax.inset_axes([0, 1 - (i + 1) / len(configs), 1, 0.8 / len(configs)])
+            plot_strip(frame, strip, legend=False)
+            strip.set_xlim(0, 1.02)
+            strip.set_xlabel("")
+            strip.set_xticks([] if i < len(configs) - 1 else np.linspace(0, 1, 11))
+            strip.text(-0.01, 0.5, config, transform=strip.transAxes, ha="right", va="center", fontsize=8)
+        ax.axis("off")
+        ax.set_title((titles or {}).get(trace, trace), loc="left", fontsize=10)
+    axes[-1, 0].text(0.5, -0.9 / len(configs) - 0.25, "budget ratio (budget / unbounded peak memory)",
+                     transform=axes[-1, 0].transAxes, ha="center", fontsize=9)
+    fig.legend(handles=[Patch(color=c, label=STATUS_LABELS[s]) for s, c in STATUS_COLORS.items()],
+               loc="upper right", ncols=3, frameon=False, fontsize=8)
+    return fig
+
+
+def plot_threshold_shift(table: pd.DataFrame, *, titles: dict[str, str] | None = None):
+    """Per trace, each configuration's feasibility threshold minus flat h_DTR's (in budget ratio).
+
+    ``table`` is :attr:`~dtrlab.analysis.allocator_census.AllocatorCensus.table`. A
+    configuration without a threshold (no sampled budget from which all pass) is marked
+    with an x at the top of the axis.
+    """
+    use_style()
+    table = table.assign(config=table["policy"] + " @ " + table["memory"])
+    configs = [c for c in dict.fromkeys(table["config"]) if not c.startswith("dtr @ flat")]
+    traces = list(dict.fromkeys(table["trace"]))
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(traces) + 2), 3.6), constrained_layout=True)
+    width = 0.8 / max(1, len(configs))
+    cmap = plt.get_cmap("tab10")
+    shifts = table["threshold_shift"].astype(float).abs()
+    top = max(0.05, shifts.max()) if shifts.notna().any() else 0.05
+    for j, config in enumerate(configs):
+        rows = table[table["config"] == config].set_index("trace")
+        x = np.arange(len(traces)) + (j - (len(configs) - 1) / 2) * width
+        shift = np.array([rows["threshold_shift"].get(t, np.nan) for t in traces], dtype=float)
+        ax.bar(x, np.nan_to_num(shift), width=width, color=cmap(j % 10), label=config)
+        missing = np.isnan(shift)
+        ax.scatter(x[missing], np.full(missing.sum(), top * 1.05), marker="x", color=cmap(j % 10), s=18)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(np.arange(len(traces)), [(titles or {}).get(t, t) for t in traces], rotation=20, ha="right")
+    ax.set_ylabel("threshold shift vs flat h_DTR\n(budget ratio)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+    return fig
+
+
+def plot_layout(blocks: pd.DataFrame, ax=None, *, failure_step: int | None = None, title: str = ""):
+    """Address (MiB) against schedule step: allocated blocks coloured by storage, free blocks light grey.
+
+    ``blocks`` is :attr:`~dtrlab.analysis.layouts.MemoryLayouts.blocks`. Addresses are
+    the model's (segments placed one after another from 0); ``failure_step`` marks the
+    failing step.
+    """
+    use_style()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4), constrained_layout=True)
+    free = blocks["state"] == "free"
+    ids = blocks["block_id"].fillna(-1).astype(int).to_numpy()
+    palette = plt.get_cmap("tab20")(np.arange(20))
+    colors = np.where(free.to_numpy()[:, None], np.array([[0.92, 0.92, 0.92, 1.0]]), palette[ids % 20])
+    ax.bar(blocks["step"], blocks["size"] / MIB, bottom=blocks["address"] / MIB, width=1.0, color=colors,
+           edgecolor="none", align="edge")
+    if failure_step is not None:
+        ax.axvline(failure_step + 1, color=STATUS_COLORS["oom"], linewidth=1.2, linestyle="--")
+    ax.set_xlabel("schedule step")
+    ax.set_ylabel("address (MiB)")
+    ax.set_title(title, loc="left", fontsize=10)
+    ax.grid(False)
+    return ax.figure
