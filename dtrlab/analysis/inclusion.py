@@ -203,3 +203,99 @@ def _budget(trace: Trace, budget: int | None, ratio: float | None, which: str) -
         raise ValueError(f"give budget_{which} (bytes) or ratio_{which} (a fraction of the baseline peak, e.g. 0.17), "
                          "not both or neither")
     return budget_for(trace, ratio) if budget is None else int(budget)
+
+
+#: Columns of :attr:`InclusionCensus.pairs`, one row per trace, policy and pair of neighbouring ratios.
+PAIR_COLUMNS = ["trace", "policy", "ratio_small", "ratio_large", "budget_small", "budget_large", "status_small",
+                "status_large", "breaks", "violating_steps", "max_violations", "first_violation_step", "hole_onset"]
+
+
+@dataclass(frozen=True)
+class InclusionCensus:
+    """Inclusion between every pair of neighbouring ratios, over traces and policies.
+
+    A pair **breaks** when some storage is resident at the smaller budget but not at
+    the larger one after some compared step. A pair is a **hole onset** when the
+    smaller budget passes and the larger one fails: the lower edge of a hole at the
+    grid's resolution (every hole of the census has exactly one).
+    """
+
+    ratios: tuple[float, ...]
+    pairs: pd.DataFrame
+
+    def prediction(self) -> pd.DataFrame:
+        """Does a break predict a hole onset? Per policy and over all (last row, policy ``"all"``).
+
+        ``precision`` = onsets among breaking pairs, ``recall`` = breaking pairs among
+        onsets (NaN when undefined); compare precision with ``onset_rate``, the
+        precision of predicting an onset everywhere. ``violating_steps_onset`` and
+        ``_other`` are the mean number of violating steps of onset and other pairs
+        (does the size of a break predict better than its presence?). Only pairs whose
+        smaller run passes are counted: a pair whose smaller run fails cannot be a
+        hole onset.
+        """
+        eligible = self.pairs[self.pairs["status_small"] == "pass"]
+        rows = [_prediction_row(policy, group) for policy, group in eligible.groupby("policy", sort=False)]
+        rows.append(_prediction_row("all", eligible))
+        return pd.DataFrame(rows)
+
+    def break_rate(self) -> pd.DataFrame:
+        """Share of neighbouring pairs that break, per trace (rows) and policy (columns)."""
+        return self.pairs.pivot_table(index="trace", columns="policy", values="breaks", aggfunc="mean")
+
+
+def _prediction_row(policy: str, pairs: pd.DataFrame) -> dict:
+    breaks, onsets = pairs["breaks"].astype(bool), pairs["hole_onset"].astype(bool)
+    hits = int((breaks & onsets).sum())
+    steps = pairs["violating_steps"]
+    return {"policy": policy, "pairs": len(pairs), "breaks": int(breaks.sum()), "hole_onsets": int(onsets.sum()),
+            "breaks_before_onset": hits,
+            "precision": hits / breaks.sum() if breaks.any() else float("nan"),
+            "recall": hits / onsets.sum() if onsets.any() else float("nan"),
+            "onset_rate": onsets.mean() if len(pairs) else float("nan"),
+            "violating_steps_onset": steps[onsets].mean() if onsets.any() else float("nan"),
+            "violating_steps_other": steps[~onsets].mean() if (~onsets).any() else float("nan")}
+
+
+def inclusion_census(traces, policies=("dtr", "msps"), *, ratios="0.05:1.0:0.02", jobs: int = 1,
+                     overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, progress: bool = True) -> InclusionCensus:
+    """Check :func:`inclusion` between every pair of neighbouring ``ratios``, for every trace and policy.
+
+    ``traces`` is a Trace, a list or a dict of them; ``policies`` names, classes or
+    instances. Each (trace, policy) runs in one task (``jobs`` local processes).
+    """
+    from joblib import Parallel, delayed
+    from tqdm.auto import tqdm
+
+    from ..sweep import parse_ratios
+
+    if isinstance(traces, Trace):
+        traces = [traces]
+    elif isinstance(traces, dict):
+        traces = list(traces.values())
+    policies = [get_policy(p) for p in ([policies] if isinstance(policies, (str, Policy)) else policies)]
+    ratio_list = sorted(set(parse_ratios(ratios)))
+    if len(ratio_list) < 2:
+        raise ValueError("an inclusion census needs at least two ratios, e.g. '0.05:1.0:0.02'")
+    tasks = [(trace, policy) for trace in traces for policy in policies]
+    results = Parallel(n_jobs=jobs, return_as="generator")(
+        delayed(_pairs_of)(trace, policy, ratio_list, overhead_limit) for trace, policy in tasks)
+    rows = [row for rows in tqdm(results, total=len(tasks), desc="inclusion census", unit="config",
+                                 disable=not progress) for row in rows]
+    return InclusionCensus(ratios=tuple(ratio_list), pairs=pd.DataFrame(rows, columns=PAIR_COLUMNS))
+
+
+def _pairs_of(trace: Trace, policy: Policy, ratios: list[float], overhead_limit: float) -> list[dict]:
+    rows = []
+    for small, large in zip(ratios, ratios[1:]):
+        if budget_for(trace, small) >= budget_for(trace, large):
+            continue
+        result = inclusion(trace, policy, ratio_small=small, ratio_large=large, overhead_limit=overhead_limit)
+        rows.append({
+            "trace": trace.name, "policy": policy.label, "ratio_small": small, "ratio_large": large,
+            "budget_small": result.budget_small, "budget_large": result.budget_large,
+            "status_small": result.status_small, "status_large": result.status_large, "breaks": not result.holds,
+            "violating_steps": len(result.violating_steps),
+            "max_violations": int(result.violation_counts.max()) if len(result.violation_counts) else 0,
+            "first_violation_step": result.first_violation_step, "hole_onset": result.anomaly})
+    return rows
