@@ -3,12 +3,16 @@
     python scripts/make_figures.py                                  # traces/ -> figures/traces/
     DTRLAB_LOGS=../shared/dtr-logs python scripts/make_figures.py   # DTR logs -> figures/dtr-logs/
     python scripts/make_figures.py --only 01 06 --quick             # a quick run of two notebooks
+    python scripts/make_figures.py --recompute                      # ignore results/shipped/ (also: DTRLAB_RECOMPUTE=1)
 
 Figures go to ``figures/<trace set>/`` (the trace set is the name of the traces
 directory, so the DTR logs never overwrite the shipped traces' figures, and a
 ``--quick`` run writes under ``results/`` instead). Executed notebooks go to
 ``results/notebooks/<trace set>/``. Every notebook reads the same sweep cache
-(``$DTRLAB_CACHE`` or ``results/cache``), so reruns only plot.
+(``$DTRLAB_CACHE`` or ``results/cache``), so reruns only plot. Below that cache lie
+the shipped results (``results/shipped/``, validated row by row), so a fresh clone
+only plots too; ``--recompute`` (or ``DTRLAB_RECOMPUTE=1``, e.g.
+``make figures DTRLAB_RECOMPUTE=1``) simulates everything the cache lacks instead.
 """
 
 from __future__ import annotations
@@ -77,7 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes per sweep (default: all cores)")
     parser.add_argument("--quick", action="store_true", help="tiny runs (as the tests do); figures go under results/")
     parser.add_argument("--only", nargs="+", metavar="NN", help="run only these notebooks, e.g. --only 01 06")
+    parser.add_argument("--recompute", action="store_true",
+                        help="ignore the shipped results in results/shipped/ (same as DTRLAB_RECOMPUTE=1)")
     args = parser.parse_args(argv)
+    if args.recompute:
+        os.environ["DTRLAB_RECOMPUTE"] = "1"  # the notebooks' kernels inherit it
 
     if not args.traces.is_dir():
         parser.error(f"--traces {args.traces} is not a directory; give traces/ or a directory of DTR logs "

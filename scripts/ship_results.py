@@ -9,7 +9,7 @@ default parameters, or the traces): the old bundle's rows are then ignored, not
 wrong, but every notebook is slow again until the bundle is regenerated.
 
 How: every notebook runs with papermill and its default parameters on ``traces/``,
-and notebook 02 (the census of the committed ``figures/dtr-logs/``) on the DTR logs
+and notebooks 01 and 02 (the census behind ``figures/dtr-logs/``) on the DTR logs
 (``$DTRLAB_LOGS``, else ``../shared/dtr-logs`` when present), all with
 ``DTRLAB_RECOMPUTE=1`` against an empty cache, so the bundle holds exactly the runs
 the notebooks ask for, computed by this simulator. Then each trace's cached rows
@@ -38,8 +38,9 @@ from dtrlab.sweep.shipped import (  # noqa: E402
     DEFAULT_SHIPPED_DIR, RECOMPUTE_ENV, bundle_table, rows_from_cache, tables_from_cache, write_bundle_file)
 from dtrlab.trace import load_directory  # noqa: E402
 
-#: The notebooks whose runs are shipped, per trace set: all for traces/, the census for the DTR logs.
-LOG_NOTEBOOKS = ["02"]
+#: The notebooks whose runs are shipped, per trace set: all for traces/; for the DTR logs the census
+#: (01's grid, on which 03, 05 and 07 find their hole, and 02's finer census).
+LOG_NOTEBOOKS = ["01", "02"]
 
 
 def _make_figures():

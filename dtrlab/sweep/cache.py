@@ -10,6 +10,15 @@ renamed), so a killed sweep loses nothing that finished; :meth:`SweepCache.compa
 merges the parts into one file at the end of a sweep. A simulator version bump
 changes the directory, and rows are also checked for their stored version, so an
 older simulator's results are never reused.
+
+Below this writable cache lies a read-only **shipped layer**: the results the
+notebooks need for the shipped traces and the DTR logs' census, committed as
+compact parquet files in ``results/shipped/`` (one per trace; see
+:mod:`dtrlab.sweep.shipped`). :meth:`SweepCache.load` returns the shipped rows of
+its configuration under the cached ones; a shipped row is used only if its
+simulator version, trace content hash and config key all match, so a stale row is
+recomputed like a missing one. ``DTRLAB_RECOMPUTE=1`` ignores the shipped layer,
+``DTRLAB_SHIPPED=DIR`` reads another bundle.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from ..policies import Policy
 from ..runtime import SIMULATOR_VERSION, Intervention
 from ..trace.cache import CACHE_ENV, default_cache_dir  # noqa: F401  (one cache root for all)
 from ..trace.model import Trace
+from .shipped import shipped_rows
 
 
 def policy_fingerprint(policy: Policy) -> dict:
@@ -89,14 +99,24 @@ class SweepCache:
             self.key["memory_options"] = dict(memory_options or {})
         config = {k: self.key[k] for k in ("policy", "overhead_limit", "withhold", "pin", "force_evict", "memory",
                                            "memory_options") if k in self.key}
-        config_key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:24]
-        self.directory = Path(root) / f"sim-v{SIMULATOR_VERSION}" / trace.content_hash[:24] / config_key
+        self.config_key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:24]
+        self.directory = Path(root) / f"sim-v{SIMULATOR_VERSION}" / trace.content_hash[:24] / self.config_key
 
     def _parts(self) -> list[Path]:
         return sorted(self.directory.glob("*.parquet")) if self.directory.is_dir() else []
 
     def load(self) -> pd.DataFrame:
-        """Every cached row, one per budget (empty frame when nothing is cached)."""
+        """Every cached or shipped row, one per budget (empty frame when there is none).
+
+        The writable cache's row wins over a shipped row of the same budget.
+        """
+        frames = [f for f in (shipped_rows(self.key["trace_hash"], self.config_key), self._cached()) if len(f)]
+        if not frames:
+            return pd.DataFrame()
+        return pd.concat(frames, ignore_index=True).drop_duplicates("budget_bytes", keep="last").reset_index(drop=True)
+
+    def _cached(self) -> pd.DataFrame:
+        """The rows of the writable cache (this simulator version's only)."""
         parts = self._parts()
         if not parts:
             return pd.DataFrame()
@@ -123,7 +143,7 @@ class SweepCache:
         parts = self._parts()
         if len(parts) <= 1:
             return
-        self._write(pa.Table.from_pandas(self.load(), preserve_index=False), f"merged-{uuid.uuid4().hex}.parquet")
+        self._write(pa.Table.from_pandas(self._cached(), preserve_index=False), f"merged-{uuid.uuid4().hex}.parquet")
         for part in parts:
             part.unlink(missing_ok=True)
 
