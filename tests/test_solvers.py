@@ -16,6 +16,10 @@ from dtrlab.trace.builder import LogBuilder  # noqa: E402
 
 
 def chain():
+    return chain_log().trace("chain")
+
+
+def chain_log() -> LogBuilder:
     """Three forward layers, three backward layers; a1 is expensive (5), the others cost 1.
 
     Without eviction the backward's first two steps hold a1, a2, a3/g3, g2 and x: 50 bytes.
@@ -35,7 +39,7 @@ def chain():
     log.release("g3", "a2")
     log.call("b1", ["g2", "a1"], [("g1", 10)], time=1)
     log.release("g2", "a1")
-    return log.trace("chain")
+    return log
 
 
 def diamond():

@@ -14,7 +14,8 @@ def register(subparsers) -> None:
     parser.add_argument("--ratios", default="0.6,0.8,1.0",
                         help="budgets to optimize, as fractions of the peak: a list 0.5,0.7 or START:STOP:STEP")
     parser.add_argument("--time-limit", type=float, default=30.0, metavar="S", help="seconds per solve (default 30)")
-    parser.add_argument("--solver", default="milp", help="milp (HiGHS) or cpsat (OR-Tools)")
+    parser.add_argument("--solver", default="milp", help="for the sampled budgets: milp (HiGHS) or cpsat (OR-Tools)")
+    parser.add_argument("--probe-solver", default="cpsat", help="for the bisection's feasibility probes")
     parser.add_argument("--overhead-limit", type=float, default=2.0)
     parser.add_argument("--chain", type=int, default=3, help="longest recompute chain the model admits (default 3)")
     parser.add_argument("--resolution", type=float, default=0.01,
@@ -31,6 +32,11 @@ def run(args) -> int:
     from ..solvers.frontier import compute_frontier, frontier_path, hole_budgets, write_frontier
     from ..sweep.budget_sweep import parse_ratios
 
+    try:
+        import highspy  # noqa: F401
+        from ortools.sat.python import cp_model  # noqa: F401
+    except ImportError:
+        raise ValueError("dtrlab frontier needs the solver extra: pip install 'dtrlab[solvers]'") from None
     trace = load_single_trace(args.log)
     ratios = parse_ratios(args.ratios if ":" in args.ratios else args.ratios.split(","))
     budgets = hole_budgets(trace, parse_ratios(args.holes), overhead_limit=args.overhead_limit) if args.holes else ()
@@ -42,7 +48,7 @@ def run(args) -> int:
                  if row['replay_passed'] is not None else "") + f" ({row['solve_seconds']:.1f}s)", flush=True)
 
     frontier = compute_frontier(trace, ratios=ratios, budgets=budgets, overhead_limit=args.overhead_limit,
-                                time_limit_s=args.time_limit, solver=args.solver, chain=args.chain,
+                                time_limit_s=args.time_limit, solver=args.solver, probe_solver=args.probe_solver, chain=args.chain,
                                 resolution=args.resolution, bisect=not args.no_bisect, progress=progress)
     out = Path(args.out) if args.out else Path(f"frontier-{trace.name}.parquet")
     if out.is_dir():

@@ -47,6 +47,7 @@ class Frontier:
     trace: str
     trace_hash: str
     solver: str
+    probe_solver: str
     overhead_limit: float
     time_limit_s: float
     chain: int
@@ -71,6 +72,7 @@ class Frontier:
     def metadata(self) -> dict:
         return {
             "version": FRONTIER_VERSION, "trace": self.trace, "trace_hash": self.trace_hash, "solver": self.solver,
+            "probe_solver": self.probe_solver,
             "overhead_limit": self.overhead_limit, "time_limit_s": self.time_limit_s, "chain": self.chain,
             "peak_bytes": self.peak_bytes, "lower_bound_bytes": self.lower_bound_bytes,
             "min_feasible_bytes": self.min_feasible_bytes, "max_infeasible_bytes": self.max_infeasible_bytes,
@@ -119,24 +121,27 @@ def _verdict(row: dict) -> str:
 
 
 def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
-                     time_limit_s: float = DEFAULT_TIME_LIMIT_S, solver: str = "milp", chain: int = 3,
+                     time_limit_s: float = DEFAULT_TIME_LIMIT_S, solver: str = "milp", probe_solver: str = "cpsat",
+                     chain: int = 3,
                      resolution: float = 0.01, bisect: bool = True, dtr: bool = True, progress=None) -> Frontier:
     """Optimal recompute at ``ratios`` (fractions of the baseline peak) and ``budgets``
     (bytes), then the minimal feasible budget by bisection to ``resolution`` x peak.
 
-    Every solve gets ``time_limit_s``; ``dtr`` also runs DTR at each budget for
-    comparison. ``progress(row)`` is called after each solve.
+    Every solve gets ``time_limit_s``; samples are optimized with ``solver``, bisection
+    probes only look for a schedule with ``probe_solver`` (CP-SAT finds feasible
+    schedules faster, HiGHS proves optima faster in our runs); ``dtr`` also runs DTR
+    at each budget for comparison. ``progress(row)`` is called after each solve.
     """
     if not 0 < resolution < 1:
         raise ValueError(f"resolution is a fraction of the peak in (0, 1), e.g. 0.01; got {resolution}")
     problem = build_problem(trace, chain=chain)
     peak = baseline(trace).peak_memory
     lower = problem.lower_bound()
-    options = dict(solver=solver, overhead_limit=overhead_limit, time_limit_s=time_limit_s, dtr=dtr)
+    options = dict(overhead_limit=overhead_limit, time_limit_s=time_limit_s, dtr=dtr)
     rows = []
 
     def solve(budget: int, kind: str, ratio=None) -> str:
-        row = _solve_row(problem, budget, kind, ratio, **options)
+        row = _solve_row(problem, budget, kind, ratio, solver=solver if kind == "sample" else probe_solver, **options)
         rows.append(row)
         if progress is not None:
             progress(row)
@@ -173,7 +178,7 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
                               and (min_feasible is None or b < min_feasible)))
     frame = pd.DataFrame(rows, columns=COLUMNS).sort_values(["budget_bytes", "kind"], kind="stable")
     return Frontier(
-        trace=trace.name, trace_hash=trace.content_hash, solver=solver, overhead_limit=overhead_limit,
+        trace=trace.name, trace_hash=trace.content_hash, solver=solver, probe_solver=probe_solver, overhead_limit=overhead_limit,
         time_limit_s=time_limit_s, chain=chain, peak_bytes=peak, lower_bound_bytes=lower,
         min_feasible_bytes=min_feasible, max_infeasible_bytes=max_infeasible, unresolved_bytes=unresolved,
         resolution_bytes=max(1, int(resolution * peak)), rows=frame.reset_index(drop=True),
