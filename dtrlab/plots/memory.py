@@ -75,24 +75,35 @@ def plot_threshold_shift(table: pd.DataFrame, *, titles: dict[str, str] | None =
     return fig
 
 
-def plot_layout(blocks: pd.DataFrame, ax=None, *, failure_step: int | None = None, title: str = ""):
-    """Address (MiB) against schedule step: allocated blocks coloured by storage, free blocks light grey.
+def plot_layout(blocks: pd.DataFrame, ax=None, *, failure_step: int | None = None, title: str = "",
+                rows: int = 600):
+    """Address (MiB) against schedule step: allocated blocks coloured by storage, free blocks light grey,
+    unreserved address space white.
 
     ``blocks`` is :attr:`~dtrlab.analysis.layouts.MemoryLayouts.blocks`. Addresses are
     the model's (segments placed one after another from 0); ``failure_step`` marks the
-    failing step.
+    failing step. The image has ``rows`` address rows (a block smaller than one row
+    still shows as one).
     """
     use_style()
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4), constrained_layout=True)
-    free = blocks["state"] == "free"
-    ids = blocks["block_id"].fillna(-1).astype(int).to_numpy()
+    steps = np.sort(blocks["step"].unique())
+    top = int((blocks["address"] + blocks["size"]).max()) if len(blocks) else 1
+    scale = rows / top
+    image = np.ones((rows, len(steps), 4))  # white: not reserved at that step
     palette = plt.get_cmap("tab20")(np.arange(20))
-    colors = np.where(free.to_numpy()[:, None], np.array([[0.92, 0.92, 0.92, 1.0]]), palette[ids % 20])
-    ax.bar(blocks["step"], blocks["size"] / MIB, bottom=blocks["address"] / MIB, width=1.0, color=colors,
-           edgecolor="none", align="edge")
+    column = np.searchsorted(steps, blocks["step"].to_numpy())
+    low = np.floor(blocks["address"].to_numpy() * scale).astype(int)
+    high = np.maximum(low + 1, np.ceil((blocks["address"] + blocks["size"]).to_numpy() * scale).astype(int))
+    free = (blocks["state"] == "free").to_numpy()
+    ids = blocks["block_id"].fillna(0).astype(int).to_numpy()
+    for c, lo, hi, is_free, block_id in zip(column, low, high, free, ids):
+        image[lo:hi, c] = (0.92, 0.92, 0.92, 1.0) if is_free else palette[block_id % 20]
+    ax.imshow(image, origin="lower", aspect="auto", interpolation="nearest",
+              extent=(steps[0] - 0.5, steps[-1] + 0.5, 0, top / MIB) if len(steps) else None)
     if failure_step is not None:
-        ax.axvline(failure_step + 1, color=STATUS_COLORS["oom"], linewidth=1.2, linestyle="--")
+        ax.axvline(failure_step, color=STATUS_COLORS["oom"], linewidth=1.2, linestyle="--")
     ax.set_xlabel("schedule step")
     ax.set_ylabel("address (MiB)")
     ax.set_title(title, loc="left", fontsize=10)
