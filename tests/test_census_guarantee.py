@@ -23,8 +23,8 @@ from conftest import ROOT, UNET_LOG
 
 def test_delta_in_bytes_or_as_a_fraction_of_the_peak():
     assert delta_bytes(4096, 10**9) == 4096
-    assert delta_bytes(0.001, 1_000_500) == 1001  # ceil(1000.5)
-    assert delta_bytes(0.001, 2_000_000) == 2000
+    assert delta_bytes(0.001, 1_000_500) == 1002  # ceil(1000.5) + 1 byte for the rounding of ratio budgets
+    assert delta_bytes(0.001, 2_000_000) == 2001
     for bad in (0, -3, 1.5, 0.0):
         with pytest.raises(ValueError, match="delta is bytes"):
             delta_bytes(bad, 10**9)
@@ -134,7 +134,7 @@ def test_a_narrow_pass_island_below_a_wide_hole_can_hide_it():
 def test_find_holes_with_delta_rejects_a_coarse_frame():
     frame = frame_of({0: False, 10: True, 30: True}).assign(baseline_memory=10_000)
     assert find_holes(frame, delta=20).max_gap_bytes == 20
-    assert find_holes(frame, delta=0.002).max_gap_bytes == 20  # ceil(10000 * 0.002) = 20
+    assert find_holes(frame, delta=0.002).max_gap_bytes == 20  # within ceil(10000 * 0.002) + 1 = 21
     with pytest.raises(ValueError, match="20 bytes apart between budgets 10 and 30, coarser than delta = 19"):
         find_holes(frame, delta=19)
 
@@ -156,7 +156,8 @@ def test_fine_census_reports_every_hole_of_the_plain_sweep(small_transformer, tm
     refinement = census.refinements[small_transformer.name]
     assert refinement.grid.samples["budget_bytes"].tolist() == plain["budget_bytes"].tolist()  # the same grid
     peak = baseline(small_transformer).peak_memory
-    assert refinement.delta_bytes == -(-peak // 1000)
+    assert refinement.delta_bytes == -(-peak // 1000) + 1
+    assert refinement.fill_budgets == ()  # the ratio grid is already that fine
     assert refinement.refined.max_gap_bytes <= refinement.delta_bytes
     assert refinement.probe_budgets == ()  # no probing with delta: every gap is sampled
     refined = refinement.refined.holes

@@ -93,11 +93,11 @@ class HoleCensus:
 
 def delta_bytes(delta: int | float, peak: int) -> int:
     """A sampling resolution in bytes: an integer ``delta >= 1`` is bytes, a float in
-    (0, 1) a fraction of the baseline ``peak`` (rounded up, so ``0.001`` is
-    ``ceil(peak / 1000)``: the gaps of a ``START:STOP:0.001`` ratio grid never exceed it
-    except by float rounding)."""
+    (0, 1) a fraction of the baseline ``peak``: ``ceil(delta * peak) + 1``, the largest
+    gap between the budgets ``int(peak * ratio)`` of a ``START:STOP:delta`` ratio grid
+    (the byte absorbs their rounding), so such a grid needs no fill."""
     if isinstance(delta, float) and 0 < delta < 1:
-        return max(1, math.ceil(delta * peak))
+        return math.ceil(delta * peak) + 1
     if float(delta) == int(delta) and int(delta) >= 1:
         return int(delta)
     raise ValueError(f"delta is bytes (an integer >= 1) or a fraction of the baseline peak in (0, 1), "
