@@ -131,6 +131,11 @@ class Monotone(Policy):
         self.cap: CalibrationPoint | None = None
 
     def start(self, sim):
+        if getattr(sim, "memory_model", None) is not None:
+            # Under an address-aware model the model's capacity stays B while the cap
+            # lowers only the byte count: not the calibration run, so no guarantee.
+            raise ValueError("monotone needs the flat byte-counting memory model (the default); "
+                             "its replay argument does not hold under an address-aware model")
         points = calibrate(sim.trace, self.base, self.params["calibration"], sim.remat_limit)
         self.cap = choose_cap(points, sim.budget)
         # No passing calibration budget fits: refuse with an immediate oom (budget 0)

@@ -1,0 +1,110 @@
+"""Regenerate ``results/shipped/search/``: the study, its tables, the policies file and the comparisons.
+
+    python -m dtrlab.search.ship --study search.db --tuning traces --heldout ../shared/dtr-logs -j 2
+
+Writes (CSV and JSON only: the shipped sweep layer reads the ``.parquet`` files
+under ``results/shipped``):
+
+* ``study.db``: the Optuna study (resume it with ``dtrlab search --storage``);
+* ``trials.csv``, ``pareto.csv``: every completed trial, the Pareto front;
+* ``policies.json``: the best Pareto trials as ``searched_1..N`` (registered at import);
+* ``comparison.csv``, ``comparison_per_trace.csv``: holes, threshold and overhead of
+  the compared policies on each trace set, with the set's role (tuning, held-out);
+* ``inclusion_pairs.csv``, ``inclusion_prediction.csv``: the inclusion census.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from ..trace import load_directory
+from .report import SHIPPED_SEARCH, compare, export_policies
+from .study import open_study, pareto_table, trials_table
+
+BASELINES = ["dtr", "msps", "monotone"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--study", type=Path, help="the study's SQLite file (default: the shipped one)")
+    parser.add_argument("--out", type=Path, default=SHIPPED_SEARCH)
+    parser.add_argument("--tuning", type=Path, default=Path("traces"), help="directory of the tuning trace set")
+    parser.add_argument("--tuning-ratios", default="0.05:1.0:0.002")
+    parser.add_argument("--heldout", type=Path, default=Path("../shared/dtr-logs"),
+                        help="directory of the held-out trace set")
+    parser.add_argument("--heldout-ratios", default="0.05:1.0:0.01")
+    parser.add_argument("--inclusion-ratios", default="0.05:1.0:0.02")
+    parser.add_argument("--top", type=int, default=3)
+    parser.add_argument("--inclusion-baselines-only", action="store_true",
+                        help="the inclusion census of the baseline policies only (before a search)")
+    parser.add_argument("--skip", action="append", default=[], choices=["study", "comparison", "inclusion"])
+    parser.add_argument("-j", "--jobs", type=int, default=1)
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+
+    if "study" not in args.skip:
+        if args.study and args.study.resolve() != (out / "study.db").resolve():
+            shutil.copyfile(args.study, out / "study.db")
+        study = open_study(out / "study.db")
+        trials_table(study).to_csv(out / "trials.csv", index=False)
+        pareto_table(study).to_csv(out / "pareto.csv", index=False)
+        export_policies(study, out / "policies.json", top=args.top)
+        print(f"wrote the study's tables and {args.top} policies to {out}")
+
+    from ..policies import get_policy
+    from ..policies.searched import load_searched
+
+    searched = list(load_searched(out / "policies.json")) if (out / "policies.json").exists() else []
+    policies = BASELINES + searched
+    if "comparison" not in args.skip:
+        tuned = set(open_study(out / "study.db").user_attrs.get("tuning_traces", []))
+        summaries, per_trace = [], []
+        for role, directory, ratios in (("tuning set", args.tuning, args.tuning_ratios),
+                                        ("held-out", args.heldout, args.heldout_ratios)):
+            traces = load_directory(directory)
+            groups = {role: traces}
+            if role == "tuning set":  # the traces of the tuning set the search used, and the rest
+                groups = {"tuned": {n: t for n, t in traces.items() if n in tuned},
+                          "tuning set, not tuned": {n: t for n, t in traces.items() if n not in tuned}}
+            for group, members in groups.items():
+                if not members:
+                    continue
+                summary, table = compare(policies, members, ratios=ratios, jobs=args.jobs, progress=True)
+                summaries.append(summary.assign(traces_role=group, trace_set=directory.name, ratios=ratios))
+                per_trace.append(table.assign(traces_role=group, trace_set=directory.name, ratios=ratios))
+                print(group, directory.name, "\n", summary.to_string(index=False), flush=True)
+        pd.concat(summaries, ignore_index=True).to_csv(out / "comparison.csv", index=False)
+        pd.concat(per_trace, ignore_index=True).to_csv(out / "comparison_per_trace.csv", index=False)
+
+    if "inclusion" not in args.skip:
+        from ..analysis.inclusion import InclusionCensus, inclusion_census
+        from ..sweep import parse_ratios
+
+        # Incremental: policies already in the file (same ratios) are not recomputed.
+        path = out / "inclusion_pairs.csv"
+        done = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["policy", "ratio_small"])
+        ratios = sorted(set(parse_ratios(args.inclusion_ratios)))
+        if len(done) and not set(done["ratio_small"]).issubset(ratios):
+            done = done.iloc[0:0]
+        wanted = BASELINES if args.inclusion_baselines_only else BASELINES + searched[:1]
+        missing = [p for p in wanted if get_policy(p).label not in set(done["policy"])]
+        if missing:
+            new = inclusion_census(load_directory(args.tuning), missing, ratios=ratios, jobs=args.jobs).pairs
+            done = pd.concat([done, new], ignore_index=True) if len(done) else new
+        done = done[done["policy"].isin([get_policy(p).label for p in wanted])]
+        done.to_csv(path, index=False)
+        prediction = InclusionCensus(ratios=tuple(ratios), pairs=done).prediction()
+        prediction.to_csv(out / "inclusion_prediction.csv", index=False)
+        print(prediction.to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
