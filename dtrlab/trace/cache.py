@@ -2,19 +2,21 @@
 
 Layout: ``ROOT/traces-v{PARSER_VERSION}/{sha256 of the log file's bytes}-{start|all}.npz``
 under the cache root shared with the sweep cache (``$DTRLAB_CACHE`` or
-``~/.cache/dtrlab``). Each file holds flat integer arrays (operators, tensors,
+``~/.cache/dtrlab``). Each file is a NumPy ``.npz`` (a zip of ``.npy`` arrays:
+``np.load(path)`` reads it) holding flat int64 arrays (operators, tensors,
 schedule), the names as one NUL-separated UTF-8 blob, and a JSON header with the
-parser version, the log's hash and the ``start`` flag. It is never pickled
-(``np.load(allow_pickle=False)``), and it is used only if
+parser version, the log's hash and the ``start`` flag. It is written and read here
+with the standard library alone, so loading a trace imports neither numpy nor
+pandas, and nothing is ever pickled. A file is used only if
 
 * the header's parser version and log hash are those asked for (a stale file, or
   one copied under another name, is rebuilt), and
-* the archive reads back whole: ``.npz`` is a zip whose members carry CRC-32
-  checksums, so a truncated or bit-flipped file fails to load and is rebuilt.
+* it reads back whole: zip members carry CRC-32 checksums, so a truncated or
+  bit-flipped file fails to load and is rebuilt; every array's ``.npy`` header must
+  be the exact one this module writes.
 
 Bump :data:`PARSER_VERSION` whenever :mod:`dtrlab.trace.simrd_log` can build a
-different trace from the same log. This module must stay light (numpy, no pandas):
-``dtrlab run`` loads traces through it.
+different trace from the same log.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ import hashlib
 import io
 import json
 import os
+import struct
+import sys
 import uuid
 import warnings
 import zipfile
+from array import array
+from itertools import chain
 from pathlib import Path
-
-import numpy as np
 
 from .model import Operator, Trace
 
@@ -38,6 +42,9 @@ PARSER_VERSION = 1
 CACHE_ENV = "DTRLAB_CACHE"
 _FORMAT = "dtrlab-trace"
 _SEPARATOR = "\x00"
+_NPY_MAGIC = b"\x93NUMPY\x01\x00"
+#: array typecode -> .npy descr (int64 little-endian; bytes)
+_DESCR = {"q": "<i8", "B": "|u1"}
 
 
 def default_cache_dir() -> Path:
@@ -54,35 +61,65 @@ def cache_path(root: str | os.PathLike, digest: str, start: bool) -> Path:
     return Path(root) / f"traces-v{PARSER_VERSION}" / f"{digest}-{'start' if start else 'all'}.npz"
 
 
-def _offsets(groups) -> np.ndarray:
-    lengths = np.fromiter((len(g) for g in groups), dtype=np.int64)
-    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+def _npy_header(typecode: str, shape: tuple[int, ...]) -> bytes:
+    """The ``.npy`` (format 1.0) header of a C-ordered array, padded to 64 bytes as numpy does."""
+    shape_text = f"({shape[0]},)" if len(shape) == 1 else f"({', '.join(map(str, shape))})"
+    text = f"{{'descr': '{_DESCR[typecode]}', 'fortran_order': False, 'shape': {shape_text}, }}"
+    padding = -(len(_NPY_MAGIC) + 2 + len(text) + 1) % 64
+    text = text + " " * padding + "\n"
+    return _NPY_MAGIC + struct.pack("<H", len(text)) + text.encode("latin1")
 
 
-def _flat(groups) -> np.ndarray:
-    return np.fromiter((x for g in groups for x in g), dtype=np.int64)
+def _npy(values: array, shape: tuple[int, ...] | None = None) -> bytes:
+    if values.itemsize > 1 and sys.byteorder != "little":
+        values = array(values.typecode, values)
+        values.byteswap()
+    return _npy_header(values.typecode, shape or (len(values),)) + values.tobytes()
+
+
+def _from_npy(data: bytes, typecode: str, columns: int | None = None) -> array:
+    """The values of a ``.npy`` member written by :func:`_npy` (anything else is rejected)."""
+    if data[:8] != _NPY_MAGIC:
+        raise ValueError("not a .npy member")
+    header_end = 10 + struct.unpack("<H", data[8:10])[0]
+    values = array(typecode)
+    values.frombytes(data[header_end:])
+    if values.itemsize > 1 and sys.byteorder != "little":
+        values.byteswap()
+    shape = (len(values),) if columns is None else (len(values) // columns, columns)
+    if data[:header_end] != _npy_header(typecode, shape) or (columns and len(values) % columns):
+        raise ValueError("unexpected .npy header")
+    return values
+
+
+def _offsets(groups) -> array:
+    offsets, total = array("q", [0]), 0
+    for group in groups:
+        total += len(group)
+        offsets.append(total)
+    return offsets
 
 
 def _split(flat: list[int], offsets: list[int]) -> list[tuple[int, ...]]:
     return [tuple(flat[a:b]) for a, b in zip(offsets, offsets[1:])]
 
 
-def _names_blob(names) -> np.ndarray | None:
+def _names_blob(names) -> array | None:
     """Names as one NUL-separated UTF-8 blob; None when a name holds a NUL (not cacheable)."""
     if any(_SEPARATOR in name for name in names):
         return None
-    return np.frombuffer(_SEPARATOR.join(names).encode("utf-8"), dtype=np.uint8)
+    return array("B", _SEPARATOR.join(names).encode("utf-8"))
 
 
-def _names(blob: np.ndarray, count: int) -> list[str]:
+def _names(blob: array, count: int) -> list[str]:
     names = blob.tobytes().decode("utf-8").split(_SEPARATOR) if count else []
     if len(names) != count:
         raise ValueError(f"{len(names)} names where {count} were stored")
     return names
 
 
-def trace_arrays(trace: Trace, digest: str, start: bool) -> dict[str, np.ndarray] | None:
-    """The arrays that store ``trace`` (None if it cannot be stored, see :func:`_names_blob`)."""
+def trace_members(trace: Trace, digest: str, start: bool) -> dict[str, bytes] | None:
+    """The ``.npy`` members that store ``trace`` (None if it cannot be stored, see :func:`_names_blob`)."""
     operators = trace.operators
     op_names = _names_blob([op.name for op in operators])
     tensor_names = _names_blob(trace.tensor_names)
@@ -90,58 +127,65 @@ def trace_arrays(trace: Trace, digest: str, start: bool) -> dict[str, np.ndarray
         return None
     header = {"format": _FORMAT, "parser_version": PARSER_VERSION, "file_sha256": digest, "start": start,
               "operators": len(operators), "tensors": trace.n_tensors}
-    return {
-        "header": np.frombuffer(json.dumps(header, sort_keys=True).encode(), dtype=np.uint8),
+    flat = lambda groups: array("q", chain.from_iterable(groups))  # noqa: E731
+    members = {
+        "header": array("B", json.dumps(header, sort_keys=True).encode()),
         "op_names": op_names,
-        "op_cost": np.fromiter((op.cost for op in operators), dtype=np.int64, count=len(operators)),
-        "op_backward": np.fromiter((op.backward for op in operators), dtype=np.bool_, count=len(operators)),
-        "op_args": _flat(op.args for op in operators),
+        "op_cost": array("q", (op.cost for op in operators)),
+        "op_backward": array("q", (op.backward for op in operators)),
+        "op_args": flat(op.args for op in operators),
         "op_args_offsets": _offsets([op.args for op in operators]),
-        "op_outputs": _flat(op.outputs for op in operators),
-        "op_sizes": _flat(op.sizes for op in operators),
-        "op_aliases": _flat(op.aliases for op in operators),
+        "op_outputs": flat(op.outputs for op in operators),
+        "op_sizes": flat(op.sizes for op in operators),
+        "op_aliases": flat(op.aliases for op in operators),
         "op_outputs_offsets": _offsets([op.outputs for op in operators]),
         "tensor_names": tensor_names,
-        "tensor_op": np.asarray(trace.tensor_op, dtype=np.int64),
-        "tensor_index": np.asarray(trace.tensor_index, dtype=np.int64),
-        "schedule": np.asarray(trace.schedule, dtype=np.int64).reshape(-1, 2),
+        "tensor_op": array("q", trace.tensor_op),
+        "tensor_index": array("q", trace.tensor_index),
     }
+    stored = {f"{key}.npy": _npy(values) for key, values in members.items()}
+    stored["schedule.npy"] = _npy(array("q", chain.from_iterable(trace.schedule)), (len(trace.schedule), 2))
+    return stored
 
 
-def trace_from_arrays(arrays, name: str, source: str) -> Trace:
-    """Rebuild the trace stored by :func:`trace_arrays` (Python ints and tuples, as parsed)."""
-    header = json.loads(arrays["header"].tobytes())
-    op_names = _names(arrays["op_names"], header["operators"])
-    args = _split(arrays["op_args"].tolist(), arrays["op_args_offsets"].tolist())
-    output_offsets = arrays["op_outputs_offsets"].tolist()
-    outputs = _split(arrays["op_outputs"].tolist(), output_offsets)
-    sizes = _split(arrays["op_sizes"].tolist(), output_offsets)
-    aliases = _split(arrays["op_aliases"].tolist(), output_offsets)
-    costs = arrays["op_cost"].tolist()
-    backward = arrays["op_backward"].tolist()
+def trace_from_members(members: dict[str, bytes], name: str, source: str) -> Trace:
+    """Rebuild the trace stored by :func:`trace_members` (Python ints and tuples, as parsed)."""
+    def ints(key: str) -> list[int]:
+        return _from_npy(members[f"{key}.npy"], "q").tolist()
+
+    header = json.loads(_from_npy(members["header.npy"], "B").tobytes())
+    op_names = _names(_from_npy(members["op_names.npy"], "B"), header["operators"])
+    args = _split(ints("op_args"), ints("op_args_offsets"))
+    output_offsets = ints("op_outputs_offsets")
+    outputs = _split(ints("op_outputs"), output_offsets)
+    sizes = _split(ints("op_sizes"), output_offsets)
+    aliases = _split(ints("op_aliases"), output_offsets)
+    costs = ints("op_cost")
+    backward = [bool(flag) for flag in ints("op_backward")]
     if not len(op_names) == len(args) == len(outputs) == len(costs) == len(backward):
         raise ValueError("operator arrays of different lengths")
-    operators = tuple(map(Operator, op_names, costs, args, outputs, sizes, aliases, backward))
+    schedule = _from_npy(members["schedule.npy"], "q", columns=2).tolist()
     return Trace(
-        name=name, operators=operators, tensor_names=tuple(_names(arrays["tensor_names"], header["tensors"])),
-        tensor_op=tuple(arrays["tensor_op"].tolist()), tensor_index=tuple(arrays["tensor_index"].tolist()),
-        schedule=tuple(zip(arrays["schedule"][:, 0].tolist(), arrays["schedule"][:, 1].tolist())), source=source,
+        name=name, operators=tuple(map(Operator, op_names, costs, args, outputs, sizes, aliases, backward)),
+        tensor_names=tuple(_names(_from_npy(members["tensor_names.npy"], "B"), header["tensors"])),
+        tensor_op=tuple(ints("tensor_op")), tensor_index=tuple(ints("tensor_index")),
+        schedule=tuple(zip(schedule[0::2], schedule[1::2])), source=source,
     )
 
 
 def load_cached(path: Path, digest: str, start: bool, name: str, source: str) -> Trace | None:
     """The trace cached at ``path`` if it is whole and of this log and parser version, else None."""
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files}  # reads every member: CRC-checked
-        header = json.loads(arrays["header"].tobytes())
+        with zipfile.ZipFile(path) as archive:
+            members = {member: archive.read(member) for member in archive.namelist()}  # CRC-checked
+        header = json.loads(_from_npy(members["header.npy"], "B").tobytes())
         if (header.get("format"), header.get("parser_version"), header.get("file_sha256"), header.get("start")) != (
                 _FORMAT, PARSER_VERSION, digest, start):
             return None
-        return trace_from_arrays(arrays, name, source)
+        return trace_from_members(members, name, source)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, json.JSONDecodeError,
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile,
             UnicodeDecodeError):
         return None  # truncated, corrupted or of another layout: rebuilt by the caller
 
@@ -149,11 +193,13 @@ def load_cached(path: Path, digest: str, start: bool, name: str, source: str) ->
 def store(path: Path, trace: Trace, digest: str, start: bool) -> None:
     """Write ``trace`` to ``path`` atomically (temporary name, then rename); a cache
     that cannot be written only costs the next run a parse."""
-    arrays = trace_arrays(trace, digest, start)
-    if arrays is None:
+    members = trace_members(trace, digest, start)
+    if members is None:
         return
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+        for member, data in members.items():
+            archive.writestr(member, data)
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
