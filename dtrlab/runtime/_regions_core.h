@@ -27,6 +27,7 @@ typedef struct {
 
 typedef struct {
     uint64_t *interior, *frontier; /* NULL until the region is first built */
+    Py_ssize_t lo, hi;             /* every nonzero word of both bitsets is in [lo, hi) */
 } Region;
 
 typedef struct {
@@ -140,7 +141,28 @@ static int region_ensure(Regions *self, Region *region) {
     region->interior = PyMem_Calloc(2 * self->words, sizeof(uint64_t));
     if (!region->interior) { PyErr_NoMemory(); return -1; }
     region->frontier = region->interior + self->words;
+    region->lo = self->words;
+    region->hi = 0;
     return 0;
+}
+
+/* Empty a region, touching only the words that can be nonzero. */
+static void region_clear(Regions *self, Region *region) {
+    if (region->lo < region->hi) {
+        Py_ssize_t count = (region->hi - region->lo) * sizeof(uint64_t);
+        memset(region->interior + region->lo, 0, count);
+        memset(region->frontier + region->lo, 0, count);
+    }
+    region->lo = self->words;
+    region->hi = 0;
+}
+
+/* Set bit i of one of the region's bitsets, keeping the word range. */
+static inline void region_set(Region *region, uint64_t *bits, int32_t i) {
+    Py_ssize_t w = i >> 6;
+    bits[w] |= (uint64_t)1 << (i & 63);
+    if (w < region->lo) region->lo = w;
+    if (w >= region->hi) region->hi = w + 1;
 }
 
 /* An evicted storage has no regions until it is resident again: give the memory back. */
@@ -172,7 +194,7 @@ static uint32_t next_generation(Regions *self) {
 static int walk(Regions *self, int32_t base, int dir) {
     Region *region = &self->regions[dir][base];
     if (region_ensure(self, region) < 0) return -1;
-    memset(region->interior, 0, 2 * self->words * sizeof(uint64_t));
+    region_clear(self, region);
     uint64_t *interior = region->interior, *frontier = region->frontier;
     IntVec *edges = self->edges[dir];
     const uint8_t *material = self->material;
@@ -188,11 +210,11 @@ static int walk(Regions *self, int32_t base, int dir) {
         for (Py_ssize_t i = 0; i < out->len; i++) {
             int32_t us = out->items[i];
             if (material[us]) {
-                if (us != base) BIT_SET(frontier, us);
+                if (us != base) region_set(region, frontier, us);
             } else if (seen[us] != generation) {
                 seen[us] = generation;
                 gained += compute[us];
-                BIT_SET(interior, us);
+                region_set(region, interior, us);
                 self->stack[top++] = us;
             }
         }
@@ -225,7 +247,7 @@ static int walk_batch(Regions *self, const int32_t *bases, int count, int dir) {
         int32_t base = bases[i];
         Region *region = &self->regions[dir][base];
         if (region_ensure(self, region) < 0) return -1;
-        memset(region->interior, 0, 2 * words * sizeof(uint64_t));
+        region_clear(self, region);
         base_seen[base] = generation;
         base_bit[base] = (uint64_t)1 << i;
         self->stack[top++] = base;
@@ -283,7 +305,8 @@ static int walk_batch(Regions *self, const int32_t *bases, int count, int dir) {
             int64_t cost = compute[v];
             for (uint64_t mask = reach[v]; mask; mask &= mask - 1) {
                 int i = __builtin_ctzll(mask);
-                BIT_SET(self->regions[dir][bases[i]].interior, v);
+                Region *region = &self->regions[dir][bases[i]];
+                region_set(region, region->interior, v);
                 gained[i] += cost;
             }
         }
@@ -304,7 +327,8 @@ static int walk_batch(Regions *self, const int32_t *bases, int count, int dir) {
         int32_t us = self->touched[j];
         for (uint64_t mask = front[us]; mask; mask &= mask - 1) {
             int32_t base = bases[__builtin_ctzll(mask)];
-            if (us != base) BIT_SET(self->regions[dir][base].frontier, us);
+            Region *region = &self->regions[dir][base];
+            if (us != base) region_set(region, region->frontier, us);
         }
     }
     for (int i = 0; i < count; i++) self->region_compute[dir][bases[i]] = gained[i];
@@ -339,10 +363,9 @@ static int regions_materialized(Regions *self, const int32_t *storages, Py_ssize
     for (Py_ssize_t i = 0; i < count; i++) {
         int32_t s = storages[i];
         if (walk(self, s, 0) < 0 || walk(self, s, 1) < 0) return -1;
-        for (Py_ssize_t w = 0; w < self->words; w++) {
-            affected[w] |= self->regions[1][s].frontier[w];
-            affected_rev[w] |= self->regions[0][s].frontier[w];
-        }
+        const Region *forward = &self->regions[0][s], *reverse = &self->regions[1][s];
+        for (Py_ssize_t w = reverse->lo; w < reverse->hi; w++) affected[w] |= reverse->frontier[w];
+        for (Py_ssize_t w = forward->lo; w < forward->hi; w++) affected_rev[w] |= forward->frontier[w];
     }
     /* Every walk of this call sees the same resident set, so their order does not matter. */
     if (rebuild_flagged(self, affected, 0) < 0 || rebuild_flagged(self, affected_rev, 1) < 0) return -1;
@@ -364,7 +387,7 @@ static int absorb(Regions *self, int32_t owner, int32_t s, int dir) {
     int s_in_difference = BIT_GET(evicted->interior, s) && !BIT_GET(region->interior, s);
     int64_t gained = 0;
     const int64_t *compute = self->compute;
-    for (Py_ssize_t w = 0; w < self->words; w++) {
+    for (Py_ssize_t w = evicted->lo; w < evicted->hi; w++) {
         region->frontier[w] |= evicted->frontier[w];
         uint64_t added = evicted->interior[w] & ~region->interior[w];
         region->interior[w] |= added;
@@ -373,8 +396,10 @@ static int absorb(Regions *self, int32_t owner, int32_t s, int dir) {
             added &= added - 1;
         }
     }
+    if (evicted->lo < region->lo) region->lo = evicted->lo;
+    if (evicted->hi > region->hi) region->hi = evicted->hi;
     /* s joins the interior and is counted even if it was there already (as simrd does). */
-    BIT_SET(region->interior, s);
+    region_set(region, region->interior, s);
     if (!s_in_difference) gained += compute[s];
     self->region_compute[dir][owner] += gained;
     return 0;
@@ -386,10 +411,10 @@ static int regions_evicted(Regions *self, int32_t s) {
         Region *evicted = &self->regions[dir][s];
         if (!evicted->interior) continue;
         /* Forward regions of the evicted storage's reverse frontier absorb it, and vice versa. */
-        const uint64_t *owners = self->regions[1 - dir][s].frontier;
-        if (!owners) continue;
-        for (Py_ssize_t w = 0; w < self->words; w++) {
-            uint64_t word = owners[w];
+        const Region *opposite = &self->regions[1 - dir][s];
+        if (!opposite->frontier) continue;
+        for (Py_ssize_t w = opposite->lo; w < opposite->hi; w++) {
+            uint64_t word = opposite->frontier[w];
             while (word) {
                 if (absorb(self, (int32_t)((w << 6) + __builtin_ctzll(word)), s, dir) < 0) return -1;
                 word &= word - 1;
