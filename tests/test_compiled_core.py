@@ -96,6 +96,13 @@ def test_simulate_dispatches_and_results_are_identical_field_by_field(small_resn
             assert fast.evicted_storages == slow.evicted_storages and fast.evictions > 0
 
 
+def test_random_policy_draws_the_same_candidates_for_every_seed(small_resnet):
+    for seed in range(4):
+        fast = simulate(small_resnet, "random", ratio=0.5, seed=seed, engine="compiled")
+        assert fast == simulate(small_resnet, "random", ratio=0.5, seed=seed, engine="python")
+        assert fast.evictions > 0
+
+
 def test_a_failure_record_is_identical():
     log = LogBuilder()
     log.constant("x", 10)
@@ -115,12 +122,14 @@ def test_runs_the_core_cannot_take_go_to_the_reference_or_are_refused(small_resn
 
     reasons = {
         "user policy": compiled.unsupported_reason(small_resnet, smallest_first()),
-        "parameters": compiled.unsupported_reason(small_resnet, get_policy("random", seed=1)),
         "recorder": compiled.unsupported_reason(small_resnet, get_policy("dtr"), recorder=object()),
         "pin": compiled.unsupported_reason(small_resnet, get_policy("dtr"), Intervention(pin=[(0, 0)])),
     }
     assert all(reasons.values()), reasons
     assert compiled.unsupported_reason(small_resnet, get_policy("dtr"), Intervention(withhold={0})) is None
+    overridden = get_policy("dtr")
+    overridden.score_of = lambda sim, s: 0.0
+    assert compiled.unsupported_reason(small_resnet, overridden) is not None
     with pytest.raises(ValueError, match="cannot take this run"):
         simulate(small_resnet, smallest_first(), ratio=0.5, engine="compiled")
     with pytest.raises(ValueError, match="cannot take this run"):

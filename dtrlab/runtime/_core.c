@@ -15,7 +15,7 @@
 static PyObject *SimulationError; /* dtrlab.runtime.simulator.SimulationError */
 
 /* Policy codes, in the order of compiled.py's POLICY_CODES. */
-enum { P_DTR, P_DTR_EQ_CLASS, P_DTR_LOCAL, P_MSPS, P_LRU, P_LARGEST_STORAGE, P_COUNT };
+enum { P_DTR, P_DTR_EQ_CLASS, P_DTR_LOCAL, P_MSPS, P_LRU, P_LARGEST_STORAGE, P_RANDOM, P_COUNT };
 enum { K_COMPUTE = 0, K_GET = 1, K_PIN = 2, K_RELEASE = 3 };
 #define NEVER INT64_MIN /* last_access of a storage never accessed: -inf in the reference */
 
@@ -125,6 +125,7 @@ typedef struct {
     int policy;
     int64_t budget, remat_limit; /* exceeded when memory + x > budget / remat_compute > remat_limit */
     const uint8_t *withhold;     /* NULL or one flag per storage */
+    PyObject *randrange;         /* P_RANDOM: the bound randrange of the policy's seeded random.Random */
     int track_regions, track_eq;
 
     uint8_t *defined, *material, *pinned;
@@ -321,7 +322,20 @@ static int score(Sim *sim, int32_t s, double *out) {
 static int choose(Sim *sim, int32_t *chosen) {
     int32_t best = -1;
     const uint8_t *withhold = sim->withhold;
-    if (sim->policy == P_LRU) { /* the score is the last access, compared as integers */
+    if (sim->policy == P_RANDOM) { /* ordered[randrange(0, len(ordered))], the same generator calls */
+        Py_ssize_t count = candidate_count(sim);
+        if (count) {
+            PyObject *drawn = PyObject_CallFunction(sim->randrange, "in", 0, count);
+            if (!drawn) return -1;
+            Py_ssize_t index = PyLong_AsSsize_t(drawn);
+            Py_DECREF(drawn);
+            if (index == -1 && PyErr_Occurred()) return -1;
+            for (int32_t s = sim->pool_head; s >= 0; s = sim->pool_next[s]) {
+                if (withhold && withhold[s]) continue;
+                if (index-- == 0) { best = s; break; }
+            }
+        }
+    } else if (sim->policy == P_LRU) { /* the score is the last access, compared as integers */
         int64_t best_score = INT64_MAX;
         int best_inf = 1; /* best_score is still +inf */
         for (int32_t s = sim->pool_head; s >= 0; s = sim->pool_next[s]) {
@@ -625,7 +639,7 @@ static int sim_alloc(Sim *sim) {
                         sim->region_rev_compute);
 }
 
-/* replay(trace, policy, budget, remat_limit, withhold, record_steps)
+/* replay(trace, policy, budget, remat_limit, withhold, record_steps, randrange)
  *   -> (status, clock, model_compute, remat_compute, peak_memory, remats, evicted, failure, steps)
  * status: 0 pass, 1 oom, 2 thrash; failure: None or (step, operator, tensor, requested, memory, candidates);
  * steps: None or a list of (clock, memory, evictions, remat_compute) after each completed step. */
@@ -633,17 +647,20 @@ static PyObject *replay(PyObject *module, PyObject *args) {
     CoreTrace *tr;
     int policy, record_steps;
     long long budget, remat_limit;
-    PyObject *withhold_obj;
-    if (!PyArg_ParseTuple(args, "O!iLLOp", &CoreTraceType, &tr, &policy, &budget, &remat_limit, &withhold_obj,
-                          &record_steps))
+    PyObject *withhold_obj, *randrange = Py_None;
+    if (!PyArg_ParseTuple(args, "O!iLLOp|O", &CoreTraceType, &tr, &policy, &budget, &remat_limit, &withhold_obj,
+                          &record_steps, &randrange))
         return NULL;
     if (policy < 0 || policy >= P_COUNT) return PyErr_Format(PyExc_ValueError, "unknown policy code %d", policy);
+    if (policy == P_RANDOM && !PyCallable_Check(randrange))
+        return PyErr_Format(PyExc_TypeError, "the random policy needs a randrange callable");
     Sim sim;
     memset(&sim, 0, sizeof(sim));
     sim.tr = tr;
     sim.policy = policy;
     sim.budget = budget;
     sim.remat_limit = remat_limit;
+    sim.randrange = randrange;
     sim.track_regions = policy == P_DTR || policy == P_MSPS;
     sim.track_eq = policy == P_DTR_EQ_CLASS;
     Py_buffer withhold = {0};
@@ -661,6 +678,7 @@ static PyObject *replay(PyObject *module, PyObject *args) {
 
     int status = 0;
     for (sim.step = 0; sim.step < tr->n_steps; sim.step++) {
+        if ((sim.step & 4095) == 0 && PyErr_CheckSignals() < 0) goto done; /* Ctrl-C stops a long replay */
         status = run_step(&sim, tr->step_kind[sim.step], tr->step_operand[sim.step]);
         if (status < 0) goto done;
         if (status) break;

@@ -11,10 +11,11 @@ step on random traces.
 from __future__ import annotations
 
 import math
+import random
 from array import array
 from dataclasses import dataclass
 
-from ..policies.builtin import DTR, LRU, MSPS, DTREqClass, DTRLocal, LargestStorage
+from ..policies.builtin import DTR, LRU, MSPS, DTREqClass, DTRLocal, LargestStorage, RandomStorage
 from ..trace.model import Trace
 from .baseline import cache_per_trace
 from .simulator import Failure, Intervention
@@ -24,9 +25,9 @@ try:
 except ImportError:  # not built (e.g. running from a source tree without `pip install`)
     _core = None
 
-#: The policy classes the core implements (exactly these classes, with no parameters),
+#: The policy classes the core implements (exactly these classes, not subclasses),
 #: mapped to the core's policy codes.
-POLICY_CODES = {DTR: 0, DTREqClass: 1, DTRLocal: 2, MSPS: 3, LRU: 4, LargestStorage: 5}
+POLICY_CODES = {DTR: 0, DTREqClass: 1, DTRLocal: 2, MSPS: 3, LRU: 4, LargestStorage: 5, RandomStorage: 6}
 
 ENGINES = ("auto", "compiled", "python")
 _INT64_MAX = 2**63 - 1
@@ -45,8 +46,8 @@ def unsupported_reason(trace: Trace, policy, intervention: Intervention | None =
         return "the trace's compute or bytes are too large for the core's 64-bit counters"
     if type(policy) not in POLICY_CODES:
         return f"policy {policy.label!r} is not one of the compiled built-ins ({', '.join(c.name for c in POLICY_CODES)})"
-    if policy.params or {"score_of", "choose", "score", "start"} & set(vars(policy)):
-        return f"policy {policy.label!r} has parameters or overridden methods"
+    if {"score_of", "choose", "score", "start"} & set(vars(policy)):
+        return f"policy {policy.label!r} has methods overridden on the instance"
     if recorder is not None:
         return "a recorder needs the step-by-step Python simulator"
     if intervention is not None and (intervention.pin or intervention.force_evict):
@@ -122,7 +123,9 @@ def run(trace: Trace, policy, budget_bytes: float, remat_limit: float = math.inf
         withhold = flags
     status, clock, model_compute, remat_compute, peak, remats, evicted, failure, steps = _core.replay(
         core_trace(trace).flat, POLICY_CODES[type(policy)], _exceeded_at(budget_bytes), _exceeded_at(remat_limit),
-        withhold, record_steps)
+        withhold, record_steps,
+        # The random policy's own generator, seeded as its start() does: the same draws in the same order.
+        random.Random(policy.params["seed"]).randrange if type(policy) is RandomStorage else None)
     if failure is not None:
         step, operator, tensor, requested, memory, candidates = failure
         failure = Failure(kind=_STATUS[status], step=step, operator=operator, tensor=tensor,
