@@ -188,3 +188,22 @@ def test_shipped_unet_schedules_replay_and_beat_dtr(small_unet):
 @pytest.fixture(scope="module")
 def small_unet():
     return load_log(Path(__file__).resolve().parent.parent / "traces" / "unet-b2.jsonl.gz")
+
+
+@pytest.mark.slow
+def test_every_returned_schedule_replays_on_the_shipped_traces():
+    """Every shipped trace at three budgets: each schedule a solver returns passes in the simulator
+    (feasibility solves of at most 5 s each, so the test is bounded: about a minute in all)."""
+    from dtrlab.runtime import baseline
+    from dtrlab.trace import load_directory
+    for name, trace in load_directory(Path(__file__).resolve().parent.parent / "traces").items():
+        problem = build_problem(trace, chain=2)
+        replayed = 0
+        for ratio in (1.0, 1.5, 2.0):
+            result = solve_optimal(problem, int(baseline(trace).peak_memory * ratio), solver="cpsat",
+                                   time_limit_s=5, feasibility_only=True)
+            if result.schedule is not None:
+                check = replay(problem, result)
+                assert check.passed, (name, ratio, check.summary())
+                replayed += 1
+        assert replayed >= 2, name

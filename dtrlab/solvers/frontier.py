@@ -224,16 +224,28 @@ def frontier_path(directory: str | os.PathLike, trace_name: str) -> Path:
     return Path(directory) / f"{trace_name}.parquet"
 
 
-def load_or_compute(trace: Trace, directory: str | os.PathLike | None, **options) -> tuple[Frontier, str]:
-    """The shipped/cached frontier of ``trace`` if valid, else a fresh one; returns (frontier, "shipped"|"computed")."""
-    if directory is not None:
-        path = frontier_path(directory, trace.name)
-        if path.exists():
+def load_frontiers(traces: dict[str, Trace], directory: str | os.PathLike | None, *, compute_missing: bool,
+                   **options) -> tuple[dict[str, Frontier], dict[str, str]]:
+    """Each trace's frontier from ``directory`` when a valid file is there, else computed
+    with ``options`` (:func:`compute_frontier`) if ``compute_missing``, else left out.
+    Also returns, per trace, where it came from: "shipped", "computed" or why it is missing."""
+    frontiers, origin = {}, {}
+    for name, trace in traces.items():
+        reason = "no frontier directory"
+        if directory is not None:
+            path = frontier_path(directory, name)
             try:
-                return read_frontier(path, trace), "shipped"
-            except StaleFrontier:
-                pass
-    return compute_frontier(trace, **options), "computed"
+                frontiers[name], origin[name] = read_frontier(path, trace), "shipped"
+                continue
+            except FileNotFoundError:
+                reason = f"no {path}"
+            except StaleFrontier as stale:
+                reason = str(stale)
+        if compute_missing:
+            frontiers[name], origin[name] = compute_frontier(trace, **options), "computed"
+        else:
+            origin[name] = f"left out ({reason}; dtrlab frontier LOG --out DIR computes it)"
+    return frontiers, origin
 
 
 def hole_budgets(trace: Trace, ratios, *, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT) -> list[int]:

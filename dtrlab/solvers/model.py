@@ -128,16 +128,19 @@ def build_model(problem: Problem, budget_bytes: int, remat_limit: float) -> Line
             redo = R[t, view_op]
             m.row({here[t]: 1, here[before]: -1, redo: -1}, -1, 0)
             # Still defined only if the storage stayed resident and was not recomputed since.
+            holders = set()
             for u in range(before + 1, t + 1):
                 holder = cover[s].get(u)
                 if holder is None:
                     m.row({here[t]: 1, redo: -1}, -1, 0)
                     break
                 if u < t:
-                    m.row({here[t]: 1, holder: -1, redo: -1}, -1, 0)
+                    holders.add(holder)
                 root_redo = R.get((u, root_op))
                 if root_redo is not None:
                     m.row({here[t]: 1, root_redo: 1, redo: -1}, -1, 1)
+            for holder in holders:
+                m.row({here[t]: 1, holder: -1, redo: -1}, -1, 0)
 
     def defined(t: int, tensor: int):
         """The variable saying ``tensor`` is defined at need stage ``t``; True if always, None if never."""

@@ -71,6 +71,8 @@ def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: 
     samples (red ticks), the lower bound (grey) and the optimal threshold (black line)."""
     import matplotlib.pyplot as plt
 
+    if not frontiers:
+        raise ValueError("no frontier to plot: compute one (dtrlab frontier LOG) or set compute_missing = True")
     titles = titles or {}
     n = len(frontiers)
     cols = min(3, n)

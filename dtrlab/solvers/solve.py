@@ -169,12 +169,13 @@ def _solve_cpsat(model: LinearModel, time_limit_s: float, workers: int):
         if lo == hi:
             cp.Add(x[var] == lo)
     for terms, lo, hi in model.rows:
-        expr = sum(coef * x[var] for var, coef in terms.items())
+        expr = cp_model.LinearExpr.WeightedSum([x[var] for var in terms], list(terms.values()))
         if math.isfinite(hi):
             cp.Add(expr <= int(math.floor(hi)))
         if math.isfinite(lo) and lo > -sum(abs(c) for c in terms.values()):
             cp.Add(expr >= int(math.ceil(lo)))
-    cp.Minimize(sum(c * x[var] for var, c in enumerate(model.cost) if c))
+    costly = [var for var, c in enumerate(model.cost) if c]
+    cp.Minimize(cp_model.LinearExpr.WeightedSum([x[var] for var in costly], [model.cost[var] for var in costly]))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, int(workers))
