@@ -149,3 +149,9 @@ def test_a_subclass_of_a_builtin_policy_is_not_mistaken_for_it(small_resnet):
             return super().score_of(sim, s) / 2
 
     assert compiled.unsupported_reason(small_resnet, Halved()) is not None
+
+
+def test_a_trace_with_an_index_out_of_range_is_left_to_the_reference(small_resnet):
+    broken = dataclasses.replace(small_resnet, schedule=small_resnet.schedule + ((0, len(small_resnet.operators)),))
+    assert compiled.unsupported_reason(broken, get_policy("dtr")) is not None
+    assert compiled.unsupported_reason(small_resnet, get_policy("dtr")) is None

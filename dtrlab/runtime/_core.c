@@ -31,6 +31,7 @@ typedef struct {
     int32_t *tensor_op, *tensor_index;
     int32_t *step_kind, *step_operand;
     PyObject *tensor_names;           /* tuple, for error messages */
+    int well_formed;                  /* every index in range: replay() refuses the trace otherwise */
 } CoreTrace;
 
 static void CoreTrace_dealloc(CoreTrace *self) {
@@ -56,6 +57,29 @@ static void *copy_buffer(PyObject *obj, Py_ssize_t itemsize, Py_ssize_t count, c
     else memcpy(copy, view.buf, view.len);
     PyBuffer_Release(&view);
     return copy;
+}
+
+/* Every index the replay follows is in range (the reference would raise IndexError instead). */
+static int trace_well_formed(const CoreTrace *tr) {
+    Py_ssize_t n = tr->n;
+    if (tr->op_arg_off[0] != 0 || tr->op_out_off[0] != 0) return 0;
+    for (Py_ssize_t i = 0; i < tr->n_ops; i++) {
+        int32_t arg_begin = tr->op_arg_off[i], arg_end = tr->op_arg_off[i + 1];
+        if (arg_end < arg_begin || tr->op_out_off[i + 1] <= tr->op_out_off[i] || tr->op_cost[i] < 0) return 0;
+        for (int32_t j = arg_begin; j < arg_end; j++)
+            if (tr->op_args[j] < 0 || tr->op_args[j] >= n) return 0;
+        for (int32_t j = tr->op_out_off[i]; j < tr->op_out_off[i + 1]; j++) {
+            int32_t t = tr->op_outs[j], alias = tr->out_alias[j];
+            if (t < 0 || t >= n || alias < -1 || alias >= arg_end - arg_begin || tr->out_size[j] < 0) return 0;
+            if (tr->tensor_op[t] != i || tr->op_out_off[i] + tr->tensor_index[t] != j) return 0;
+        }
+    }
+    for (Py_ssize_t i = 0; i < tr->n_steps; i++) {
+        int32_t kind = tr->step_kind[i], operand = tr->step_operand[i];
+        if (kind < K_COMPUTE || kind > K_RELEASE || operand < 0) return 0;
+        if (operand >= (kind == K_COMPUTE ? tr->n_ops : n)) return 0;
+    }
+    return 1;
 }
 
 static int CoreTrace_init(CoreTrace *self, PyObject *args, PyObject *kwds) {
@@ -93,15 +117,18 @@ static int CoreTrace_init(CoreTrace *self, PyObject *args, PyObject *kwds) {
         return -1;
     self->op_total = PyMem_Calloc(n_ops ? n_ops : 1, sizeof(int64_t));
     if (!self->op_total) { PyErr_NoMemory(); return -1; }
-    for (Py_ssize_t i = 0; i < n_ops; i++) {
-        if (self->op_out_off[i + 1] <= self->op_out_off[i]) {
-            PyErr_Format(PyExc_ValueError, "operator %zd has no outputs", i);
-            return -1;
-        }
+    for (Py_ssize_t i = 0; i < n_ops; i++)
         for (int32_t j = self->op_out_off[i]; j < self->op_out_off[i + 1]; j++) self->op_total[i] += self->out_size[j];
-    }
+    self->well_formed = trace_well_formed(self);
     return 0;
 }
+
+static PyObject *CoreTrace_well_formed(CoreTrace *self, void *closure) { return PyBool_FromLong(self->well_formed); }
+
+static PyGetSetDef CoreTrace_getset[] = {
+    {"well_formed", (getter)CoreTrace_well_formed, NULL, "every index in range", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
 
 static PyTypeObject CoreTraceType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -110,6 +137,7 @@ static PyTypeObject CoreTraceType = {
     .tp_dealloc = (destructor)CoreTrace_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A Trace flattened into C arrays (built by dtrlab.runtime.compiled).",
+    .tp_getset = CoreTrace_getset,
     .tp_init = (initproc)CoreTrace_init,
     .tp_new = PyType_GenericNew,
 };
@@ -652,6 +680,7 @@ static PyObject *replay(PyObject *module, PyObject *args) {
                           &record_steps, &randrange))
         return NULL;
     if (policy < 0 || policy >= P_COUNT) return PyErr_Format(PyExc_ValueError, "unknown policy code %d", policy);
+    if (!tr->well_formed) return PyErr_Format(PyExc_ValueError, "the trace has an index out of range");
     if (policy == P_RANDOM && !PyCallable_Check(randrange))
         return PyErr_Format(PyExc_TypeError, "the random policy needs a randrange callable");
     Sim sim;

@@ -43,7 +43,8 @@ def unsupported_reason(trace: Trace, policy, intervention: Intervention | None =
     if _core is None:
         return "the compiled core is not built (reinstall dtrlab with `pip install -e .`)"
     if not core_trace(trace).fits:
-        return "the trace's compute or bytes are too large for the core's 64-bit counters"
+        return ("the trace's compute or bytes are too large for the core's 64-bit counters, or it has an index "
+                "out of range")
     if type(policy) not in POLICY_CODES:
         return f"policy {policy.label!r} is not one of the compiled built-ins ({', '.join(c.name for c in POLICY_CODES)})"
     if {"score_of", "choose", "score", "start"} & set(vars(policy)):
@@ -80,7 +81,7 @@ _MAX_TOTAL = 2**56
 @dataclass(frozen=True)
 class CoreTrace:
     flat: object  # the _core.CoreTrace
-    fits: bool  # totals below _MAX_TOTAL
+    fits: bool  # totals below _MAX_TOTAL and every index in range
 
 
 @cache_per_trace
@@ -100,7 +101,7 @@ def core_trace(trace: Trace) -> CoreTrace:
     operands = array("i", [operand for _, operand in trace.schedule])
     flat = _core.CoreTrace(tuple(trace.tensor_names), op_cost, arg_off, args, out_off, outs, sizes, aliases,
                            array("i", trace.tensor_op), array("i", trace.tensor_index), kinds, operands)
-    fits = sum(op_cost) < _MAX_TOTAL and sum(sizes) < _MAX_TOTAL and min(op_cost, default=0) >= 0
+    fits = flat.well_formed and sum(op_cost) < _MAX_TOTAL and sum(sizes) < _MAX_TOTAL
     return CoreTrace(flat, fits)
 
 
