@@ -241,6 +241,8 @@ static int walk_batch(Regions *self, const int32_t *bases, int count, int dir) {
     uint32_t generation = next_generation(self);
     int64_t gained[64] = {0};
     Py_ssize_t top = 0, words = self->words;
+    uint64_t *interior_of[64], *frontier_of[64];
+    Py_ssize_t lo[64], hi[64]; /* each base's word range, applied at the end */
 
     memset(bits, 0, words * sizeof(uint64_t));
     for (int i = 0; i < count; i++) {
@@ -248,6 +250,10 @@ static int walk_batch(Regions *self, const int32_t *bases, int count, int dir) {
         Region *region = &self->regions[dir][base];
         if (region_ensure(self, region) < 0) return -1;
         region_clear(self, region);
+        interior_of[i] = region->interior;
+        frontier_of[i] = region->frontier;
+        lo[i] = words;
+        hi[i] = 0;
         base_seen[base] = generation;
         base_bit[base] = (uint64_t)1 << i;
         self->stack[top++] = base;
@@ -298,17 +304,23 @@ static int walk_batch(Regions *self, const int32_t *bases, int count, int dir) {
     }
     /* Interiors and their compute. */
     for (Py_ssize_t w = 0; w < words; w++) {
-        uint64_t word = bits[w];
+        uint64_t word = bits[w], in_word = 0; /* in_word: the bases with interior bits in word w */
         while (word) {
             int32_t v = (int32_t)((w << 6) + __builtin_ctzll(word));
             word &= word - 1;
             int64_t cost = compute[v];
-            for (uint64_t mask = reach[v]; mask; mask &= mask - 1) {
+            uint64_t mask = reach[v];
+            in_word |= mask;
+            for (; mask; mask &= mask - 1) {
                 int i = __builtin_ctzll(mask);
-                Region *region = &self->regions[dir][bases[i]];
-                region_set(region, region->interior, v);
+                BIT_SET(interior_of[i], v);
                 gained[i] += cost;
             }
+        }
+        for (; in_word; in_word &= in_word - 1) {
+            int i = __builtin_ctzll(in_word);
+            if (w < lo[i]) lo[i] = w;
+            hi[i] = w + 1;
         }
     }
     /* Frontiers: the resident storages at the end of an edge from a base or its interior. */
@@ -325,13 +337,21 @@ static int walk_batch(Regions *self, const int32_t *bases, int count, int dir) {
     }
     for (Py_ssize_t j = 0; j < touched; j++) {
         int32_t us = self->touched[j];
+        Py_ssize_t w = us >> 6;
         for (uint64_t mask = front[us]; mask; mask &= mask - 1) {
-            int32_t base = bases[__builtin_ctzll(mask)];
-            Region *region = &self->regions[dir][base];
-            if (us != base) region_set(region, region->frontier, us);
+            int i = __builtin_ctzll(mask);
+            if (us == bases[i]) continue;
+            BIT_SET(frontier_of[i], us);
+            if (w < lo[i]) lo[i] = w;
+            if (w >= hi[i]) hi[i] = w + 1;
         }
     }
-    for (int i = 0; i < count; i++) self->region_compute[dir][bases[i]] = gained[i];
+    for (int i = 0; i < count; i++) {
+        Region *region = &self->regions[dir][bases[i]];
+        region->lo = lo[i];
+        region->hi = hi[i];
+        self->region_compute[dir][bases[i]] = gained[i];
+    }
     return 0;
 }
 
