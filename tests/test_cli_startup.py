@@ -41,8 +41,8 @@ def test_run_and_info_import_no_pandas(argv, tmp_path):
         assert result["heavy"] == [], (attempt, result)
 
 
-def test_python_m_dtrlab_cli_importtime_has_no_pandas(tmp_path):
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "dtrlab.cli", "run", LOG, "--ratio", "0.9"],
+def test_python_m_dtrlab_importtime_has_no_pandas(tmp_path):
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "dtrlab", "run", LOG, "--ratio", "0.9"],
                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, "DTRLAB_CACHE": str(tmp_path)},
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
