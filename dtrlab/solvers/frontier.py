@@ -22,13 +22,13 @@ from ..runtime import DEFAULT_OVERHEAD_LIMIT, baseline, simulate
 from ..trace.model import Trace
 from .problem import build_problem
 from .replay import replay
-from .solve import DEFAULT_TIME_LIMIT_S, solve_optimal
+from .solve import DEFAULT_TIME_LIMIT_S, SOLVERS, solve_optimal
 
 #: Bump when the formulation, the replay or the file layout changes what a file means.
-FRONTIER_VERSION = 1
+FRONTIER_VERSION = 2
 _METADATA_KEY = b"dtrlab.frontier"
 
-COLUMNS = ["trace", "kind", "ratio", "budget_bytes", "status", "objective", "best_bound", "gap", "remat_compute",
+COLUMNS = ["trace", "kind", "solver", "ratio", "budget_bytes", "status", "objective", "best_bound", "gap", "remat_compute",
            "overhead", "solve_seconds", "replay_passed", "replay_remat_compute", "replay_peak", "disagreement",
            "dtr_status", "dtr_clock", "dtr_overhead", "n_vars", "n_rows", "message"]
 
@@ -88,8 +88,17 @@ class Frontier:
             "min_feasible_ratio": self.min_feasible_ratio, "proven": self.proven,
             "solves": len(self.rows), "solve_seconds": float(self.rows.solve_seconds.sum()),
             "max_gap": float(samples.gap.max()) if samples.gap.notna().any() else None,
+            "max_recompute_gap": _recompute_gap(samples),
             "replay_failures": int((self.rows.replay_passed == False).sum()),  # noqa: E712
         }
+
+
+def _recompute_gap(rows: pd.DataFrame) -> float | None:
+    """The largest (objective - bound) / recompute over solved rows: the gap on what the solver minimizes."""
+    solved = rows[rows.objective.notna() & rows.best_bound.notna() & (rows.remat_compute > 0)]
+    if solved.empty:
+        return None
+    return float(((solved.objective - solved.best_bound) / solved.remat_compute).max())
 
 
 def _solve_row(problem, budget: int, kind: str, ratio: float | None, *, solver, overhead_limit, time_limit_s,
@@ -141,11 +150,19 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
     rows = []
 
     def solve(budget: int, kind: str, ratio=None) -> str:
-        row = _solve_row(problem, budget, kind, ratio, solver=solver if kind == "sample" else probe_solver, **options)
-        rows.append(row)
-        if progress is not None:
-            progress(row)
-        return _verdict(row)
+        first = solver if kind == "sample" else probe_solver
+        verdict = "unknown"
+        # A probe that ends unknown is retried once with the other solver: in our runs
+        # each one settles budgets the other times out on.
+        for name in (first, *(s for s in SOLVERS if s != first and kind == "bisect")):
+            row = _solve_row(problem, budget, kind, ratio, solver=name, **options)
+            rows.append(row)
+            if progress is not None:
+                progress(row)
+            verdict = _verdict(row)
+            if verdict != "unknown":
+                break
+        return verdict
 
     targets = sorted({(int(peak * r), r) for r in ratios} | {(int(b), int(b) / peak) for b in budgets})
     verdicts = {budget: solve(budget, "sample", ratio) for budget, ratio in targets}

@@ -99,7 +99,7 @@ def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: 
             ax.axvline(frontier.min_feasible_bytes / peak, color="black", ls="-", lw=0.8, label="optimal threshold")
         if frontier.max_infeasible_bytes is not None:
             ax.axvspan(0, frontier.max_infeasible_bytes / peak, color="grey", alpha=0.12, label="proven infeasible")
-        ax.set_xlim(0.25, 1.05)
+        ax.set_xlim(max(0.0, frontier.lower_bound_bytes / peak - 0.1), 1.05)
         ax.set_ylim(0.95, frontier.overhead_limit + 0.05)
         ax.set_title(titles.get(name, name))
         ax.set_xlabel("budget / peak")
