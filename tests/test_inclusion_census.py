@@ -55,3 +55,10 @@ def test_prediction_counts_by_hand(census):
 def test_needs_two_ratios(small_resnet):
     with pytest.raises(ValueError, match="at least two ratios"):
         inclusion_census(small_resnet, "dtr", ratios=[0.5], progress=False)
+
+
+def test_ratios_per_trace(census, small_resnet):
+    zone = inclusion_census(small_resnet, "msps", ratios={small_resnet.name: [0.42, 0.40]}, progress=False)
+    assert len(zone.pairs) == 1 and zone.ratios == (0.40, 0.42)
+    expected = census.pairs[(census.pairs["policy"] == "msps") & (census.pairs["ratio_small"] == 0.40)]
+    assert zone.pairs.to_dict("records") == expected.to_dict("records")

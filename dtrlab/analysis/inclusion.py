@@ -262,7 +262,9 @@ def inclusion_census(traces, policies=("dtr", "msps"), *, ratios="0.05:1.0:0.02"
     """Check :func:`inclusion` between every pair of neighbouring ``ratios``, for every trace and policy.
 
     ``traces`` is a Trace, a list or a dict of them; ``policies`` names, classes or
-    instances. Each (trace, policy) runs in one task (``jobs`` local processes).
+    instances; ``ratios`` a list, a ``"start:stop:step"`` range, or a dict trace name ->
+    either (e.g. a fine grid only where a trace's holes are). Each (trace, policy) runs
+    in one task (``jobs`` local processes).
     """
     from joblib import Parallel, delayed
     from tqdm.auto import tqdm
@@ -274,15 +276,17 @@ def inclusion_census(traces, policies=("dtr", "msps"), *, ratios="0.05:1.0:0.02"
     elif isinstance(traces, dict):
         traces = list(traces.values())
     policies = [get_policy(p) for p in ([policies] if isinstance(policies, (str, Policy)) else policies)]
-    ratio_list = sorted(set(parse_ratios(ratios)))
-    if len(ratio_list) < 2:
-        raise ValueError("an inclusion census needs at least two ratios, e.g. '0.05:1.0:0.02'")
+    per_trace = {t.name: sorted(set(parse_ratios(ratios[t.name] if isinstance(ratios, dict) else ratios)))
+                 for t in traces}
+    if any(len(r) < 2 for r in per_trace.values()):
+        raise ValueError("an inclusion census needs at least two ratios per trace, e.g. '0.05:1.0:0.02'")
     tasks = [(trace, policy) for trace in traces for policy in policies]
     results = Parallel(n_jobs=jobs, return_as="generator")(
-        delayed(_pairs_of)(trace, policy, ratio_list, overhead_limit) for trace, policy in tasks)
+        delayed(_pairs_of)(trace, policy, per_trace[trace.name], overhead_limit) for trace, policy in tasks)
     rows = [row for rows in tqdm(results, total=len(tasks), desc="inclusion census", unit="config",
                                  disable=not progress) for row in rows]
-    return InclusionCensus(ratios=tuple(ratio_list), pairs=pd.DataFrame(rows, columns=PAIR_COLUMNS))
+    all_ratios = tuple(sorted({r for ratio_list in per_trace.values() for r in ratio_list}))
+    return InclusionCensus(ratios=all_ratios, pairs=pd.DataFrame(rows, columns=PAIR_COLUMNS))
 
 
 def _pairs_of(trace: Trace, policy: Policy, ratios: list[float], overhead_limit: float) -> list[dict]:

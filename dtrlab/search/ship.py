@@ -10,7 +10,8 @@ under ``results/shipped``):
 * ``policies.json``: the best Pareto trials as ``searched_1..N`` (registered at import);
 * ``comparison.csv``, ``comparison_per_trace.csv``: holes, threshold and overhead of
   the compared policies on each trace set, with the set's role (tuning, held-out);
-* ``inclusion_pairs.csv``, ``inclusion_prediction.csv``: the inclusion census.
+* ``inclusion_pairs.csv``, ``inclusion_prediction.csv``: the inclusion census where
+  holes can be (:func:`hole_zones`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,28 @@ from .report import SHIPPED_SEARCH, compare, export_policies
 from .study import open_study, pareto_table, trials_table
 
 BASELINES = ["dtr", "msps", "monotone"]
+#: The inclusion census leaves out monotone: its runs at neighbouring budgets are identical
+#: unless the cap changes, and it has no holes to predict.
+INCLUSION_POLICIES = ["dtr", "msps"]
+
+
+def hole_zones(traces: dict, policies: list[str], ratios: str, pad: float = 0.01) -> dict[str, list[float]]:
+    """Per trace, the grid ``ratios`` between (first passing ratio - pad) and (threshold + pad)
+    over ``policies`` (their sweeps at ``ratios``, usually cached)."""
+    from ..analysis.holes import find_holes
+    from ..sweep import parse_ratios, sweep
+
+    grid = parse_ratios(ratios)
+    zones = {}
+    for name, trace in traces.items():
+        low, high = [], []
+        for policy in policies:
+            census = find_holes(sweep(trace, policy, ratios=ratios, progress=False))
+            passing = census.samples.loc[census.samples["status"] == "pass", "ratio"]
+            low.append(passing.min())
+            high.append(census.threshold_ratio)
+        zones[name] = [r for r in grid if min(low) - pad <= r <= max(high) + pad]
+    return zones
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heldout", type=Path, default=Path("../shared/dtr-logs"),
                         help="directory of the held-out trace set")
     parser.add_argument("--heldout-ratios", default="0.05:1.0:0.01")
+    parser.add_argument("--exclude", action="append", default=[], metavar="PREFIX",
+                        help="leave out traces whose name starts with PREFIX (repeatable; e.g. a trace too slow "
+                             "for the machine at hand: say so where the results are reported)")
     parser.add_argument("--inclusion-ratios", default="0.05:1.0:0.02")
     parser.add_argument("--top", type=int, default=3)
     parser.add_argument("--inclusion-baselines-only", action="store_true",
@@ -68,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         summaries, per_trace = [], []
         for role, directory, ratios in (("tuning set", args.tuning, args.tuning_ratios),
                                         ("held-out", args.heldout, args.heldout_ratios)):
-            traces = load_directory(directory)
+            traces = {n: t for n, t in load_directory(directory).items() if not n.startswith(tuple(args.exclude))}
             groups = {role: traces}
             if role == "tuning set":  # the traces of the tuning set the search used, and the rest
                 groups = {"tuned": {n: t for n, t in traces.items() if n in tuned},
@@ -85,22 +111,22 @@ def main(argv: list[str] | None = None) -> int:
 
     if "inclusion" not in args.skip:
         from ..analysis.inclusion import InclusionCensus, inclusion_census
-        from ..sweep import parse_ratios
 
-        # Incremental: policies already in the file (same ratios) are not recomputed.
+        # Where holes can be: per tuning-set trace, from the first passing budget to the
+        # threshold of any compared policy (+-0.01), at the search's step; incremental:
+        # policies already in the file are not recomputed.
+        traces = load_directory(args.tuning)
+        wanted = INCLUSION_POLICIES + ([] if args.inclusion_baselines_only else searched[:1])
+        zones = hole_zones(traces, wanted, args.tuning_ratios)
         path = out / "inclusion_pairs.csv"
-        done = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["policy", "ratio_small"])
-        ratios = sorted(set(parse_ratios(args.inclusion_ratios)))
-        if len(done) and not set(done["ratio_small"]).issubset(ratios):
-            done = done.iloc[0:0]
-        wanted = BASELINES if args.inclusion_baselines_only else BASELINES + searched[:1]
+        done = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["policy"])
         missing = [p for p in wanted if get_policy(p).label not in set(done["policy"])]
         if missing:
-            new = inclusion_census(load_directory(args.tuning), missing, ratios=ratios, jobs=args.jobs).pairs
+            new = inclusion_census(traces, missing, ratios=zones, jobs=args.jobs).pairs
             done = pd.concat([done, new], ignore_index=True) if len(done) else new
         done = done[done["policy"].isin([get_policy(p).label for p in wanted])]
         done.to_csv(path, index=False)
-        prediction = InclusionCensus(ratios=tuple(ratios), pairs=done).prediction()
+        prediction = InclusionCensus(ratios=(), pairs=done).prediction()
         prediction.to_csv(out / "inclusion_prediction.csv", index=False)
         print(prediction.to_string(index=False))
     return 0
