@@ -25,6 +25,7 @@ import pandas as pd
 
 from ..trace import load_directory
 from .report import SHIPPED_SEARCH, compare, export_policies
+from .space import make_policy
 from .study import open_study, pareto_table, trials_table
 
 BASELINES = ["dtr", "msps", "monotone"]
@@ -88,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     from ..policies.searched import load_searched
 
     searched = list(load_searched(out / "policies.json")) if (out / "policies.json").exists() else []
-    policies = BASELINES + searched
+    # Searched policies are swept as their score_search parameters: the search cached those sweeps.
+    policies = {name: name for name in BASELINES}
+    policies.update({name: make_policy({k: v for k, v in get_policy(name).params.items() if k != "arithmetic"})
+                     for name in searched})
     if "comparison" not in args.skip:
         tuned = set(open_study(out / "study.db").user_attrs.get("tuning_traces", []))
         summaries, per_trace = [], []
