@@ -12,7 +12,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml setup.py dtrlab/runtime/_regions.c dtrlab/runtime/_core.c dtrlab/runtime/_regions_core.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,torch,browser,solvers]'
+	$(BIN)/pip install --quiet -e '.[dev,torch,models,browser,solvers]'
 	touch $@
 
 figures: setup

@@ -28,10 +28,20 @@ finalizer on each storage object) and reports their peak, which a replay of the 
 without a memory budget should reproduce.
 
 Costs are either median wall time in nanoseconds over ``repeats`` runs of each
-operator (``cost="time"``, the artifact's unit) or FLOPs (``cost="flops"``):
+operator (``cost="time"``, the artifact's unit), FLOPs (``cost="flops"``):
 ``torch.utils.flop_counter``'s formulas for matmuls, convolutions and attention, and
-one FLOP per output element for every other operator that allocates or writes.
-FLOP traces are deterministic: the same model and torch version give the same log.
+one FLOP per output element for every other operator that allocates or writes, or a
+GPU roofline time (``cost="roofline:A100"`` etc., see :mod:`dtrlab.trace.costs`).
+FLOP and roofline traces are deterministic: the same model and torch version give
+the same log.
+
+A model whose parameters and inputs are on the meta device is recorded without
+any data: every operator runs its meta kernel, sizes come from the meta storages'
+byte counts, and memory does not grow with the model (``dtrlab capture`` records
+this way unless ``--real``). On the zoo models the meta-device log is identical to
+the real-tensor log (tests/test_capture.py). FakeTensorMode was tried first and
+gives the same operators and sizes, but its view tensors keep their base's Python
+object alive, which moves some RELEASE lines later than with real tensors.
 
 This module imports torch; the rest of dtrlab does not.
 """
@@ -57,9 +67,20 @@ import torch
 import torch._dynamo  # noqa: F401
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
-COST_MODELS = ("time", "flops")
+from .costs import COST_MODELS, check_cost_model, roofline_gpu, roofline_ns
+
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
+# Attention kernels that torch.utils.flop_counter does not know: the CPU flash
+# attention that scaled_dot_product_attention runs on the CPU, and on the meta device
+# in dtrlab.trace.models (the formulas are its CUDA twin's).
+_ATTENTION_FLOPS = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
+        lambda q, k, v, *args, **kwargs: sdpa_flop_count(q.shape, k.shape, v.shape),
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward:
+        lambda grad, q, k, v, *args, **kwargs: sdpa_backward_flop_count(grad.shape, q.shape, k.shape, v.shape),
+}
 
 # Operators whose schema does not declare a write they perform: (op, argument names).
 # native_batch_norm updates running_mean/running_var in place when training.
@@ -109,9 +130,8 @@ class _Recorder(TorchDispatchMode):
 
     def __init__(self, cost: str, repeats: int):
         super().__init__()
-        if cost not in COST_MODELS:
-            raise ValueError(f"cost must be one of {COST_MODELS}, got {cost!r}")
-        self.cost = cost
+        self.cost = check_cost_model(cost)
+        self.gpu = roofline_gpu(cost)
         self.repeats = max(1, repeats)
         self.lines: list[dict] = []
         self.closed = False
@@ -227,7 +247,8 @@ class _Recorder(TorchDispatchMode):
             self.skipped_ops[func.overloadpacket.__name__] = self.skipped_ops.get(func.overloadpacket.__name__, 0) + 1
             return out
 
-        cost = seconds if self.cost == "time" else self._flops(func, args, kwargs, out, new_results, arg_tensors, mutated)
+        cost = seconds if self.cost == "time" else self._model_cost(func, args, kwargs, out, new_results, arg_tensors,
+                                                                    mutated)
         op_name = func.overloadpacket.__name__
         if new_results:
             self._emit_call(op_name, arg_tensors, arg_names, new_results, cost)
@@ -293,15 +314,24 @@ class _Recorder(TorchDispatchMode):
             samples.append(time.perf_counter_ns() - start)
         return out, int(statistics.median(samples))
 
-    @staticmethod
-    def _flops(func, args, kwargs, out, new_results, arg_tensors, mutated) -> int:
-        formula = flop_registry.get(func.overloadpacket)
+    def _model_cost(self, func, args, kwargs, out, new_results, arg_tensors, mutated) -> int:
+        """FLOPs, or the roofline time in ns (shapes and dtypes only: works on the meta device)."""
+        # What the operator writes: fresh results (views write nothing) and written arguments.
+        arg_storages = {_storage_key(a) for a in arg_tensors}
+        written = [o for o in new_results if _storage_key(o) not in arg_storages]
+        written += [arg_tensors[i] for i in mutated]
+        formula = flop_registry.get(func.overloadpacket) or _ATTENTION_FLOPS.get(func.overloadpacket)
         if formula is not None:
-            return int(formula(*args, **kwargs, out_val=out))
-        # One FLOP per element produced; views produce nothing.
-        produced = [o for o in new_results if _storage_key(o) not in {_storage_key(a) for a in arg_tensors}]
-        produced += [arg_tensors[i] for i in mutated]
-        return sum(o.numel() for o in produced)
+            flops = int(formula(*args, **kwargs, out_val=out))
+        else:
+            flops = sum(o.numel() for o in written)  # one FLOP per element produced
+        if self.gpu is None:
+            return flops
+        if not written:
+            return 0  # a view: no data moves
+        bytes_moved = sum(t.numel() * t.element_size() for t in arg_tensors + written)
+        matmul_16bit = formula is not None and any(t.dtype in _HALF_DTYPES for t in arg_tensors)
+        return roofline_ns(self.gpu, flops, bytes_moved, matmul_16bit)
 
 
 def _written_tensor_ids(func, args, kwargs) -> set[int]:
@@ -348,6 +378,10 @@ def record(module: torch.nn.Module, inputs, *, loss_fn: Callable | None = None,
     """
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     loss_fn = loss_fn or _default_loss
+    devices = sorted({t.device.type for t in _leaf_tensors(module, inputs)})
+    if cost == "time" and "meta" in devices:
+        raise ValueError("cost 'time' measures real operators: the model is on the meta device (capture with "
+                         "--real, or choose --cost flops or roofline:GPU)")
     module.zero_grad(set_to_none=True)
     recorder = _Recorder(cost, repeats)
     gc_was_enabled = gc.isenabled()
@@ -370,8 +404,9 @@ def record(module: torch.nn.Module, inputs, *, loss_fn: Callable | None = None,
             gc.enable()
     meta = {
         "torch_version": torch.__version__,
+        "device": ",".join(devices),
         "cost_model": cost,
-        "cost_unit": "ns" if cost == "time" else "flop",
+        "cost_unit": "flop" if cost == "flops" else "ns",
         "repeats": recorder.repeats if cost == "time" else 1,
         "ops": sum(1 for line in recorder.lines if line["INSTRUCTION"] in ("CALL", "MUTATE")),
         "skipped_ops": recorder.skipped_ops,
@@ -386,26 +421,81 @@ def _leaf_tensors(module: torch.nn.Module, inputs: Sequence) -> Iterable[torch.T
     yield from (t for t in tree_flatten(list(inputs))[0] if isinstance(t, torch.Tensor))
 
 
-def capture_main(argv: Sequence[str] | None = None) -> int:
-    """Record one training step of a zoo model as a simrd log (``dtrlab capture``)."""
-    from . import zoo
+def capture(source: str, *, real: bool = False, cost: str = "flops", repeats: int = 5, **build_options) -> Recording:
+    """Build model ``source`` (see :mod:`dtrlab.trace.models`) and record its training step.
 
-    parser = argparse.ArgumentParser(prog="dtrlab capture", description="Record one training step of a zoo model as a simrd log.")
-    parser.add_argument("model", choices=sorted(zoo.MODELS), help="model from dtrlab.trace.zoo")
-    parser.add_argument("--batch", type=int, default=None, help="batch size (default: the model's)")
+    On the meta device unless ``real`` (CPU tensors, needed for ``cost="time"``).
+    Errors name the model and the cause.
+    """
+    from .models import ModelSourceError, build, meta_patches
+
+    check_cost_model(cost)
+    if cost == "time" and not real:
+        raise ValueError("cost 'time' times real operators: add --real (or choose flops or roofline:GPU)")
+    device = "cpu" if real else "meta"
+    workload = build(source, device=device, **build_options)
+    try:
+        # The step runs on the same default device: tensors the model makes itself land there too.
+        with torch.device(device), meta_patches():
+            recording = record(workload.module, workload.inputs, loss_fn=workload.loss_fn, cost=cost, repeats=repeats)
+    except Exception as exc:
+        where = "real tensors" if real else "meta tensors (no data; try --real to compare)"
+        raise ModelSourceError(f"{source}: the training step raised on {where}: {type(exc).__name__}: "
+                               f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
+    recording.meta.update(source=source, batch=workload.batch, input_shape=workload.input_shape, desc=workload.desc)
+    return recording
+
+
+def _versions() -> dict:
+    """Versions of the packages a trace depends on (those installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for package in ("dtrlab", "torch", "torchvision", "transformers", "diffusers"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+def capture_main(argv: Sequence[str] | None = None) -> int:
+    """Record one training step of a model as a simrd log (``dtrlab capture``)."""
+    from .models import SIZE_KEYS, ModelSourceError, describe_sources
+
+    parser = argparse.ArgumentParser(
+        prog="dtrlab capture", description="Record one training step of a model as a simrd log. Models are built "
+        "from configurations (random initialisation, nothing downloaded) on the meta device: no tensor data, so "
+        "memory does not grow with the model.")
+    parser.add_argument("model", help=f"model source: {describe_sources()}")
     parser.add_argument("--out", required=True, help="output log; gzip-compressed if it ends in .gz")
-    parser.add_argument("--cost", choices=COST_MODELS, default="time",
-                        help="time: median wall time in ns; flops: deterministic FLOP counts")
+    parser.add_argument("--batch", type=int, default=None, help="batch size (default: the model's)")
+    parser.add_argument("--seq", type=int, default=None, help="sequence length (hf: models, user functions)")
+    parser.add_argument("--image", type=int, default=224, help="image side in pixels (torchvision:)")
+    for key in SIZE_KEYS:
+        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int, default=None,
+                            help=f"override the hf: config's {key.replace('_', ' ')}")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                        help="cast parameters and floating inputs (default: the model's, float32)")
+    parser.add_argument("--cost", choices=COST_MODELS, default="flops",
+                        help="flops: FLOP counts; roofline:GPU: roofline time in ns on that GPU "
+                             "(dtrlab.trace.costs); time: median wall time in ns (needs --real)")
+    parser.add_argument("--real", action="store_true", help="real CPU tensors instead of the meta device")
     parser.add_argument("--repeats", type=int, default=5, help="timing repeats per operator (cost=time)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    workload = zoo.build(args.model, batch=args.batch, seed=args.seed)
-    recording = record(workload.module, workload.inputs, loss_fn=workload.loss_fn,
-                       cost=args.cost, repeats=args.repeats)
+    sizes = {key: getattr(args, key) for key in SIZE_KEYS}
+    try:
+        recording = capture(args.model, real=args.real, cost=args.cost, repeats=args.repeats, batch=args.batch,
+                            seq=args.seq, image=args.image, seed=args.seed,
+                            dtype=getattr(torch, args.dtype) if args.dtype else None, **sizes)
+    except ModelSourceError as exc:
+        print(f"dtrlab capture: {exc}", file=sys.stderr)
+        return 2
     recording.write(args.out)
-    summary = {"model": args.model, "batch": workload.batch, "out": args.out,
-               "peak_live_bytes": recording.peak_live_bytes, **recording.meta}
+    summary = {"model": args.model, "batch": recording.meta["batch"], "out": args.out,
+               "peak_live_bytes": recording.peak_live_bytes, "versions": _versions(), **recording.meta}
     print(json.dumps(summary))
     return 0
 

@@ -1,0 +1,357 @@
+"""Model sources for ``dtrlab capture``: today's models from configurations, no weights.
+
+A source names a model and how to build it; :func:`build` returns a
+:class:`~dtrlab.trace.zoo.Workload` (module, inputs, loss) built on the meta device
+by default, so that recording a billion-parameter training step needs no memory
+for its tensors. Nothing is downloaded: parameters are initialised at random from a
+configuration written here (``HF_HUB_OFFLINE=1`` is set before transformers is
+imported).
+
+* ``resnet32``, ``transformer``, ...: the small models of :mod:`dtrlab.trace.zoo`.
+* ``torchvision:NAME``: ``torchvision.models.get_model(NAME, weights=None)``, e.g.
+  ``torchvision:resnet50``, ``torchvision:vit_b_16``; images of ``--image`` pixels,
+  cross-entropy over 1000 classes.
+* ``hf:NAME``: a Hugging Face transformers model from a configuration preset:
+  ``hf:gpt2`` (small), ``hf:gpt2-medium``, ``hf:gpt2-large``, ``hf:gpt2-xl``
+  (causal LM loss), ``hf:bert-base``, ``hf:bert-large`` (masked LM loss on every
+  token), ``hf:llama`` (a Llama-style decoder; by default Llama 3.2 1B's shape).
+  ``layers``, ``hidden``, ``heads``, ``kv_heads``, ``intermediate`` and ``vocab``
+  override the preset's sizes.
+* ``diffusers:sd-unet``: Stable Diffusion 1.x's denoising U-Net
+  (``UNet2DConditionModel``, 64x64x4 latents, 77 text tokens of width 768), noise
+  prediction MSE loss.
+* ``package.module:function``: a user's own; ``function(batch=..., seq=...)``
+  (each passed only if given and accepted) returns ``(model, inputs, loss_fn)``;
+  ``inputs`` is a tensor or a tuple of positional arguments, ``loss_fn`` maps the
+  output to the loss (None: the sum of the outputs). It should create its tensors
+  without naming a device, so that the default device (meta) applies.
+
+On the meta device ``scaled_dot_product_attention`` would take its math path (the
+whole attention matrix); during :func:`build`'s recording it runs the CPU flash
+attention kernel instead, which is what it runs on real CPU tensors and what GPU
+training runs (a flash kernel that saves only the log-sum-exp).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import zoo
+from .zoo import Workload
+
+SCHEMES = ("torchvision", "hf", "diffusers")
+SIZE_KEYS = ("layers", "hidden", "heads", "kv_heads", "intermediate", "vocab")
+
+
+class ModelSourceError(ValueError):
+    """A model source that does not name, build or run a model; the message names the model and the cause."""
+
+
+@dataclass(frozen=True)
+class HFPreset:
+    kind: str  # "causal" or "masked"
+    config: Callable[[], object]  # -> a transformers config
+    default_seq: int
+    default_batch: int
+    title: str
+
+
+def _gpt2(**sizes):
+    from transformers import GPT2Config
+    return lambda: GPT2Config(**sizes)
+
+
+def _bert(**sizes):
+    from transformers import BertConfig
+    return lambda: BertConfig(**sizes)
+
+
+def _llama():
+    from transformers import LlamaConfig
+    # Llama 3.2 1B's published shape (16 layers, width 2048, 32 heads, 8 KV heads).
+    return lambda: LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                               num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                               max_position_embeddings=131072, rope_theta=500000.0, tie_word_embeddings=True)
+
+
+def _hf_presets() -> dict[str, HFPreset]:
+    return {
+        "gpt2": HFPreset("causal", _gpt2(), 1024, 8, "GPT-2 small"),
+        "gpt2-medium": HFPreset("causal", _gpt2(n_embd=1024, n_layer=24, n_head=16), 1024, 8, "GPT-2 medium"),
+        "gpt2-large": HFPreset("causal", _gpt2(n_embd=1280, n_layer=36, n_head=20), 1024, 8, "GPT-2 large"),
+        "gpt2-xl": HFPreset("causal", _gpt2(n_embd=1600, n_layer=48, n_head=25), 1024, 8, "GPT-2 XL"),
+        "bert-base": HFPreset("masked", _bert(), 512, 32, "BERT-base"),
+        "bert-large": HFPreset("masked", _bert(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                                               intermediate_size=4096), 512, 32, "BERT-large"),
+        "llama": HFPreset("causal", _llama(), 2048, 4, "Llama-style decoder"),
+    }
+
+
+HF_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "bert-base", "bert-large", "llama")
+DIFFUSERS_NAMES = ("sd-unet",)
+
+
+def describe_sources() -> str:
+    return (f"zoo models ({', '.join(sorted(zoo.MODELS))}), torchvision:NAME (e.g. torchvision:resnet50), "
+            f"hf:NAME ({', '.join(HF_NAMES)}), diffusers:NAME ({', '.join(DIFFUSERS_NAMES)}) "
+            "or package.module:function")
+
+
+def build(source: str, *, batch: int | None = None, seq: int | None = None, image: int = 224,
+          device: str = "meta", dtype: torch.dtype | None = None, seed: int = 0, **sizes) -> Workload:
+    """Build ``source``'s training step on ``device`` ("meta": no data; "cpu": real tensors)."""
+    sizes = {key: value for key, value in sizes.items() if value is not None}
+    unknown = set(sizes) - set(SIZE_KEYS)
+    if unknown:
+        raise ModelSourceError(f"{source}: unknown size settings {sorted(unknown)}; known: {', '.join(SIZE_KEYS)}")
+    scheme, _, name = source.partition(":")
+    if sizes and scheme != "hf":
+        raise ModelSourceError(f"{source}: {', '.join(sorted(sizes))} apply to hf: models only")
+    torch.manual_seed(seed)
+    with torch.device(device):
+        if not name:
+            if source not in zoo.MODELS:
+                raise ModelSourceError(f"unknown model {source!r}; sources: {describe_sources()}")
+            workload = zoo.build(source, batch=batch, seed=seed)
+        elif scheme == "torchvision":
+            workload = _torchvision(name, batch or 64, image)
+        elif scheme == "hf":
+            workload = _huggingface(name, batch, seq, sizes)
+        elif scheme == "diffusers":
+            workload = _diffusers(name, batch or 8)
+        else:
+            workload = _user_function(source, batch, seq)
+        if dtype is not None:
+            workload.module.to(dtype)
+            workload.inputs = tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                                    for t in workload.inputs)
+    return workload
+
+
+@contextlib.contextmanager
+def meta_patches() -> Iterator[None]:
+    """What a training step on meta tensors needs to run the kernels it runs on CPU tensors.
+
+    * ``F.scaled_dot_product_attention`` runs the CPU flash kernel (not the math path);
+    * transformers' check for packed sequences (``find_packed_sequence_indices``) reads
+      data (``.all()``); it computes the same tensors here and answers "not packed",
+      which is what real data answers for the token positions 0..seq-1 that
+      :func:`build`'s inputs have.
+    """
+    with _flash_attention_on_meta(), _unpacked_sequences():
+        yield
+
+
+@contextlib.contextmanager
+def _unpacked_sequences() -> Iterator[None]:
+    import sys
+
+    masking = sys.modules.get("transformers.masking_utils")
+    if masking is None or not hasattr(masking, "find_packed_sequence_indices"):
+        yield
+        return
+    original = masking.find_packed_sequence_indices
+
+    def find_packed_sequence_indices(position_ids):
+        if position_ids.device.type != "meta":
+            return original(position_ids)
+        # transformers' own operations, up to the data-dependent test
+        first_dummy_value = position_ids[:, :1] - 1
+        position_diff = torch.diff(position_ids, prepend=first_dummy_value, dim=-1)
+        packed_sequence_mask = (position_diff != 1).cumsum(-1)
+        (packed_sequence_mask[:, -1] == 0).all()  # converting this to a bool is what meta tensors cannot do
+        return None
+
+    masking.find_packed_sequence_indices = find_packed_sequence_indices
+    try:
+        yield
+    finally:
+        masking.find_packed_sequence_indices = original
+
+
+@contextlib.contextmanager
+def _flash_attention_on_meta() -> Iterator[None]:
+    original = F.scaled_dot_product_attention
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if query.device.type != "meta":
+            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                            scale=scale, enable_gqa=enable_gqa)
+        # The CPU flash kernel takes grouped-query attention's fewer key/value heads as they are.
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+
+    F.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
+
+
+# -- sources -------------------------------------------------------------------------
+
+def _import(package: str, source: str, extra: str = "models"):
+    try:
+        return importlib.import_module(package)
+    except ImportError as exc:
+        raise ModelSourceError(f"{source}: needs {package} ({exc}); pip install 'dtrlab[{extra}]'") from None
+
+
+def _torchvision(name: str, batch: int, image: int) -> Workload:
+    source = f"torchvision:{name}"
+    models = _import("torchvision.models", source)
+    if name not in models.list_models():
+        raise ModelSourceError(f"unknown model {source!r}; torchvision has {', '.join(models.list_models())}")
+    try:
+        options = {"image_size": image} if name.startswith("vit_") else {}
+        module = models.get_model(name, weights=None, **options)
+    except Exception as exc:
+        raise ModelSourceError(f"{source}: the model does not build: {type(exc).__name__}: {exc}") from exc
+    module.train()
+    x = torch.randn(batch, 3, image, image)
+    labels = torch.randint(0, 1000, (batch,))
+    params = sum(p.numel() for p in module.parameters())
+    return Workload(module, (x,), _cross_entropy(labels), batch, f"{batch}x3x{image}x{image}",
+                    f"torchvision {name}, {params / 1e6:.1f}M parameters, random init, {image}px images")
+
+
+def _cross_entropy(labels):
+    def loss(logits):
+        if not isinstance(logits, torch.Tensor):  # e.g. Inception / GoogLeNet's auxiliary outputs
+            logits = logits[0]
+        return F.cross_entropy(logits, labels)
+    return loss
+
+
+class _Logits(nn.Module):
+    """A transformers model called on token ids, returning its logits (the loss is computed outside)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+def _huggingface(name: str, batch: int | None, seq: int | None, sizes: dict) -> Workload:
+    source = f"hf:{name}"
+    if name not in HF_NAMES:
+        raise ModelSourceError(f"unknown model {source!r}; hf: presets are {', '.join(HF_NAMES)}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # configs are built here: nothing to fetch
+    transformers = _import("transformers", source)
+    preset = _hf_presets()[name]
+    batch, seq = batch or preset.default_batch, seq or preset.default_seq
+    config = preset.config()
+    names = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+             "kv_heads": "num_key_value_heads", "intermediate": "intermediate_size", "vocab": "vocab_size"}
+    for key, value in sizes.items():
+        attribute = names[key]
+        if key == "intermediate" and name.startswith("gpt2"):
+            attribute = "n_inner"
+        if not hasattr(config, attribute) and attribute != "n_inner":
+            raise ModelSourceError(f"{source}: its config has no {key} ({attribute})")
+        setattr(config, attribute, value)
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if positions is not None and seq > positions:
+        if name.startswith("gpt2"):
+            config.n_positions = seq
+        else:
+            config.max_position_embeddings = seq
+    config.attn_implementation = "sdpa"
+    config._attn_implementation = "sdpa"
+    auto = transformers.AutoModelForCausalLM if preset.kind == "causal" else transformers.AutoModelForMaskedLM
+    try:
+        model = auto.from_config(config)
+    except Exception as exc:
+        raise ModelSourceError(f"{source}: the config does not build: {type(exc).__name__}: {exc}") from exc
+    model.train()
+    vocab = config.vocab_size
+    ids = torch.randint(0, vocab, (batch, seq))
+    targets = torch.randint(0, vocab, (batch, seq))
+
+    if preset.kind == "causal":
+        def loss(logits):  # next-token prediction
+            return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+    else:
+        def loss(logits):  # masked LM, every position predicted
+            return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    params = sum(p.numel() for p in model.parameters())
+    layers = config.num_hidden_layers
+    desc = (f"{preset.title}: {layers} layers, hidden {config.hidden_size}, {config.num_attention_heads} heads"
+            + (f" ({config.num_key_value_heads} KV)" if getattr(config, "num_key_value_heads", None)
+               not in (None, config.num_attention_heads) else "")
+            + f", vocab {vocab}, {params / 1e6:.0f}M parameters, random init, sequence {seq}")
+    return Workload(_Logits(model), (ids,), loss, batch, f"{batch}x{seq} tokens", desc)
+
+
+class _Denoiser(nn.Module):
+    def __init__(self, unet: nn.Module):
+        super().__init__()
+        self.unet = unet
+
+    def forward(self, latents, timesteps, text):
+        return self.unet(latents, timesteps, encoder_hidden_states=text).sample
+
+
+def _diffusers(name: str, batch: int) -> Workload:
+    source = f"diffusers:{name}"
+    if name not in DIFFUSERS_NAMES:
+        raise ModelSourceError(f"unknown model {source!r}; diffusers: models are {', '.join(DIFFUSERS_NAMES)}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    diffusers = _import("diffusers", source)
+    # Stable Diffusion 1.x's U-Net configuration (860M parameters).
+    try:
+        unet = diffusers.UNet2DConditionModel(
+            sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
+            block_out_channels=(320, 640, 1280, 1280), cross_attention_dim=768, attention_head_dim=8,
+            down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
+                              "DownBlock2D"),
+            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"))
+    except Exception as exc:
+        raise ModelSourceError(f"{source}: the config does not build: {type(exc).__name__}: {exc}") from exc
+    unet.train()
+    latents = torch.randn(batch, 4, 64, 64)
+    timesteps = torch.randint(0, 1000, (batch,))
+    text = torch.randn(batch, 77, 768)
+    noise = torch.randn(batch, 4, 64, 64)
+    params = sum(p.numel() for p in unet.parameters())
+    return Workload(_Denoiser(unet), (latents, timesteps, text), lambda pred: F.mse_loss(pred, noise), batch,
+                    f"{batch}x4x64x64 latents, {batch}x77x768 text",
+                    f"Stable Diffusion 1.x U-Net, {params / 1e6:.0f}M parameters, random init, 512px images")
+
+
+def _user_function(source: str, batch: int | None, seq: int | None) -> Workload:
+    module_name, _, function_name = source.partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise ModelSourceError(f"unknown model {source!r}: {type(exc).__name__}: {exc}; sources: "
+                               f"{describe_sources()}") from None
+    accepted = inspect.signature(function).parameters
+    kwargs = {key: value for key, value in (("batch", batch), ("seq", seq)) if value is not None}
+    ignored = [key for key in kwargs if key not in accepted]
+    if ignored:
+        raise ModelSourceError(f"{source}: the function takes no {', '.join(ignored)} argument")
+    try:
+        built = function(**kwargs)
+        model, inputs, loss_fn = built
+    except Exception as exc:
+        raise ModelSourceError(f"{source}: the function did not return (model, inputs, loss_fn): "
+                               f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(model, nn.Module):
+        raise ModelSourceError(f"{source}: returned {type(model).__name__}, not a torch.nn.Module")
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
+    batch_size = batch or (first.shape[0] if first is not None and first.dim() else 1)
+    shape = "x".join(map(str, first.shape)) if first is not None else ""
+    return Workload(model, inputs, loss_fn, batch_size, shape, f"{source}")
