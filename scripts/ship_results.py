@@ -56,12 +56,14 @@ def default_logs() -> Path | None:
 
 
 def run_notebooks(traces_dir: Path, cache: Path, work: Path, figures: Path, only: list[str] | None,
-                  jobs: int) -> None:
+                  skip: list[str], jobs: int) -> None:
     make_figures = _make_figures()
     name = make_figures.trace_set_name(traces_dir)
     parameters = make_figures.notebook_parameters(traces_dir, figures / name, cache, quick=False, jobs=jobs,
                                                   reference=None)
     for path in make_figures.notebook_paths(only):
+        if path.name.startswith(tuple(skip)):
+            continue
         started = time.perf_counter()
         print(f"ship_results: {path.name} on {traces_dir} ...", flush=True)
         make_figures.run_notebook(path, work / "executed" / name, parameters)
@@ -96,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, help="sweep cache to fill and pack (default: a new temporary one)")
     parser.add_argument("--output", type=Path, default=DEFAULT_SHIPPED_DIR, help="bundle directory (default results/shipped)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes per sweep")
+    parser.add_argument("--skip", nargs="+", default=[], metavar="NN",
+                        help="notebooks not to run (their runs are then not shipped), e.g. --skip 09")
     parser.add_argument("--figures", type=Path, help="keep the recomputed figures in DIR/<trace set>/ (to compare "
                         "with a run on the shipped layer; default: discarded)")
     args = parser.parse_args(argv)
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         written = []
         for traces_dir, only in sets:
-            run_notebooks(traces_dir, cache, work, args.figures or work / "figures", only, args.jobs)
+            run_notebooks(traces_dir, cache, work, args.figures or work / "figures", only, args.skip, args.jobs)
             written += pack(traces_dir, cache, args.output / traces_dir.resolve().name)
     finally:
         shutil.rmtree(work, ignore_errors=True)
