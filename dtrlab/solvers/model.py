@@ -8,12 +8,14 @@ Variables (all binary), only at the *need stages* of :class:`~dtrlab.solvers.pro
   Keeping a storage through only part of such a stretch never helps: nothing can
   use it there, so these variables lose no schedule worth having;
 * ``D[t, v]``: view tensor ``v`` is defined at need stage ``t``;
-* ``R[t, op]``: operator ``op`` is recomputed in the gap before need stage ``t``.
+* ``R[t, op]``: operator ``op`` is recomputed in the gap before need stage ``t``;
+* ``U[t, s]``: output ``s`` was still resident when its multi-output operator was
+  recomputed at ``t`` (its bytes count twice there, as in the simulator's check).
 
 A storage stays resident only if it was resident in the previous stage and no
-release freed it, or its operator is recomputed; an operator is recomputed only
-when none of its outputs is still defined, and only with all its arguments
-defined; the stage's operator needs its arguments defined; the resident bytes of
+release freed it, or its operator is recomputed; a single-output operator is
+recomputed only when its output is gone, and any operator only with all its
+arguments defined; the stage's operator needs its arguments defined; the resident bytes of
 every stage, with the stage's outputs and the pinned constants, fit the budget;
 recompute stays within the overhead limit. The objective is the recompute.
 """
@@ -78,6 +80,8 @@ def build_model(problem: Problem, budget_bytes: int, remat_limit: float) -> Line
     at: dict[int, dict[int, int]] = {}
     cover: dict[int, dict[int, int]] = {}  # storage -> {stage: variable} wherever it may be resident
     memory = [dict() for _ in range(problem.n_stages)]
+    fresh_outputs = {op_index: [t for t, alias in zip(ops[op_index].outputs, ops[op_index].aliases) if alias == -1]
+                     for op_index in op_stage}
     for s in problem.storage_window:
         producer = trace.tensor_op[s]
         size = ops[producer].sizes[trace.tensor_index[s]]
@@ -109,8 +113,15 @@ def build_model(problem: Problem, budget_bytes: int, remat_limit: float) -> Line
             terms = {here[t]: 1, remat: -1}
             if prev is not None:
                 terms[prev] = -1
-                # an operator is recomputed only when its outputs are gone (no duplicate bytes)
-                m.row({remat: 1, prev: 1}, 0, 1)
+                if len(fresh_outputs[producer]) == 1:
+                    m.row({remat: 1, prev: 1}, 0, 1)  # never recompute what is resident
+                else:
+                    # Recomputing a multi-output operator for a lost output briefly
+                    # duplicates the outputs still resident (the simulator checks the
+                    # budget with all output bytes): count them in this stage's memory.
+                    duplicate = m.var("U", t, s)
+                    m.row({duplicate: 1, remat: -1, prev: -1}, -1, 1)
+                    memory[t][duplicate] = size
             m.row(terms, -1, 0)
             m.row({remat: 1, here[t]: -1}, -1, 0)  # a recomputation fills every output
     for v in problem.view_window:

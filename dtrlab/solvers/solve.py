@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..runtime import DEFAULT_OVERHEAD_LIMIT
 from ..trace.model import Trace
+from .hint import dtr_hint, keep_everything
 from .model import LinearModel, build_model
 from .problem import Problem, build_problem
 
@@ -88,7 +89,7 @@ class SolveResult:
 
 def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
                   time_limit_s: float = DEFAULT_TIME_LIMIT_S, solver: str = "cpsat", workers: int = 2,
-                  feasibility_only: bool = False) -> SolveResult:
+                  feasibility_only: bool = False, hint: bool = True) -> SolveResult:
     """The schedule with the least recompute that keeps ``trace`` within ``budget_bytes``.
 
     ``solver``: "cpsat" (OR-Tools CP-SAT) or "milp" (HiGHS). Both solve the stage
@@ -97,7 +98,9 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
     (see ``gap``), "unknown" means the time limit ran out with neither.
     A budget below :meth:`Problem.lower_bound` is answered "infeasible" without a solve.
     ``feasibility_only`` stops at the first schedule that fits (status "feasible",
-    no bound): what a bisection for the minimal budget needs.
+    no bound): what a bisection for the minimal budget needs. With ``hint`` the
+    solvers start from DTR's run at this budget (:mod:`.hint`), else from keeping
+    everything; a hint guides the search only.
     """
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
@@ -124,8 +127,9 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
                            solve_seconds=time.perf_counter() - started, message=model.infeasible, **common, **sizes)
     if feasibility_only:
         model.cost = [0] * model.n_vars
+    start = (dtr_hint(problem, model, int(budget_bytes), remat_limit) if hint else None) or keep_everything(model)
     backend = _solve_cpsat if solver == "cpsat" else _solve_highs
-    status, values, objective, best = backend(model, time_limit_s, workers)
+    status, values, objective, best = backend(model, start, time_limit_s, workers)
     if feasibility_only and values is not None:
         claimed = sum(problem.trace.operators[item].cost for (kind, _, item), value in zip(model.names, values)
                       if value and kind == "R")
@@ -158,7 +162,7 @@ def _schedule(problem: Problem, model: LinearModel, values: list[int]) -> Schedu
                     remat=tuple(tuple(sorted(r)) for r in remat))
 
 
-def _solve_cpsat(model: LinearModel, time_limit_s: float, workers: int):
+def _solve_cpsat(model: LinearModel, start: list[int], time_limit_s: float, workers: int):
     try:
         from ortools.sat.python import cp_model
     except ImportError as error:
@@ -174,11 +178,14 @@ def _solve_cpsat(model: LinearModel, time_limit_s: float, workers: int):
             cp.Add(expr <= int(math.floor(hi)))
         if math.isfinite(lo) and lo > -sum(abs(c) for c in terms.values()):
             cp.Add(expr >= int(math.ceil(lo)))
+    for var, value in enumerate(start):
+        cp.AddHint(x[var], value)
     costly = [var for var, c in enumerate(model.cost) if c]
     cp.Minimize(cp_model.LinearExpr.WeightedSum([x[var] for var in costly], [model.cost[var] for var in costly]))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, int(workers))
+    solver.parameters.repair_hint = True  # a DTR hint is often a few constraints short of feasible
     code = solver.Solve(cp)
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         values = [int(solver.Value(v)) for v in x]
@@ -189,7 +196,7 @@ def _solve_cpsat(model: LinearModel, time_limit_s: float, workers: int):
     return "unknown", None, None, None
 
 
-def _solve_highs(model: LinearModel, time_limit_s: float, workers: int):
+def _solve_highs(model: LinearModel, start: list[int], time_limit_s: float, workers: int):
     try:
         import highspy
         import numpy as np
@@ -214,6 +221,10 @@ def _solve_highs(model: LinearModel, time_limit_s: float, workers: int):
         upper.append(hi if math.isfinite(hi) else inf)
     h.addRows(len(model.rows), np.array(lower, dtype=float), np.array(upper, dtype=float), len(indices),
               np.array(starts, dtype=np.int32), np.array(indices, dtype=np.int32), np.array(coefs, dtype=float))
+    hint = highspy.HighsSolution()
+    hint.col_value = [float(v) for v in start]
+    hint.value_valid = True
+    h.setSolution(hint)  # used only if it fits the budget
     h.run()
     status = h.getModelStatus()
     info = h.getInfo()
