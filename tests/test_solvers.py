@@ -84,8 +84,27 @@ def unet():
     return log.trace("unet")
 
 
+def multi_output():
+    """bn makes y (20 bytes) and stats (2 bytes) at once (cost 5); the backward needs both.
+
+    h's step holds y, stats, z, w and x: 72 bytes. h itself needs z, w and x (50), so
+    below 72, y must be gone at h and bn recomputed for gb (5), which refills stats too.
+    gb needs w, y, stats, g and x: 62 bytes, the lower bound.
+    """
+    log = LogBuilder()
+    log.constant("x", 10)
+    log.call("bn", ["x"], [("y", 20), ("stats", 2)], time=5)
+    log.call("f", ["y"], [("z", 20)], time=1)
+    log.call("h", ["z"], [("w", 20)], time=1)
+    log.release("z")
+    log.backward()
+    log.call("gb", ["w", "y", "stats"], [("g", 10)], time=1)
+    log.release("w", "y", "stats")
+    return log.trace("multi_output")
+
+
 # graph -> (lower bound = minimal budget, the budget from which nothing is recomputed, recompute between)
-HAND_DERIVED = {chain: (40, 50, 5), diamond: (40, 50, 4), unet: (50, 60, 9)}
+HAND_DERIVED = {chain: (40, 50, 5), diamond: (40, 50, 4), unet: (50, 60, 9), multi_output: (62, 72, 5)}
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
