@@ -82,6 +82,7 @@ def build_model(problem: Problem, budget_bytes: int, remat_limit: float) -> Line
     memory = [dict() for _ in range(problem.n_stages)]
     fresh_outputs = {op_index: [t for t, alias in zip(ops[op_index].outputs, ops[op_index].aliases) if alias == -1]
                      for op_index in op_stage}
+    still_resident: dict[tuple[int, int], list[int]] = {}  # (stage, multi-output op) -> its outputs' "kept" variables
     for s in problem.storage_window:
         producer = trace.tensor_op[s]
         size = ops[producer].sizes[trace.tensor_index[s]]
@@ -122,8 +123,15 @@ def build_model(problem: Problem, budget_bytes: int, remat_limit: float) -> Line
                     duplicate = m.var("U", t, s)
                     m.row({duplicate: 1, remat: -1, prev: -1}, -1, 1)
                     memory[t][duplicate] = size
+                    still_resident.setdefault((t, producer), []).append(prev)
             m.row(terms, -1, 0)
             m.row({remat: 1, here[t]: -1}, -1, 0)  # a recomputation fills every output
+    for (t, producer), resident in still_resident.items():
+        # ... but only for an output that is gone: recomputing an operator whose
+        # outputs are all resident would leak bytes in simrd's accounting (it drops
+        # the duplicates of the siblings, not of the output it was asked for).
+        if len(resident) == len(fresh_outputs[producer]):
+            m.row({R[t, producer]: 1, **{var: 1 for var in resident}}, 0, len(resident))
     for v in problem.view_window:
         view_op, s = trace.tensor_op[v], storage[v]
         root_op = trace.tensor_op[s]
