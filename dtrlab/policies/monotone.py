@@ -65,18 +65,22 @@ def calibrate(trace, base: Policy, calibration, remat_limit: float) -> tuple[Cal
     it when ``remat_limit`` is exactly that of an overhead limit; the rest are
     simulated here. The cache is only read: sweep workers calibrate concurrently.
     """
-    from ..runtime import Simulator, budget_for  # the runtime imports the policies
+    from ..runtime import Simulator, budget_for, simulate  # the runtime imports the policies
 
     ratios = calibration_ratios(calibration)
     budgets = [budget_for(trace, r) for r in ratios]
     key = (trace.content_hash, base.label, f"{type(base).__module__}.{type(base).__qualname__}", tuple(budgets),
            remat_limit)
     if key not in _CALIBRATIONS:
-        cached = _cached_runs(trace, base, remat_limit)
+        overhead_limit = _overhead_limit(trace, remat_limit)
+        cached = _cached_runs(trace, base, overhead_limit) if overhead_limit else {}
         points = []
         for ratio, budget in zip(ratios, budgets):
             if budget in cached:
                 status, clock = cached[budget]
+            elif overhead_limit:  # simulate() takes the compiled core when it can
+                result = simulate(trace, copy.deepcopy(base), budget_bytes=budget, overhead_limit=overhead_limit)
+                status, clock = result.status, result.clock
             else:
                 sim = Simulator(trace, copy.deepcopy(base), budget, remat_limit)
                 status, clock = sim.run(), sim.clock
@@ -85,15 +89,21 @@ def calibrate(trace, base: Policy, calibration, remat_limit: float) -> tuple[Cal
     return _CALIBRATIONS[key]
 
 
-def _cached_runs(trace, base: Policy, remat_limit: float) -> dict[int, tuple[str, int]]:
-    """budget -> (status, clock) of ``base``'s runs in the default sweep cache, if any."""
+def _overhead_limit(trace, remat_limit: float) -> float | None:
+    """The overhead limit whose thrash allowance is exactly ``remat_limit``, if there is one."""
     from ..runtime import baseline
-    from ..sweep import SweepCache, default_cache_dir
 
     model_compute = baseline(trace).model_compute
     overhead_limit = 1 + remat_limit / model_compute if model_compute else None
     if overhead_limit is None or model_compute * (overhead_limit - 1) != remat_limit:
-        return {}
+        return None
+    return overhead_limit
+
+
+def _cached_runs(trace, base: Policy, overhead_limit: float) -> dict[int, tuple[str, int]]:
+    """budget -> (status, clock) of ``base``'s runs in the default sweep cache, if any."""
+    from ..sweep import SweepCache, default_cache_dir
+
     try:
         frame = SweepCache(default_cache_dir(), trace, base, overhead_limit).load()
     except OSError:  # another process compacting the same entry; simulate instead

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="directory of the held-out trace set")
     parser.add_argument("--heldout-ratios", default="0.05:1.0:0.01")
     parser.add_argument("--exclude", action="append", default=[], metavar="PREFIX",
-                        help="leave out traces whose name starts with PREFIX (repeatable; e.g. a trace too slow "
+                        help="leave out held-out traces whose name starts with PREFIX (repeatable; e.g. a trace too slow "
                              "for the machine at hand: say so where the results are reported)")
     parser.add_argument("--inclusion-ratios", default="0.05:1.0:0.02")
     parser.add_argument("--top", type=int, default=3)
@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         summaries, per_trace = [], []
         for role, directory, ratios in (("tuning set", args.tuning, args.tuning_ratios),
                                         ("held-out", args.heldout, args.heldout_ratios)):
-            traces = {n: t for n, t in load_directory(directory).items() if not n.startswith(tuple(args.exclude))}
+            traces = load_directory(directory)
+            if role == "held-out":
+                traces = {n: t for n, t in traces.items() if not n.startswith(tuple(args.exclude))}
             groups = {role: traces}
             if role == "tuning set":  # the traces of the tuning set the search used, and the rest
                 groups = {"tuned": {n: t for n, t in traces.items() if n in tuned},
