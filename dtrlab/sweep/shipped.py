@@ -7,7 +7,7 @@ cache (the columns :class:`~dtrlab.sweep.SweepCache` stores) plus its
 ``trace_hash`` and ``config_key`` (the cache directory's name, which hashes the
 policy, overhead limit and intervention). The file's parquet metadata
 (key ``dtrlab``) holds the trace name and content hash, the simulator version and
-every configuration's full key. Analysis tables that are not sweep rows (notebook
+every configuration's full key and row columns. Analysis tables that are not sweep rows (notebook
 03's intervention search, :mod:`dtrlab.sweep.tables`) are shipped as they were
 cached, in ``results/shipped/<trace set>/tables/``.
 
@@ -67,17 +67,20 @@ def shipped_rows(trace_hash: str, config_key: str) -> pd.DataFrame:
 @functools.lru_cache(maxsize=2)
 def _index(stamp: tuple) -> dict[tuple[str, str], pd.DataFrame]:
     """Every valid row of the bundle by (trace hash, config key); rebuilt when a file changes."""
-    frames = [_read_valid(Path(path)) for path, _, _ in stamp]
-    frames = [f for f in frames if len(f)]
-    if not frames:
-        return {}
-    rows = pd.concat(frames, ignore_index=True)
-    return {key: group.drop(columns=INDEX_COLUMNS).reset_index(drop=True)
-            for key, group in rows.groupby(INDEX_COLUMNS, sort=False)}
+    index = {}
+    for path, _, _ in stamp:
+        rows, configs = _read_valid(Path(path))
+        for key, group in rows.groupby(INDEX_COLUMNS, sort=False):
+            # Only the columns this configuration's cached rows had: a file holds configurations with
+            # and without the memory metrics of non-flat models, null where absent.
+            columns = configs.get(key[1], {}).get("row_columns")
+            if columns:
+                index[key] = group[columns].reset_index(drop=True)
+    return index
 
 
-def _read_valid(path: Path) -> pd.DataFrame:
-    """The rows of one bundle file that this simulator may reuse."""
+def _read_valid(path: Path) -> tuple[pd.DataFrame, dict]:
+    """The rows of one bundle file that this simulator may reuse, and its configurations."""
     table = pq.read_table(path)
     metadata = json.loads((table.schema.metadata or {}).get(METADATA_KEY, b"{}"))
     frame = table.to_pandas()
@@ -85,15 +88,16 @@ def _read_valid(path: Path) -> pd.DataFrame:
     if missing or "trace_hash" not in metadata:
         warnings.warn(f"ignoring {path}: not a shipped-results file (missing {missing or 'metadata'}); "
                       "regenerate the bundle with scripts/ship_results.py", stacklevel=4)
-        return pd.DataFrame()
+        return pd.DataFrame(columns=INDEX_COLUMNS), {}
     valid = (frame["simulator_version"] == SIMULATOR_VERSION) & (frame["trace_hash"] == metadata["trace_hash"])
-    return frame[valid]
+    return frame[valid], metadata.get("configs", {})
 
 
 def rows_from_cache(cache_root: str | os.PathLike, trace_hash: str) -> tuple[pd.DataFrame, dict[str, dict]]:
     """Every row a sweep cache holds for one trace under this simulator, with its configurations' keys.
 
-    Returns the rows (cache columns + :data:`INDEX_COLUMNS`) and ``{config key: key.json}``.
+    Returns the rows (cache columns + :data:`INDEX_COLUMNS`) and ``{config key: key.json + row_columns}``
+    (``row_columns``: the columns of that configuration's cached rows).
     """
     trace_dir = Path(cache_root) / f"sim-v{SIMULATOR_VERSION}" / trace_hash[:24]
     frames, configs = [], {}
@@ -109,7 +113,7 @@ def rows_from_cache(cache_root: str | os.PathLike, trace_hash: str) -> tuple[pd.
         frame = frame[frame["simulator_version"] == SIMULATOR_VERSION]
         frame = frame.drop_duplicates("budget_bytes", keep="last")
         frames.append(frame.assign(trace_hash=trace_hash, config_key=config_dir.name))
-        configs[config_dir.name] = key
+        configs[config_dir.name] = {**key, "row_columns": list(frame.columns)}
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return rows, configs
 
