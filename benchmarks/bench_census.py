@@ -3,8 +3,8 @@
     python benchmarks/bench_census.py [--logs ../shared/dtr-logs] [--jobs 1 2] [--only unet resnet32]
 
 For each ``--jobs`` value, runs ``run_census(..., ratios="0.05:1.0", delta=0.001)``
-(grid sweep, fill, bisection of every edge) on an empty result cache, so every
-simulation is timed, and prints the wall time per log and in total, the census
+(grid sweep, fill, bisection of every edge) on an empty result cache and without the
+shipped results (``DTRLAB_RECOMPUTE=1``), so every simulation is timed, and prints the wall time per log and in total, the census
 (holes, widest hole, largest gap between samples) and whether the census reports
 every hole of the plain 0.001 sweep (its grid is that sweep's budgets: each plain
 hole must sit inside exactly one refined hole). ``--plain DIR`` also checks against
@@ -15,12 +15,14 @@ sweep frames saved by ``dtrlab sweep LOG --ratios 0.05:1.0:0.001 --out DIR/NAME.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ["DTRLAB_RECOMPUTE"] = "1"  # simulate everything: no shipped results (results/shipped/) either
 
 import pandas as pd  # noqa: E402
 
