@@ -4,8 +4,9 @@
 
 For each ``--jobs`` value, runs ``run_census(..., ratios="0.05:1.0", delta=0.001)``
 (grid sweep, fill, bisection of every edge) on an empty result cache and without the
-shipped results (``DTRLAB_RECOMPUTE=1``), so every simulation is timed, and prints the wall time per log and in total, the census
-(holes, widest hole, largest gap between samples) and whether the census reports
+shipped results (``DTRLAB_RECOMPUTE=1``), so every simulation is timed, and prints the
+wall time per log and in total, the census (holes, widest hole, largest gap between
+samples) and whether the census reports
 every hole of the plain 0.001 sweep (its grid is that sweep's budgets: each plain
 hole must sit inside exactly one refined hole). ``--plain DIR`` also checks against
 sweep frames saved by ``dtrlab sweep LOG --ratios 0.05:1.0:0.001 --out DIR/NAME.parquet``

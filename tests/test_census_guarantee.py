@@ -162,7 +162,8 @@ def test_fine_census_reports_every_hole_of_the_plain_sweep(small_transformer, tm
     assert refinement.probe_budgets == ()  # no probing with delta: every gap is sampled
     refined = refinement.refined.holes
     for hole in plain_holes.itertuples():
-        inside = refined[(refined.fail_low_bytes <= hole.fail_low_bytes) & (refined.fail_high_bytes >= hole.fail_high_bytes)]
+        inside = refined[(refined.fail_low_bytes <= hole.fail_low_bytes)
+                         & (refined.fail_high_bytes >= hole.fail_high_bytes)]
         assert len(inside) == 1, hole
     assert len(refined) >= len(plain_holes)
     row = census.table.iloc[0]
@@ -210,4 +211,5 @@ def test_unet_fine_census_finds_the_three_holes_of_the_plain_sweep(load_shared_l
                         progress=False)
     refined = census.refinements[unet.name].refined.holes
     for hole in plain.itertuples():
-        assert ((refined.fail_low_bytes <= hole.fail_low_bytes) & (refined.fail_high_bytes >= hole.fail_high_bytes)).sum() == 1
+        holding = (refined.fail_low_bytes <= hole.fail_low_bytes) & (refined.fail_high_bytes >= hole.fail_high_bytes)
+        assert holding.sum() == 1
