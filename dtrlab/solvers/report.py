@@ -107,6 +107,10 @@ def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: 
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    ncol = 3 * cols
+    legend_rows = math.ceil(len(labels) / ncol)
+    height = fig.get_figheight()
+    fig.set_figheight(height + 0.3 * legend_rows)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.3 * legend_rows / fig.get_figheight() + 0.01, 1, 1))
     return fig

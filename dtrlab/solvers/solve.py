@@ -185,7 +185,6 @@ def _solve_cpsat(model: LinearModel, start: list[int], time_limit_s: float, work
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, int(workers))
-    solver.parameters.repair_hint = True  # a DTR hint is often a few constraints short of feasible
     code = solver.Solve(cp)
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         values = [int(solver.Value(v)) for v in x]
