@@ -6,8 +6,11 @@
     policy and ratios, interleaved and best of ``--repeats``. Outcomes must be
     identical (status, clock, eviction hash) before a time counts. Target: today's
     flat path at most 5% slower.
-(b) **Caching model.** ``memory="caching"`` against flat on the same runs.
-    Target: at most 3x the flat run time.
+(b) **Caching model.** The same Python simulator with ``memory="caching"`` against
+    flat on the same budgets (the compiled replay core serves flat runs only, so the
+    Python flat run is the comparison that isolates the model's cost). Target: at most
+    3x the flat run time. A run whose outcome differs (e.g. caching thrashes where flat
+    passes) does different work; the status of both is printed.
 
     python benchmarks/bench_memory.py [--logs ../shared/dtr-logs] [--ratios 0.25,0.5,0.75] [--repeats 3]
                                       [--before REV] [--json rows.json]
@@ -33,9 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dtrlab import load_log  # noqa: E402
-from dtrlab.memory import available_memory_models  # noqa: E402
+from dtrlab.memory import available_memory_models, get_memory_model  # noqa: E402
 from dtrlab.policies import get_policy  # noqa: E402
-from dtrlab.runtime import baseline, budget_for, simulate  # noqa: E402
+from dtrlab.runtime import baseline, budget_for  # noqa: E402
 from dtrlab.runtime.simulator import Simulator  # noqa: E402
 
 
@@ -60,8 +63,8 @@ def simulator_before(rev: str | None):
     return git("rev-parse", "--short", rev), module.Simulator
 
 
-def replay(simulator_class, trace, budget: int, remat_limit: float):
-    sim = simulator_class(trace, get_policy("dtr"), budget, remat_limit)
+def replay(simulator_class, trace, budget: int, remat_limit: float, **memory):
+    sim = simulator_class(trace, get_policy("dtr"), budget, remat_limit, **memory)
     status = sim.run()
     return status, sim.clock, tuple(sim.evicted)
 
@@ -106,12 +109,11 @@ def main() -> int:
                    "flat_ratio": after_s / before_s}
             line = f"{trace.name[:28]:28s} {ratio:5.2f} {after[0]:6s} flat/before {after_s / before_s:6.3f}"
             if caching:
-                flat_s, _ = best_time(lambda: simulate(trace, "dtr", budget_bytes=budget), args.repeats)
-                caching_s, run = best_time(lambda: simulate(trace, "dtr", budget_bytes=budget, memory="caching"),
+                caching_s, run = best_time(lambda: replay(Simulator, trace, budget, remat_limit,
+                                                          memory_model=get_memory_model("caching", budget)),
                                            args.repeats)
-                row.update(simulate_flat_s=flat_s, caching_s=caching_s, caching_ratio=caching_s / flat_s,
-                           caching_status=run.status)
-                line += f"  caching/flat {caching_s / flat_s:6.2f} ({run.status})"
+                row.update(caching_s=caching_s, caching_ratio=caching_s / after_s, caching_status=run[0])
+                line += f"  caching/flat {caching_s / after_s:6.2f} ({run[0]})"
             rows.append(row)
             print(line, flush=True)
 
@@ -119,9 +121,13 @@ def main() -> int:
           f"{statistics.geometric_mean([r['flat_ratio'] for r in rows]):.3f}, "
           f"max {max(r['flat_ratio'] for r in rows):.3f} (target <= 1.05)")
     if caching:
-        print(f"caching model against flat: geometric mean "
+        print(f"caching model against flat (Python simulator, all runs): geometric mean "
               f"{statistics.geometric_mean([r['caching_ratio'] for r in rows]):.2f}, "
               f"max {max(r['caching_ratio'] for r in rows):.2f} (target <= 3)")
+        same = [r["caching_ratio"] for r in rows if r["caching_status"] == r["status"]]
+        if same:
+            print(f"  over the {len(same)} runs with the same status under both: geometric mean "
+                  f"{statistics.geometric_mean(same):.2f}, max {max(same):.2f}")
     else:
         print("no caching model registered yet: (b) not measured")
     if args.json:
