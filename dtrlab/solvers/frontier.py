@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -95,10 +96,11 @@ class Frontier:
 
 def _recompute_gap(rows: pd.DataFrame) -> float | None:
     """The largest (objective - bound) / recompute over solved rows: the gap on what the solver minimizes."""
-    solved = rows[rows.objective.notna() & rows.best_bound.notna() & (rows.remat_compute > 0)]
+    bound = pd.to_numeric(rows.best_bound, errors="coerce")
+    solved = rows[rows.objective.notna() & np.isfinite(bound) & (rows.remat_compute > 0)]
     if solved.empty:
         return None
-    return float(((solved.objective - solved.best_bound) / solved.remat_compute).max())
+    return float(((solved.objective - bound[solved.index]) / solved.remat_compute).clip(upper=1.0).max())
 
 
 def _solve_row(problem, budget: int, kind: str, ratio: float | None, *, solver, overhead_limit, time_limit_s,

@@ -138,6 +138,8 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
     schedule = _schedule(problem, model, values) if values is not None else None
     if status == "optimal":
         best = objective
+    elif best is not None and not math.isfinite(best):
+        best = None  # HiGHS reports -inf when it has no bound yet
     return SolveResult(
         status=status,
         objective=None if objective is None else problem.base_compute + int(round(objective)),
