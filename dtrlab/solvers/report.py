@@ -45,7 +45,9 @@ def threshold_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.
 
 
 def hole_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.DataFrame:
-    """Every hole of DTR's census with the optimum at its lowest failing budget, when solved there."""
+    """Every hole of DTR's census with the solver's answer at its lowest failing budget and
+    ``achievable_overhead``: the least overhead of any replayed schedule at that budget or
+    below (a schedule that fits a budget fits every larger one), an upper bound on the optimum."""
     rows = []
     for name, frontier in frontiers.items():
         frame = sweeps[(sweeps.trace == name) & (sweeps.policy == "dtr")]
@@ -56,7 +58,12 @@ def hole_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.DataF
             at = solved.loc[[hole.fail_low_bytes]] if hole.fail_low_bytes in solved.index else None
             row = {"trace": name, "fail_low_ratio": hole.fail_low_ratio, "fail_high_ratio": hole.fail_high_ratio,
                    "budget_bytes": hole.fail_low_bytes, "dtr": hole.kinds,
-                   "optimal_status": None, "optimal_overhead": math.nan, "gap": math.nan, "replayed": None}
+                   "optimal_status": None, "optimal_overhead": math.nan, "gap": math.nan, "replayed": None,
+                   "achievable_overhead": math.nan}
+            below = _solved(frontier)
+            below = below[below.budget_bytes <= hole.fail_low_bytes]
+            if not below.empty:
+                row["achievable_overhead"] = float(below.overhead.min())
             if at is not None:
                 first = at.iloc[0]
                 row.update(optimal_status=first.status, optimal_overhead=first.overhead, gap=first.gap,
