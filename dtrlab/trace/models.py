@@ -261,6 +261,9 @@ def _huggingface(name: str, batch: int | None, seq: int | None, sizes: dict) -> 
         if not hasattr(config, attribute) and attribute != "n_inner":
             raise ModelSourceError(f"{source}: its config has no {key} ({attribute})")
         setattr(config, attribute, value)
+    if getattr(config, "head_dim", None) is not None and {"hidden", "heads"} & set(sizes):
+        # Llama's config stores head_dim (hidden / heads) when it is made: follow the new sizes.
+        config.head_dim = config.hidden_size // config.num_attention_heads
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if positions is not None and seq > positions:
         if name.startswith("gpt2"):
