@@ -1,0 +1,342 @@
+"""The shipped results (results/shipped/) are checked, not trusted.
+
+A sample of the rows (every trace, at least 10 budgets each, every configuration)
+is recomputed and compared field by field; slow tests recompute every row. A row
+whose simulator version, trace hash or config key does not match is never used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import random
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+import dtrlab.analysis.interventions as interventions
+import dtrlab.sweep.budget_sweep as budget_sweep
+from dtrlab.analysis import single_tensor_search
+from dtrlab.policies import get_policy
+from dtrlab.runtime import SIMULATOR_VERSION, Intervention, budget_for
+from dtrlab.sweep import SweepCache, parse_ratios, sweep
+from dtrlab.sweep.shipped import (DEFAULT_SHIPPED_DIR, INDEX_COLUMNS, METADATA_KEY, RECOMPUTE_ENV, SHIPPED_ENV,
+                                  bundle_table, read_metadata, rows_from_cache, shipped_dir, write_bundle_file)
+from dtrlab.trace import load_directory
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES_BUNDLE = sorted((DEFAULT_SHIPPED_DIR / "traces").glob("*.parquet"))
+LOGS_BUNDLE = sorted((DEFAULT_SHIPPED_DIR / "dtr-logs").glob("*.parquet"))
+#: Fields that differ between two runs of the same simulation.
+UNCOMPARED = {"wall_seconds"}
+SAMPLE_BUDGETS = 10
+#: The census grids of notebook 01 (also 03, 05 and 07) and 02 (delta = 0.001), by default.
+CENSUS_GRID, FINE_CENSUS_GRID = "0.05:1.0:0.005", "0.05:1.0:0.001"
+
+
+@pytest.fixture(autouse=True)
+def _shipped_layer_in_use(monkeypatch):
+    monkeypatch.delenv(RECOMPUTE_ENV, raising=False)
+    monkeypatch.delenv(SHIPPED_ENV, raising=False)
+
+
+@pytest.fixture(scope="module")
+def shipped_traces():
+    return load_directory(ROOT / "traces")
+
+
+@pytest.fixture(scope="module")
+def log_traces(logs_dir):
+    return load_directory(logs_dir)
+
+
+def _bundle_rows(path: Path) -> pd.DataFrame:
+    return pd.read_parquet(path)
+
+
+def _policy(key: dict):
+    """The policy instance a cache key describes (class and parameters)."""
+    module, _, name = key["policy"]["class"].rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    return cls(**json.loads(key["policy"]["params"]))
+
+
+def _intervention(key: dict) -> Intervention | None:
+    if not (key["withhold"] or key.get("pin") or key.get("force_evict")):
+        return None
+    return Intervention(withhold=frozenset(key["withhold"]), pin=tuple(map(tuple, key.get("pin", []))),
+                        force_evict=tuple(map(tuple, key.get("force_evict", []))))
+
+
+def recompute_and_compare(path: Path, trace, rows: pd.DataFrame, tmp_path: Path, jobs: int = 1) -> int:
+    """Simulate every row of ``rows`` again and assert each stored field equals the new one; returns the count."""
+    configs = read_metadata(path)["configs"]
+    compared = 0
+    for config_key, group in rows.groupby("config_key"):
+        key = configs[config_key]
+        policy, intervention = _policy(key), _intervention(key)
+        memory = dict(memory=key.get("memory", "flat"), memory_options=key.get("memory_options"))
+        # The rebuilt configuration is the stored one: the cache key hashes the same.
+        assert SweepCache(tmp_path, trace, policy, key["overhead_limit"], intervention, **memory).config_key == \
+            config_key
+        fresh = sweep(trace, policy, budgets=group["budget_bytes"].tolist(), overhead_limit=key["overhead_limit"],
+                      intervention=intervention, cache=False, progress=False, jobs=jobs, **memory)
+        fields = [c for c in key["row_columns"] if c not in UNCOMPARED]
+        stored = group[fields].reset_index(drop=True)
+        pd.testing.assert_frame_equal(fresh[fields].reset_index(drop=True), stored, check_dtype=False,
+                                      obj=f"{path.name} {key['policy']['label']}")
+        compared += len(group)
+    return compared
+
+
+def sample(rows: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """One row of every configuration, then more until the sample holds SAMPLE_BUDGETS distinct budgets."""
+    rng = random.Random(seed)
+    chosen = {rng.choice(list(group.index)) for _, group in rows.groupby("config_key")}
+    rest = [i for i in rows.index if i not in chosen]
+    rng.shuffle(rest)
+    while rows.loc[sorted(chosen), "budget_bytes"].nunique() < min(SAMPLE_BUDGETS, rows["budget_bytes"].nunique()):
+        chosen.add(rest.pop())
+    return rows.loc[sorted(chosen)]
+
+
+def _trace_of(path: Path, traces: dict):
+    metadata = read_metadata(path)
+    trace = traces[metadata["trace"]]
+    assert trace.content_hash == metadata["trace_hash"], (
+        f"{path} was shipped for another version of {metadata['trace']}; run scripts/ship_results.py")
+    return trace
+
+
+# ------------------------------------------------------------------ the bundle is current and covers the notebooks
+def test_bundle_is_in_the_repository_for_every_shipped_trace(shipped_traces):
+    assert [p.stem for p in TRACES_BUNDLE] == sorted(shipped_traces), "run scripts/ship_results.py"
+    total = sum(p.stat().st_size for p in DEFAULT_SHIPPED_DIR.rglob("*.parquet"))
+    assert total < 5e6, f"the bundle is {total / 1e6:.1f} MB; keep it a few MB"
+
+
+@pytest.mark.parametrize("path", TRACES_BUNDLE + LOGS_BUNDLE, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_bundle_rows_are_of_this_simulator_and_trace(path):
+    metadata = read_metadata(path)
+    rows = _bundle_rows(path)
+    assert metadata["simulator_version"] == SIMULATOR_VERSION, (
+        f"{path} holds simulator v{metadata['simulator_version']} results, the simulator is v{SIMULATOR_VERSION}: "
+        "regenerate the bundle with scripts/ship_results.py")
+    assert (rows["simulator_version"] == SIMULATOR_VERSION).all()
+    assert (rows["trace_hash"] == metadata["trace_hash"]).all()
+    assert set(rows["config_key"]) == set(metadata["configs"])
+    assert not rows.duplicated(["config_key", "budget_bytes"]).any()
+
+
+def test_bundle_covers_the_notebooks_grids(shipped_traces, tmp_path):
+    """Notebook 01's and 02's DTR grids, 04's policies and 06's ratios are all shipped (the notebooks' defaults)."""
+    from dtrlab.analysis.variant_census import DEFAULT_POLICIES
+
+    wanted = [("dtr", {}, CENSUS_GRID), ("dtr", {}, FINE_CENSUS_GRID)]
+    wanted += [(p, {}, "0.05:1.0:0.01") for p in DEFAULT_POLICIES]
+    wanted += [(p, {}, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+               for p in ["dtr", "dtr_eq_class", "dtr_local", "msps", "lru", "largest_storage"]]
+    wanted += [("random", {"seed": s}, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]) for s in range(10)]
+    for path in TRACES_BUNDLE:
+        trace = _trace_of(path, shipped_traces)
+        rows = _bundle_rows(path)
+        for policy, params, ratios in wanted:
+            config_key = SweepCache(tmp_path, trace, get_policy(policy, **params), 2.0).config_key
+            shipped = set(rows.loc[rows["config_key"] == config_key, "budget_bytes"])
+            missing = {budget_for(trace, r) for r in parse_ratios(ratios)} - shipped
+            assert not missing, f"{path.stem} {policy}{params}: {len(missing)} budgets not shipped"
+
+
+def test_dtr_log_census_is_shipped(log_traces, tmp_path):
+    """The census behind figures/dtr-logs: DTR on notebook 01's and 02's grids, for every log."""
+    assert sorted(p.stem for p in LOGS_BUNDLE) == sorted(log_traces), "run scripts/ship_results.py"
+    for path in LOGS_BUNDLE:
+        trace = _trace_of(path, log_traces)
+        config_key = SweepCache(tmp_path, trace, get_policy("dtr"), 2.0).config_key
+        shipped = set(_bundle_rows(path).query("config_key == @config_key")["budget_bytes"])
+        for grid in (CENSUS_GRID, FINE_CENSUS_GRID):
+            assert {budget_for(trace, r) for r in parse_ratios(grid)} <= shipped, f"{path.stem}: {grid}"
+
+
+# ------------------------------------------------------------------ recomputed field by field
+@pytest.mark.parametrize("path", TRACES_BUNDLE, ids=lambda p: p.stem)
+def test_sample_of_shipped_rows_recomputes_field_by_field(path, shipped_traces, tmp_path):
+    rows = sample(_bundle_rows(path))
+    assert rows["budget_bytes"].nunique() >= SAMPLE_BUDGETS
+    assert set(rows["config_key"]) == set(read_metadata(path)["configs"])  # every policy involved
+    assert recompute_and_compare(path, _trace_of(path, shipped_traces), rows, tmp_path) == len(rows)
+
+
+@pytest.mark.parametrize("path", LOGS_BUNDLE, ids=lambda p: p.stem.split("-")[0])
+def test_sample_of_dtr_log_census_recomputes_field_by_field(path, log_traces, tmp_path):
+    rows = sample(_bundle_rows(path))
+    assert rows["budget_bytes"].nunique() >= SAMPLE_BUDGETS
+    assert recompute_and_compare(path, _trace_of(path, log_traces), rows, tmp_path) == len(rows)
+
+
+@pytest.mark.slow
+def test_every_shipped_trace_row_recomputes(shipped_traces, tmp_path):
+    for path in TRACES_BUNDLE:
+        rows = _bundle_rows(path)
+        assert recompute_and_compare(path, _trace_of(path, shipped_traces), rows, tmp_path,
+                                     jobs=os.cpu_count() or 1) == len(rows)
+
+
+@pytest.mark.slow
+def test_every_shipped_dtr_log_row_recomputes(log_traces, tmp_path):
+    for path in LOGS_BUNDLE:
+        rows = _bundle_rows(path)
+        assert recompute_and_compare(path, _trace_of(path, log_traces), rows, tmp_path,
+                                     jobs=os.cpu_count() or 1) == len(rows)
+
+
+# ------------------------------------------------------------------ a stale row is never used
+@pytest.fixture()
+def small_bundle(small_resnet, tmp_path, monkeypatch):
+    """A bundle of four DTR budgets of the small ResNet in tmp_path, in use; returns (budgets, fresh frame)."""
+    budgets = [budget_for(small_resnet, r) for r in (0.3, 0.5, 0.7, 0.9)]
+    monkeypatch.setenv(RECOMPUTE_ENV, "1")
+    fresh = sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "computed", progress=False)
+    monkeypatch.delenv(RECOMPUTE_ENV)
+    monkeypatch.setenv(SHIPPED_ENV, str(tmp_path / "bundle"))
+
+    def ship(edit=None) -> None:
+        rows, configs = rows_from_cache(tmp_path / "computed", small_resnet.content_hash)
+        if edit:
+            edit(rows)
+        table = bundle_table(rows, trace=small_resnet.name, trace_hash=small_resnet.content_hash, configs=configs)
+        write_bundle_file(table, tmp_path / "bundle" / "traces" / f"{small_resnet.name}.parquet")
+
+    return budgets, fresh, ship
+
+
+@pytest.fixture()
+def simulated(monkeypatch):
+    """The budgets every sweep of the test actually simulates."""
+    budgets = []
+    real = budget_sweep.iter_runs
+
+    def spy(trace, specs, **options):
+        budgets.extend(spec.budget_bytes for spec in specs)
+        return real(trace, specs, **options)
+
+    monkeypatch.setattr(budget_sweep, "iter_runs", spy)
+    return budgets
+
+
+def _same_results(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(a.drop(columns="wall_seconds"), b.drop(columns="wall_seconds"))
+
+
+def test_valid_shipped_rows_are_used_without_simulating(small_resnet, small_bundle, simulated, tmp_path):
+    budgets, fresh, ship = small_bundle
+    ship()
+    frame = sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "empty", progress=False)
+    assert simulated == []
+    pd.testing.assert_frame_equal(frame, fresh)  # wall seconds too: these are the shipped rows
+    assert not (tmp_path / "empty").exists()  # the shipped layer is read-only: nothing copied up
+
+
+@pytest.mark.parametrize("column, stale", [("simulator_version", SIMULATOR_VERSION + 1), ("trace_hash", "0" * 64),
+                                           ("config_key", "f" * 24)])
+def test_stale_shipped_row_is_ignored_and_recomputed(column, stale, small_resnet, small_bundle, simulated, tmp_path):
+    budgets, fresh, ship = small_bundle
+
+    def edit(rows):
+        rows.loc[rows["budget_bytes"] == budgets[1], column] = stale
+
+    ship(edit)
+    frame = sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "empty", progress=False)
+    assert simulated == [budgets[1]]
+    _same_results(frame, fresh)
+
+
+def test_edited_result_with_current_version_and_hash_is_trusted_so_the_sample_test_catches_it(
+        small_resnet, small_bundle, tmp_path):
+    """A wrong value under a valid key is what the field-by-field recomputation exists for."""
+    budgets, fresh, ship = small_bundle
+
+    def edit(rows):
+        rows.loc[rows["budget_bytes"] == budgets[2], "evictions"] += 1
+
+    ship(edit)
+    path = tmp_path / "bundle" / "traces" / f"{small_resnet.name}.parquet"
+    with pytest.raises(AssertionError, match="evictions"):
+        recompute_and_compare(path, small_resnet, _bundle_rows(path), tmp_path)
+
+
+def test_recompute_variable_ignores_the_shipped_layer(small_resnet, small_bundle, simulated, monkeypatch, tmp_path):
+    budgets, fresh, ship = small_bundle
+    ship()
+    assert shipped_dir() == tmp_path / "bundle"
+    monkeypatch.setenv(RECOMPUTE_ENV, "1")
+    assert shipped_dir() is None
+    frame = sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "empty", progress=False)
+    assert sorted(simulated) == sorted(budgets)
+    _same_results(frame, fresh)
+
+
+# ------------------------------------------------------------------ shipped analysis tables (the intervention search)
+TABLES_BUNDLE = sorted((DEFAULT_SHIPPED_DIR / "traces" / "tables").glob("*.parquet"))
+
+
+def _search_inputs(path: Path, traces: dict):
+    metadata = json.loads(pq.read_schema(path).metadata[METADATA_KEY])
+    assert metadata["kind"] == "single_tensor_search" and metadata["simulator_version"] == SIMULATOR_VERSION
+    trace = traces[metadata["trace"]]
+    assert trace.content_hash == metadata["trace_hash"], f"{path} is stale; run scripts/ship_results.py"
+    config = metadata["config"]
+    return trace, _policy(config), config["budget_bytes"], config["overhead_limit"]
+
+
+def test_notebook_03_search_is_shipped():
+    assert len(TABLES_BUNDLE) >= 1, "notebook 03's intervention search is not shipped; run scripts/ship_results.py"
+
+
+@pytest.mark.parametrize("path", TABLES_BUNDLE, ids=lambda p: p.stem)
+def test_sample_of_shipped_search_recomputes_field_by_field(path, shipped_traces):
+    trace, policy, budget, limit = _search_inputs(path, shipped_traces)
+    shipped = pd.read_parquet(path)
+    storages = random.Random(0).sample(list(shipped["storage"]), min(SAMPLE_BUDGETS, len(shipped)))
+    fresh = single_tensor_search(trace, policy, budget_bytes=budget, overhead_limit=limit, storages=storages,
+                                 progress=False).table
+    expected = shipped[shipped["storage"].isin(storages)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(fresh, expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", TABLES_BUNDLE, ids=lambda p: p.stem)
+def test_every_shipped_search_row_recomputes(path, shipped_traces):
+    trace, policy, budget, limit = _search_inputs(path, shipped_traces)
+    fresh = single_tensor_search(trace, policy, budget_bytes=budget, overhead_limit=limit,
+                                 jobs=os.cpu_count() or 1, progress=False).table
+    pd.testing.assert_frame_equal(fresh, pd.read_parquet(path))
+
+
+def test_search_table_is_cached_reused_and_never_trusted_when_stale(resnet_trace, tmp_path, monkeypatch):
+    monkeypatch.setenv(SHIPPED_ENV, str(tmp_path / "bundle"))
+    first = single_tensor_search(resnet_trace, "dtr", ratio=0.17, cache=tmp_path / "cache", progress=False)
+    (stored,) = (tmp_path / "cache").rglob("tables/*.parquet")
+    calls, real = [], interventions.run_many
+    monkeypatch.setattr(interventions, "run_many", lambda *a, **k: calls.append(1) or real(*a, **k))
+    again = single_tensor_search(resnet_trace, "dtr", ratio=0.17, cache=tmp_path / "cache", progress=False)
+    assert calls == [] and again.base == first.base
+    pd.testing.assert_frame_equal(again.table, first.table)
+
+    # Shipped (moved into the bundle) it is found there; with another simulator version it is not.
+    (tmp_path / "bundle" / "traces" / "tables").mkdir(parents=True)
+    shipped = tmp_path / "bundle" / "traces" / "tables" / stored.name
+    stored.rename(shipped)
+    again = single_tensor_search(resnet_trace, "dtr", ratio=0.17, cache=tmp_path / "cache", progress=False)
+    assert calls == []
+    table = pq.read_table(shipped)
+    metadata = json.loads(table.schema.metadata[METADATA_KEY])
+    metadata["simulator_version"] += 1
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata,
+                                                  METADATA_KEY: json.dumps(metadata).encode()}), shipped)
+    recomputed = single_tensor_search(resnet_trace, "dtr", ratio=0.17, cache=tmp_path / "cache", progress=False)
+    assert calls == [1]
+    pd.testing.assert_frame_equal(recomputed.table, first.table)
