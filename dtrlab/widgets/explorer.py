@@ -28,7 +28,7 @@ from ..analysis.events import RecordedRun, record
 from ..plots.feasibility import plot_strip
 from ..plots.style import STATUS_COLORS, STATUS_LABELS, short_trace_name, use_style
 from ..plots.timelines import memory_timelines
-from ..policies import available_policies
+from ..policies import available_policies, policy_class
 from ..runtime import Intervention, RunResult, baseline, simulate
 from ..sweep import sweep
 from ..trace import Trace
@@ -51,7 +51,9 @@ class BudgetExplorer:
                  policy: str = "dtr", ratio: float = 0.5, budget_bytes: int | None = None, window: float = 0.01,
                  window_points: int = 21, show_timeline: bool = True):
         self.traces = _as_dict(traces)
-        policies = policies or available_policies()
+        # The explorer replays under the flat byte counter, which address-aware policies refuse.
+        policies = policies or [name for name in available_policies()
+                                if not getattr(policy_class(name), "address_aware", False)]
         if policy not in policies:
             raise ValueError(f"policy {policy!r} is not among the explorer's policies {policies}")
         if trace is not None and trace not in self.traces:
