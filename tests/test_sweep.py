@@ -117,6 +117,17 @@ def test_user_policy_instances_run_in_worker_processes(small_resnet):
     assert run_many(small_resnet, specs, jobs=2, progress=False) == expected
 
 
+def test_parallel_sweeps_and_joblib_parallel_share_one_pool(small_resnet):
+    # A worker sweep used to leave joblib's reusable executor without its temporary-folder manager,
+    # so a later joblib.Parallel call (e.g. analysis.inclusion_census) failed with AttributeError.
+    from joblib import Parallel, delayed
+
+    first = sweep(small_resnet, "dtr", ratios=[0.5, 0.7], jobs=2, cache=False, progress=False)
+    assert Parallel(n_jobs=2)(delayed(abs)(-i) for i in range(3)) == [0, 1, 2]
+    again = sweep(small_resnet, "dtr", ratios=[0.5, 0.7], jobs=2, cache=False, progress=False)
+    assert first["clock"].tolist() == again["clock"].tolist()
+
+
 def test_rerun_is_served_from_the_cache(small_resnet, tmp_path, count_runs):
     first = sweep(small_resnet, "dtr", ratios="0.3:0.9:0.1", cache=tmp_path, progress=False)
     assert len(count_runs) == 7

@@ -79,14 +79,25 @@ def load_searched(path: str | Path = SHIPPED_POLICIES) -> dict[str, type[ScoreSe
         ScoreSearch(**params)  # validates the parameters
         doc = (f"Found by the policy search (study {document.get('study')!r}, trial {entry.get('trial')}): "
                f"score_search with {entry['params']}.")
-        cls = type(f"Searched_{entry['name']}", (ScoreSearch,), {
-            "name": entry["name"], "description": doc, "__doc__": doc, "__module__": __name__,
-            "parameters": classmethod(lambda cls, params=params: dict(params)),
-        })
-        # A module attribute, so that pickle finds the class in worker processes.
-        globals()[cls.__name__] = cls
-        registered[entry["name"]] = register(cls)
+        registered[entry["name"]] = register(_searched_class(entry["name"], params, doc))
     return registered
+
+
+def _searched_class(name: str, params: dict, doc: str) -> type[ScoreSearch]:
+    """A ScoreSearch subclass whose defaults are one searched parameter set."""
+    return type(f"Searched_{name}", (ScoreSearch,), {
+        "name": name, "description": doc, "__doc__": doc, "__module__": __name__,
+        "parameters": classmethod(lambda cls, params=params: dict(params)), "__reduce__": _reduce_searched,
+    })
+
+
+def _reduce_searched(policy: ScoreSearch):
+    # Pickled by value: a worker process may not have loaded the same results file.
+    return _rebuild_searched, (policy.name, type(policy).parameters(), policy.description, policy.params)
+
+
+def _rebuild_searched(name: str, class_params: dict, doc: str, params: dict) -> ScoreSearch:
+    return _searched_class(name, class_params, doc)(**params)
 
 
 SEARCHED = load_searched() if SHIPPED_POLICIES.exists() else {}

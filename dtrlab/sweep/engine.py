@@ -109,10 +109,12 @@ def iter_runs(trace: Trace, specs: list[RunSpec], *, jobs: int = 1, backend: str
 def _iter_loky(trace: Trace, specs: list[RunSpec], jobs: int) -> Iterator[tuple[int, RunResult, float]]:
     from concurrent.futures import as_completed
 
-    from joblib.externals.loky import get_reusable_executor
+    from joblib.executor import get_memmapping_executor
 
-    # Reused while the trace is the same object, so refinement rounds do not respawn workers.
-    executor = get_reusable_executor(max_workers=jobs, initializer=_install_worker_trace, initargs=(trace,))
+    # joblib's reusable loky executor (the one joblib.Parallel shares; loky's own would leave it
+    # unusable for a later Parallel call), kept while the trace is the same object, so refinement
+    # rounds do not respawn workers.
+    executor = get_memmapping_executor(jobs, initializer=_install_worker_trace, initargs=(trace,))
     futures = {executor.submit(_run_in_worker, spec): i for i, spec in enumerate(specs)}
     try:
         for future in as_completed(futures):
