@@ -75,7 +75,10 @@ def hole_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.DataF
 def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: dict[str, str] | None = None):
     """Overhead against budget per trace: DTR and the zoo (lines; failures are gaps), the
     replayed optimum (black; bars reach down to the solver's bound), DTR's failing
-    samples (red ticks), the lower bound (grey) and the optimal threshold (black line)."""
+    samples (red ticks), the lower bound (grey) and the stage model's threshold (black line).
+
+    The stage model restricts recomputation (docs/solvers.md), so its optimum and threshold bound
+    the true frontier from above, and its infeasibility holds within the model only."""
     import matplotlib.pyplot as plt
 
     if not frontiers:
@@ -100,12 +103,12 @@ def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: 
             ratio = solved.budget_bytes / peak
             low = solved.overhead * (1 + solved.best_bound.fillna(solved.objective)) / (1 + solved.objective)
             ax.errorbar(ratio, solved.overhead, yerr=[(solved.overhead - low).clip(lower=0), 0 * low],
-                        fmt="*", color="black", ms=8, label="optimum (replayed)", zorder=4)
+                        fmt="*", color="black", ms=8, label="stage-model optimum (replayed)", zorder=4)
         ax.axvline(frontier.lower_bound_bytes / peak, color="grey", ls=":", label="lower bound")
         if frontier.min_feasible_bytes is not None:
-            ax.axvline(frontier.min_feasible_bytes / peak, color="black", ls="-", lw=0.8, label="optimal threshold")
+            ax.axvline(frontier.min_feasible_bytes / peak, color="black", ls="-", lw=0.8, label="stage-model threshold")
         if frontier.max_infeasible_bytes is not None:
-            ax.axvspan(0, frontier.max_infeasible_bytes / peak, color="grey", alpha=0.12, label="proven infeasible")
+            ax.axvspan(0, frontier.max_infeasible_bytes / peak, color="grey", alpha=0.12, label="infeasible in the stage model")
         ax.set_xlim(max(0.0, frontier.lower_bound_bytes / peak - 0.1), 1.05)
         ax.set_ylim(0.95, frontier.overhead_limit + 0.05)
         ax.set_title(titles.get(name, name))
