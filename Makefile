@@ -1,11 +1,12 @@
-# The two commands of README.md: `make figures` (the main job) and `make test`.
+# The commands of README.md: `make figures` (the main job), `make test` (the quick suite) and
+# `make test-all` (everything, slow-marked checks included; .ci/run runs it).
 # Both create an isolated environment in .venv and install dtrlab into it first.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 export MPLBACKEND := agg
 
-.PHONY: setup figures test bench clean
+.PHONY: setup figures test test-all bench clean
 
 setup: $(VENV)/.installed
 
@@ -19,6 +20,9 @@ figures: setup
 	$(BIN)/python scripts/make_figures.py
 
 test: setup
+	$(BIN)/python -m pytest -m "not slow"
+
+test-all: setup
 	$(BIN)/python -m pytest
 
 bench: setup
