@@ -83,8 +83,12 @@ def test_search_reaches_its_trial_budget_and_resumes(small_resnet, tmp_path):
 
 
 SEARCH = """
+import signal
 import sys
 from dtrlab.cli import main
+# A process started in the background by a non-interactive shell inherits SIGINT as ignored,
+# and Python then installs no handler; a terminal's Ctrl-C reaches Python's default one.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.exit(main(["search", sys.argv[1], "--storage", sys.argv[2], "--trials", "5", "--ratios",
                "0.3,0.4,0.45,0.5,0.55,0.6,0.65,0.7,0.8,0.9", "--seed", "1"]))
 """
