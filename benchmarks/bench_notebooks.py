@@ -15,7 +15,6 @@ touched. Prints a Markdown table (seconds per notebook and its slowest cell);
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -25,13 +24,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
 
-
-def _make_figures():
-    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "scripts" / "make_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import make_figures  # noqa: E402  (the figure pipeline: one place for paths and papermill)
 
 
 def cell_durations(executed: Path) -> list[tuple[int, float, str]]:
@@ -47,7 +42,6 @@ def cell_durations(executed: Path) -> list[tuple[int, float, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    make_figures = _make_figures()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", type=Path, default=ROOT / "traces", help="trace directory (default traces/)")
     parser.add_argument("--jobs", type=int, default=2, help="processes per sweep (the notebooks' default: 2)")

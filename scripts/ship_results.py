@@ -21,7 +21,6 @@ intervention search). Figures go to a temporary directory unless ``--figures``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
 import sys
@@ -33,21 +32,17 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from dtrlab.sweep.shipped import (  # noqa: E402
     DEFAULT_SHIPPED_DIR, RECOMPUTE_ENV, bundle_table, rows_from_cache, tables_from_cache, write_bundle_file)
 from dtrlab.trace import load_directory  # noqa: E402
 
+import make_figures  # noqa: E402  (beside this script)
+
 #: The notebooks whose runs are shipped, per trace set: all for traces/; for the DTR logs the census
 #: (01's grid, on which 03, 05 and 07 find their hole, and 02's finer census).
 LOG_NOTEBOOKS = ["01", "02"]
-
-
-def _make_figures():
-    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "scripts" / "make_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def default_logs() -> Path | None:
@@ -57,7 +52,6 @@ def default_logs() -> Path | None:
 
 def run_notebooks(traces_dir: Path, cache: Path, work: Path, figures: Path, only: list[str] | None,
                   skip: list[str], jobs: int) -> None:
-    make_figures = _make_figures()
     name = make_figures.trace_set_name(traces_dir)
     parameters = make_figures.notebook_parameters(traces_dir, figures / name, cache, quick=False, jobs=jobs,
                                                   reference=None)
