@@ -7,6 +7,7 @@ the evicted sequence, the counters and the failure record.
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,8 +17,11 @@ from test_properties import random_traces
 from dtrlab import simulate
 from dtrlab.policies import get_policy, score_policy
 from dtrlab.runtime import Intervention, OutOfMemory, Simulator, Thrash, baseline, compiled
-from dtrlab.trace import LogBuilder
+from dtrlab.runtime.baseline import _replay as reference_baseline
+from dtrlab.trace import LogBuilder, load_directory
+from dtrlab.trace.model import GET
 
+ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="the compiled core is not built")
 
 COMPILED_POLICIES = sorted(cls.name for cls in compiled.POLICY_CODES)
@@ -155,3 +159,20 @@ def test_a_trace_with_an_index_out_of_range_is_left_to_the_reference(small_resne
     broken = dataclasses.replace(small_resnet, schedule=small_resnet.schedule + ((0, len(small_resnet.operators)),))
     assert compiled.unsupported_reason(broken, get_policy("dtr")) is not None
     assert compiled.unsupported_reason(small_resnet, get_policy("dtr")) is None
+
+
+@SETTINGS
+@given(trace=random_traces)
+def test_the_compiled_baseline_is_the_reference_baseline(trace):
+    assert compiled.baseline(trace) == dataclasses.astuple(reference_baseline(trace))
+
+
+def test_the_compiled_baseline_matches_on_every_shipped_trace():
+    for trace in load_directory(ROOT / "traces").values():
+        assert compiled.baseline(trace) == dataclasses.astuple(reference_baseline(trace)), trace.name
+
+
+def test_a_get_of_a_never_computed_tensor_leaves_the_baseline_to_the_reference(small_resnet):
+    trace = dataclasses.replace(small_resnet, schedule=((GET, 0),) + small_resnet.schedule)
+    assert compiled.baseline(trace) is None
+    assert baseline(trace) == reference_baseline(trace)

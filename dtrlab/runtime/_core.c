@@ -743,8 +743,66 @@ done:
     return result;
 }
 
+/* The unbounded baseline of dtrlab/runtime/baseline.py (_replay), rule for rule: simrd's
+ * V1 runtime banishes a storage as soon as its last external reference goes, pinned or
+ * not. Returns (peak, compute), or None when a get or release names a tensor that was
+ * never computed (the reference's behaviour there is Python's, so it keeps the run). */
+static PyObject *baseline(PyObject *module, PyObject *args) {
+    CoreTrace *tr;
+    if (!PyArg_ParseTuple(args, "O!", &CoreTraceType, &tr)) return NULL;
+    if (!tr->well_formed) {
+        PyErr_SetString(PyExc_ValueError, "the trace has an index out of range");
+        return NULL;
+    }
+    Py_ssize_t n = tr->n ? tr->n : 1;
+    int32_t *storage = PyMem_Malloc(n * sizeof(int32_t));
+    int64_t *size = PyMem_Calloc(n, sizeof(int64_t)), *ref_ext = PyMem_Calloc(n, sizeof(int64_t));
+    char *resident = PyMem_Calloc(n, 1);
+    if (!storage || !size || !ref_ext || !resident) {
+        PyMem_Free(storage); PyMem_Free(size); PyMem_Free(ref_ext); PyMem_Free(resident);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t t = 0; t < n; t++) storage[t] = -1;
+    int64_t memory = 0, peak = 0, compute = 0;
+    int never_computed = 0;
+#define BANISH_IF_UNREFERENCED(s) do { if (ref_ext[s] == 0 && resident[s]) { resident[s] = 0; memory -= size[s]; } } while (0)
+    for (Py_ssize_t i = 0; i < tr->n_steps && !never_computed; i++) {
+        int32_t kind = tr->step_kind[i], operand = tr->step_operand[i], s;
+        if (kind == K_COMPUTE) {
+            int32_t arg_begin = tr->op_arg_off[operand];
+            for (int32_t j = tr->op_out_off[operand]; j < tr->op_out_off[operand + 1]; j++) {
+                int32_t t = tr->op_outs[j], alias = tr->out_alias[j];
+                s = alias == -1 ? t : storage[tr->op_args[arg_begin + alias]];
+                if (s < 0) { never_computed = 1; break; }
+                storage[t] = s;
+                if (alias == -1) { size[s] = tr->out_size[j]; resident[s] = 1; }
+                ref_ext[s]++;
+            }
+            if (never_computed) break;
+            compute += tr->op_cost[operand];
+            memory += tr->op_total[operand];
+            if (memory > peak) peak = memory;
+            for (int32_t j = arg_begin; j < tr->op_arg_off[operand + 1]; j++) {
+                s = storage[tr->op_args[j]];
+                if (s < 0) { never_computed = 1; break; }
+                BANISH_IF_UNREFERENCED(s);
+            }
+        } else if (kind == K_GET || kind == K_RELEASE) {
+            s = storage[operand];
+            if (s < 0) { never_computed = 1; break; }
+            if (kind == K_GET) ref_ext[s]++;
+            else { ref_ext[s]--; BANISH_IF_UNREFERENCED(s); }
+        } /* K_PIN: at an infinite budget every pinned tensor is already resident */
+    }
+#undef BANISH_IF_UNREFERENCED
+    PyMem_Free(storage); PyMem_Free(size); PyMem_Free(ref_ext); PyMem_Free(resident);
+    if (never_computed) Py_RETURN_NONE;
+    return Py_BuildValue("(LL)", (long long)peak, (long long)compute);
+}
+
 static PyMethodDef core_methods[] = {
     {"replay", replay, METH_VARARGS, "Run one replay; see dtrlab/runtime/compiled.py."},
+    {"baseline", baseline, METH_VARARGS, "The unbounded baseline (peak, compute); see dtrlab/runtime/baseline.py."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -85,5 +85,12 @@ def cache_per_trace(function: Callable[[Trace], object]) -> Callable[[Trace], ob
 
 @cache_per_trace
 def baseline(trace: Trace) -> Baseline:
-    """Peak memory and compute of an unbounded replay (cached per trace)."""
-    return _replay(trace)
+    """Peak memory and compute of an unbounded replay (cached per trace).
+
+    The compiled core computes it when it can take the trace (the same rules in C,
+    tests/test_compiled_core.py compares the two); :func:`_replay` is the reference.
+    """
+    from . import compiled  # imports this module
+
+    values = compiled.baseline(trace)
+    return _replay(trace) if values is None else Baseline(*values)

@@ -105,6 +105,14 @@ def core_trace(trace: Trace) -> CoreTrace:
     return CoreTrace(flat, fits)
 
 
+def baseline(trace: Trace) -> tuple[int, int] | None:
+    """The unbounded baseline's (peak, compute) from the core, or None when it cannot take the trace."""
+    if _core is None:
+        return None
+    flat = core_trace(trace)
+    return _core.baseline(flat.flat) if flat.fits else None
+
+
 def _exceeded_at(limit: float) -> int:
     """The largest integer not above ``limit`` (an int exceeds ``limit`` exactly when it exceeds this)."""
     if limit == math.inf:
