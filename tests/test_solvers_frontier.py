@@ -1,4 +1,4 @@
-"""The frontier on a hand-built graph (minimal budget derived by hand), its file checks and the CLI."""
+"""The frontier bracket on hand-built graphs (both sides derived by hand), its file checks and the CLI."""
 
 import json
 
@@ -13,18 +13,37 @@ from dtrlab.runtime import baseline  # noqa: E402
 from dtrlab.solvers.frontier import StaleFrontier, compute_frontier, read_frontier, write_frontier  # noqa: E402
 from test_solvers import chain, chain_log, unet  # noqa: E402
 
+GRID = "0.7:1.0:0.01"  # budgets int(peak * ratio): 40 of the chain (peak 50), 50 of the U-Net (peak 60)
+
 
 @pytest.mark.parametrize("graph, minimal", [(chain, 40), (unet, 50)], ids=["chain", "unet"])
-def test_frontier_finds_the_hand_derived_minimal_budget(graph, minimal):
+def test_frontier_brackets_the_hand_derived_minimal_budget(graph, minimal):
+    """No run fits below the footprint bound, and DTR's run at it (on the grid) fits: proven."""
     trace = graph()
     peak = baseline(trace).peak_memory
-    frontier = compute_frontier(trace, ratios=[1.0], time_limit_s=10, resolution=1 / peak)
-    assert frontier.min_feasible_bytes == minimal
-    assert frontier.max_infeasible_bytes == minimal - 1 and frontier.proven
-    assert frontier.lower_bound_bytes == minimal
+    frontier = compute_frontier(trace, ratios=[1.0], time_limit_s=10, resolution=1 / peak, policies=["dtr"],
+                                policy_ratios=GRID, cache=False)
+    assert frontier.min_feasible_bytes == minimal and frontier.min_feasible_source == "dtr"
+    assert frontier.max_infeasible_bytes == minimal - 1 and frontier.proven and frontier.gap_bytes == 1
+    assert frontier.lower_bound_bytes == minimal and frontier.relax_status == "solved"
     assert frontier.rows.replay_passed.dropna().all()
     sample = frontier.rows[frontier.rows.kind == "sample"].iloc[0]
     assert sample.status == "optimal" and sample.remat_compute == 0 and sample.dtr_status == "pass"
+    relax = frontier.rows[(frontier.rows.kind == "relax") & (frontier.rows.budget_bytes == peak)].iloc[0]
+    assert relax.status == "bound" and relax.best_bound == trace.model_compute
+
+
+@pytest.mark.parametrize("method, proven_up_to", [("mip", 49), ("lp", 41)])
+def test_overhead_limit_moves_the_proof_above_the_footprint_bound(method, proven_up_to):
+    """Chain at overhead limit 1.4 (recompute <= 4): below 50 bytes every run recomputes f1
+    (5), so the minimal budget is 50, DTR's. The 0/1 relaxation proves 49 infeasible; the
+    LP (which recomputes 5 (50 - B) / 10) only 41: a bracket [41, 50], honestly not closed."""
+    trace = chain()
+    frontier = compute_frontier(trace, ratios=[1.0], time_limit_s=10, resolution=1 / 50, overhead_limit=1.4,
+                                relax_method=method, policies=["dtr"], policy_ratios=GRID, cache=False)
+    assert frontier.min_feasible_bytes == 50 and frontier.stage_min_feasible_bytes == 50
+    assert frontier.max_infeasible_bytes == proven_up_to
+    assert frontier.proven == (method == "mip")
 
 
 def test_frontier_file_is_checked_before_use(tmp_path):
@@ -43,14 +62,23 @@ def test_frontier_file_is_checked_before_use(tmp_path):
         read_frontier(path, trace)
 
 
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="cpsat, milp"):
+        compute_frontier(chain(), ratios=[1.0], probe_solver="gurobi")
+    with pytest.raises(ValueError, match="lp, mip"):
+        compute_frontier(chain(), ratios=[1.0], relax_method="simplex")
+
+
 def test_cli_writes_parquet_and_prints_a_table(tmp_path, capsys):
     log = tmp_path / "chain.log"
     chain_log().write(log)
     out = tmp_path / "frontier.parquet"
     assert main(["frontier", str(log), "--ratios", "0.8,1.0", "--time-limit", "5", "--resolution", "0.02",
-                 "--out", str(out)]) == 0
+                 "--policy-ratios", GRID, "--cache", str(tmp_path / "cache"), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "min_feasible_ratio" in printed and "0.8" in printed
+    assert "min_feasible_ratio" in printed and "overhead_bound" in printed
     frontier = read_frontier(out)
-    assert frontier.min_feasible_bytes == 40 and frontier.trace_hash == chain().content_hash
+    assert frontier.min_feasible_bytes == 40 and frontier.max_infeasible_bytes == 39
+    assert frontier.trace_hash == chain().content_hash
     assert main(["frontier", str(log), "--solver", "gurobi", "--out", str(out)]) == 2
+    assert main(["frontier", str(log), "--relax", "simplex", "--out", str(out)]) == 2

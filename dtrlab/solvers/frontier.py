@@ -1,10 +1,15 @@
-"""The feasibility frontier of one trace: optimal recompute at sampled budgets, and the
-minimal budget any schedule of the stage model fits, bisected over solver feasibility.
+"""The feasibility frontier of one trace, bracketed from both sides.
 
-Every schedule a solver returns is replayed in the simulator (:func:`.replay`); a
-budget counts as feasible only when that replay passes. Results are parquet files
-with their trace's content hash and :data:`FRONTIER_VERSION` in the metadata,
-checked by :func:`read_frontier` before use.
+* **Upper side (replayed):** the smallest budget at which some real run fits: a policy's
+  passing run on a sweep grid (DTR, the zoo: simulator runs), or a stage-model schedule
+  (:mod:`.model`) that the simulator replays (:func:`.replay`). Nothing counts as
+  feasible without a run in the simulator.
+* **Lower side (proven):** the largest budget at which the relaxation (:mod:`.relax`),
+  which every simulator run maps into, is infeasible: no run fits there. Its optimum
+  at sampled budgets bounds the compute of every run from below.
+
+Results are parquet files with their trace's content hash and :data:`FRONTIER_VERSION`
+in the metadata, checked by :func:`read_frontier` before use.
 """
 
 from __future__ import annotations
@@ -22,85 +27,109 @@ import pyarrow.parquet as pq
 from ..runtime import DEFAULT_OVERHEAD_LIMIT, baseline, simulate
 from ..trace.model import Trace
 from .problem import build_problem
+from .relax import (MAX_RELAX_VARS, RELAX_METHODS, RelaxationTooLarge, estimated_size, relaxation_problem,
+                    solve_relaxation)
 from .replay import replay
 from .solve import DEFAULT_TIME_LIMIT_S, SOLVERS, solve_optimal
 
 #: Bump when the formulation, the replay or the file layout changes what a file means.
-FRONTIER_VERSION = 2
+FRONTIER_VERSION = 3
 _METADATA_KEY = b"dtrlab.frontier"
 
+#: ``kind``: "sample" (stage model, optimized), "bisect" (stage-model feasibility probe),
+#: "relax" (the relaxation: ``status`` infeasible/bound/unknown, ``best_bound`` its bound on
+#: total compute, ``overhead_bound`` the same as overhead) or "policy" (a policy's lowest
+#: passing budget on the sweep grid: ``solver`` names the policy, ``overhead`` its overhead).
 COLUMNS = ["trace", "kind", "solver", "ratio", "budget_bytes", "status", "objective", "best_bound", "gap", "remat_compute",
-           "overhead", "solve_seconds", "replay_passed", "replay_remat_compute", "replay_peak", "disagreement",
-           "dtr_status", "dtr_clock", "dtr_overhead", "n_vars", "n_rows", "message"]
+           "overhead", "overhead_bound", "solve_seconds", "build_seconds", "replay_passed", "replay_remat_compute",
+           "replay_peak", "disagreement", "dtr_status", "dtr_clock", "dtr_overhead", "n_vars", "n_rows", "n_nonzeros",
+           "message"]
 
 
 @dataclass(frozen=True)
 class Frontier:
-    """The frontier of one trace. ``rows`` has :data:`COLUMNS`, one row per solve
-    (``kind`` "sample" for an optimized budget, "bisect" for a feasibility probe).
+    """The frontier bracket of one trace. ``rows`` has :data:`COLUMNS`.
 
-    ``min_feasible_bytes``: the smallest budget with a replay-verified schedule;
-    ``max_infeasible_bytes``: the largest budget shown infeasible (by the lower
-    bound or a solver proof); ``unresolved_bytes``: budgets between them where the
-    time limit ended with neither answer (the frontier is proven only when empty).
+    ``min_feasible_bytes``: the smallest budget with a real run (``min_feasible_source``:
+    a policy name or "stage model"); ``max_infeasible_bytes``: the largest budget proven
+    infeasible for every run (the relaxation, or the footprint lower bound);
+    ``unresolved_bytes``: relaxation probes between them that ran out of time. The
+    stage model's own (restricted) results are ``stage_min_feasible_bytes`` and
+    ``stage_max_infeasible_bytes`` (infeasible *within that model* only).
+    ``relax_status``: "solved", or why the relaxation was not solved (e.g. too large).
     """
 
     trace: str
     trace_hash: str
     solver: str
     probe_solver: str
+    relax_method: str
+    relax_status: str
     overhead_limit: float
     time_limit_s: float
     chain: int
     peak_bytes: int
     lower_bound_bytes: int
     min_feasible_bytes: int | None
-    max_infeasible_bytes: int | None
+    min_feasible_source: str | None
+    max_infeasible_bytes: int
     unresolved_bytes: tuple[int, ...]
+    stage_min_feasible_bytes: int | None
+    stage_max_infeasible_bytes: int | None
     resolution_bytes: int
     rows: pd.DataFrame = field(repr=False)
 
     @property
+    def gap_bytes(self) -> int | None:
+        """Width of the bracket: how far the true minimal budget may lie above the proof."""
+        return None if self.min_feasible_bytes is None else self.min_feasible_bytes - self.max_infeasible_bytes
+
+    @property
     def proven(self) -> bool:
-        return (self.min_feasible_bytes is not None and self.max_infeasible_bytes is not None
-                and not self.unresolved_bytes and self.min_feasible_bytes - self.max_infeasible_bytes
-                <= self.resolution_bytes)
+        """The minimal budget of any run is known to ``resolution``."""
+        return self.gap_bytes is not None and self.gap_bytes <= self.resolution_bytes
 
     @property
     def min_feasible_ratio(self) -> float | None:
         return None if self.min_feasible_bytes is None else self.min_feasible_bytes / self.peak_bytes
 
+    @property
+    def max_infeasible_ratio(self) -> float:
+        return self.max_infeasible_bytes / self.peak_bytes
+
     def metadata(self) -> dict:
         return {
             "version": FRONTIER_VERSION, "trace": self.trace, "trace_hash": self.trace_hash, "solver": self.solver,
-            "probe_solver": self.probe_solver,
+            "probe_solver": self.probe_solver, "relax_method": self.relax_method, "relax_status": self.relax_status,
             "overhead_limit": self.overhead_limit, "time_limit_s": self.time_limit_s, "chain": self.chain,
             "peak_bytes": self.peak_bytes, "lower_bound_bytes": self.lower_bound_bytes,
-            "min_feasible_bytes": self.min_feasible_bytes, "max_infeasible_bytes": self.max_infeasible_bytes,
-            "unresolved_bytes": list(self.unresolved_bytes), "resolution_bytes": self.resolution_bytes,
+            "min_feasible_bytes": self.min_feasible_bytes, "min_feasible_source": self.min_feasible_source,
+            "max_infeasible_bytes": self.max_infeasible_bytes, "unresolved_bytes": list(self.unresolved_bytes),
+            "stage_min_feasible_bytes": self.stage_min_feasible_bytes,
+            "stage_max_infeasible_bytes": self.stage_max_infeasible_bytes, "resolution_bytes": self.resolution_bytes,
         }
 
     def summary(self) -> dict:
-        samples = self.rows[self.rows.kind == "sample"]
+        peak = self.peak_bytes
+        relax = self.rows[self.rows.kind == "relax"]
         return {
-            "trace": self.trace, "lower_bound_ratio": self.lower_bound_bytes / self.peak_bytes,
-            "max_infeasible_ratio": None if self.max_infeasible_bytes is None
-            else self.max_infeasible_bytes / self.peak_bytes,
-            "min_feasible_ratio": self.min_feasible_ratio, "proven": self.proven,
-            "solves": len(self.rows), "solve_seconds": float(self.rows.solve_seconds.sum()),
-            "max_gap": float(samples.gap.max()) if samples.gap.notna().any() else None,
-            "max_recompute_gap": _recompute_gap(samples),
+            "trace": self.trace, "lower_bound_ratio": self.lower_bound_bytes / peak,
+            "max_infeasible_ratio": self.max_infeasible_ratio, "min_feasible_ratio": self.min_feasible_ratio,
+            "min_feasible_source": self.min_feasible_source,
+            "gap_ratio": None if self.gap_bytes is None else self.gap_bytes / peak, "proven": self.proven,
+            "stage_min_feasible_ratio": None if self.stage_min_feasible_bytes is None
+            else self.stage_min_feasible_bytes / peak,
+            "relax": self.relax_status, "relax_vars": int(relax.n_vars.max()) if len(relax) else None,
+            "relax_seconds": float(relax.solve_seconds.sum() + relax.build_seconds.sum()),
+            "solves": len(self.rows[self.rows.kind != "policy"]), "solve_seconds": float(self.rows.solve_seconds.sum()),
             "replay_failures": int((self.rows.replay_passed == False).sum()),  # noqa: E712
         }
 
 
-def _recompute_gap(rows: pd.DataFrame) -> float | None:
-    """The largest (objective - bound) / recompute over solved rows: the gap on what the solver minimizes."""
-    bound = pd.to_numeric(rows.best_bound, errors="coerce")
-    solved = rows[rows.objective.notna() & np.isfinite(bound) & (rows.remat_compute > 0)]
-    if solved.empty:
-        return None
-    return float(((solved.objective - bound[solved.index]) / solved.remat_compute).clip(upper=1.0).max())
+def _blank(trace: Trace, kind: str, budget: int, ratio) -> dict:
+    row = dict.fromkeys(COLUMNS)
+    row.update(trace=trace.name, kind=kind, budget_bytes=int(budget), ratio=ratio, disagreement="", message="")
+    return row
 
 
 def _solve_row(problem, budget: int, kind: str, ratio: float | None, *, solver, overhead_limit, time_limit_s,
@@ -108,18 +137,32 @@ def _solve_row(problem, budget: int, kind: str, ratio: float | None, *, solver, 
     trace = problem.trace
     result = solve_optimal(problem, budget, overhead_limit=overhead_limit, time_limit_s=time_limit_s,
                            solver=solver, feasibility_only=kind == "bisect")
-    row = {"trace": trace.name, "kind": kind, "ratio": ratio, **{k: v for k, v in result.to_dict().items()
-                                                                 if k in COLUMNS and k != "trace"}}
-    row.update(replay_passed=None, replay_remat_compute=None, replay_peak=None, disagreement="")
+    row = _blank(trace, kind, budget, ratio)
+    row.update({k: v for k, v in result.to_dict().items() if k in COLUMNS and k not in ("trace", "budget_bytes")})
     if result.schedule is not None:
         check = replay(problem, result)
         row.update(replay_passed=check.passed, replay_remat_compute=check.remat_compute,
                    replay_peak=check.peak_memory, disagreement="" if check.passed else check.summary())
-    row.update(dtr_status=None, dtr_clock=None, dtr_overhead=None)
     if dtr:
-        run = simulate(trace, "dtr", budget_bytes=budget, overhead_limit=overhead_limit)
-        row.update(dtr_status=run.status, dtr_clock=run.clock, dtr_overhead=run.overhead)
+        _add_dtr(row, trace, budget, overhead_limit)
     return row
+
+
+def _relax_row(problem, budget: int, ratio, *, method, overhead_limit, time_limit_s, dtr: bool) -> dict:
+    result = solve_relaxation(problem, budget, overhead_limit=overhead_limit, method=method, time_limit_s=time_limit_s)
+    row = _blank(problem.trace, "relax", budget, ratio)
+    row.update(solver=method, status=result.status, best_bound=result.bound, overhead_bound=result.overhead_bound,
+               solve_seconds=result.solve_seconds, build_seconds=result.build_seconds, n_vars=result.n_vars,
+               n_rows=result.n_rows, n_nonzeros=result.n_nonzeros, message=result.message,
+               overhead_limit=overhead_limit)
+    if dtr:
+        _add_dtr(row, problem.trace, budget, overhead_limit)
+    return row
+
+
+def _add_dtr(row: dict, trace: Trace, budget: int, overhead_limit: float) -> None:
+    run = simulate(trace, "dtr", budget_bytes=budget, overhead_limit=overhead_limit)
+    row.update(dtr_status=run.status, dtr_clock=run.clock, dtr_overhead=run.overhead)
 
 
 def _verdict(row: dict) -> str:
@@ -131,76 +174,153 @@ def _verdict(row: dict) -> str:
     return "unknown"
 
 
+def policy_rows(trace: Trace, policies, ratios, *, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
+                cache=True, jobs: int = 1) -> list[dict]:
+    """Each policy's lowest passing budget on the ``ratios`` grid (a real run: the upper side)."""
+    from ..sweep import sweep
+
+    rows = []
+    for policy in policies:
+        frame = sweep(trace, policy, ratios=ratios, overhead_limit=overhead_limit, cache=cache, jobs=jobs,
+                      progress=False)
+        passed = frame[frame.status == "pass"].sort_values("budget_bytes")
+        if passed.empty:
+            continue
+        best = passed.iloc[0]
+        row = _blank(trace, "policy", int(best.budget_bytes), float(best.ratio))
+        row.update(solver=policy, status="pass", overhead=float(best.overhead), solve_seconds=0.0,
+                   replay_passed=True, message=f"{policy}'s lowest passing budget on the sweep grid")
+        rows.append(row)
+    return rows
+
+
 def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
                      time_limit_s: float = DEFAULT_TIME_LIMIT_S, solver: str = "milp", probe_solver: str = "cpsat",
-                     chain: int = 3,
-                     resolution: float = 0.01, bisect: bool = True, dtr: bool = True, progress=None) -> Frontier:
-    """Optimal recompute at ``ratios`` (fractions of the baseline peak) and ``budgets``
-    (bytes), then the minimal feasible budget by bisection to ``resolution`` x peak.
+                     chain: int = 3, resolution: float = 0.01, bisect: bool = True, dtr: bool = True,
+                     relax_method: str = "lp", relax_time_limit_s: float | None = None, policies=(),
+                     policy_ratios=None, cache=True, stage_probes: int = 3, progress=None) -> Frontier:
+    """The bracket of ``trace``'s minimal budget, and bounds on compute at sampled budgets.
 
-    Every solve gets ``time_limit_s``; samples are optimized with ``solver``, bisection
-    probes only look for a schedule with ``probe_solver`` (CP-SAT finds feasible
-    schedules faster, HiGHS proves optima faster in our runs); ``dtr`` also runs DTR
-    at each budget for comparison. ``progress(row)`` is called after each solve.
+    Sampled budgets are ``ratios`` (fractions of the baseline peak) and ``budgets``
+    (bytes): the stage model is optimized there (``solver``) and the relaxation solved
+    (``relax_method`` "lp" or "mip", ``relax_time_limit_s``, default 4x ``time_limit_s``).
+    Upper side: ``policies`` swept over ``policy_ratios`` (their lowest passing budgets)
+    and the replayed stage-model samples, then at most ``stage_probes`` stage-model
+    probes (``probe_solver``, then the other on "unknown") bisecting below the best.
+    Lower side: the relaxation bisected between the footprint bound and the upper side,
+    to ``resolution`` x peak. ``dtr`` also runs DTR at each solved budget.
+    A relaxation over :data:`~.relax.MAX_RELAX_VARS` variables is skipped (said in
+    ``relax_status``). ``progress(row)`` is called after each solve.
     """
     if not 0 < resolution < 1:
         raise ValueError(f"resolution is a fraction of the peak in (0, 1), e.g. 0.01; got {resolution}")
+    if relax_method not in RELAX_METHODS:
+        raise ValueError(f"unknown relaxation method {relax_method!r}; choose one of {', '.join(RELAX_METHODS)}")
+    for name in (solver, probe_solver):
+        if name not in SOLVERS:
+            raise ValueError(f"unknown solver {name!r}; choose one of {', '.join(SOLVERS)}")
     problem = build_problem(trace, chain=chain)
     peak = baseline(trace).peak_memory
     lower = problem.lower_bound()
-    options = dict(overhead_limit=overhead_limit, time_limit_s=time_limit_s, dtr=dtr)
-    rows = []
+    step = max(1, int(resolution * peak))
+    relax_limit = relax_time_limit_s or 4 * time_limit_s
+    rows: list[dict] = []
 
-    def solve(budget: int, kind: str, ratio=None) -> str:
+    def record(row: dict) -> dict:
+        rows.append(row)
+        if progress is not None:
+            progress(row)
+        return row
+
+    for row in (policy_rows(trace, policies, policy_ratios, overhead_limit=overhead_limit, cache=cache)
+                if policies and policy_ratios is not None else ()):
+        record(row)
+
+    # The stage model: optimized samples, then a few probes below the best real run.
+    stage: dict[int, str] = {}
+
+    def stage_solve(budget: int, kind: str, ratio=None) -> str:
         first = solver if kind == "sample" else probe_solver
         verdict = "unknown"
-        # A probe that ends unknown is retried once with the other solver: in our runs
-        # each one settles budgets the other times out on.
         for name in (first, *(s for s in SOLVERS if s != first and kind == "bisect")):
-            row = _solve_row(problem, budget, kind, ratio, solver=name, **options)
-            rows.append(row)
-            if progress is not None:
-                progress(row)
-            verdict = _verdict(row)
+            verdict = _verdict(record(_solve_row(problem, budget, kind, ratio, solver=name,
+                                                 overhead_limit=overhead_limit, time_limit_s=time_limit_s, dtr=dtr)))
             if verdict != "unknown":
                 break
         return verdict
 
     targets = sorted({(int(peak * r), r) for r in ratios} | {(int(b), int(b) / peak) for b in budgets})
-    verdicts = {budget: solve(budget, "sample", ratio) for budget, ratio in targets}
-    feasible = [b for b, v in verdicts.items() if v == "feasible"]
-    infeasible = [b for b, v in verdicts.items() if v == "infeasible"] + [lower - 1]
+    for budget, ratio in targets:
+        stage[budget] = stage_solve(budget, "sample", ratio)
+
+    def best_real() -> tuple[int | None, str | None]:
+        real = [(r["budget_bytes"], r["solver"] if r["kind"] == "policy" else "stage model")
+                for r in rows if r["replay_passed"] is True]
+        return min(real) if real else (None, None)
+
     if bisect:
-        step = max(1, int(resolution * peak))
-        hi = min(feasible) if feasible else None
-        for factor in (1.0, 1.5, 2.0):
-            if hi is not None:
+        hi, _ = best_real()
+        if hi is None:
+            budget = int(peak * 1.5)
+            stage[budget] = stage_solve(budget, "bisect", 1.5)
+            hi = budget if stage[budget] == "feasible" else None
+        stage_lo = max([b for b, v in stage.items() if v == "infeasible" and (hi is None or b < hi)] + [lower - 1])
+        for _ in range(stage_probes):
+            if hi is None or hi - stage_lo <= step:
                 break
-            budget = int(peak * factor)
-            if budget not in verdicts:
-                verdicts[budget] = solve(budget, "bisect", factor)
-            if verdicts[budget] == "feasible":
-                hi = budget
-        lo = max(b for b in infeasible if hi is None or b < hi)
-        while hi is not None and hi - lo > step:
-            mid = (lo + hi) // 2
-            verdicts[mid] = solve(mid, "bisect", mid / peak)
-            if verdicts[mid] == "feasible":
+            mid = (stage_lo + hi) // 2
+            stage[mid] = stage_solve(mid, "bisect", mid / peak)
+            if stage[mid] == "feasible":
                 hi = mid
             else:
-                lo = mid  # an unknown is recorded below: the frontier is then not proven
-    feasible = [b for b, v in verdicts.items() if v == "feasible"]
-    min_feasible = min(feasible) if feasible else None
-    proven_infeasible = [b for b, v in verdicts.items() if v == "infeasible" and (min_feasible is None or b < min_feasible)]
-    max_infeasible = max(proven_infeasible + [lower - 1])
-    unresolved = tuple(sorted(b for b, v in verdicts.items() if v == "unknown" and max_infeasible < b
+                stage_lo = mid  # infeasible within the stage model, or unknown: look no lower with it
+    stage_feasible = [b for b, v in stage.items() if v == "feasible"]
+    stage_min = min(stage_feasible) if stage_feasible else None
+    stage_infeasible = [b for b, v in stage.items() if v == "infeasible" and (stage_min is None or b < stage_min)]
+    min_feasible, source = best_real()
+
+    # The relaxation: bounds at the samples, and the proven side of the bracket.
+    relax: dict[int, str] = {}
+    relax_status = "solved"
+    try:
+        relaxed = relaxation_problem(trace)
+        size = estimated_size(relaxed)
+        if size > MAX_RELAX_VARS:
+            raise RelaxationTooLarge(f"not solved: about {size:,} variables (limit {MAX_RELAX_VARS:,}); the "
+                                     "unbounded need closure is O(n^2)")
+    except RelaxationTooLarge as error:
+        relax_status = str(error)
+        relaxed = None
+    if relaxed is not None:
+        def relax_solve(budget: int, ratio=None) -> str:
+            row = record(_relax_row(relaxed, budget, ratio, method=relax_method, overhead_limit=overhead_limit,
+                                    time_limit_s=relax_limit, dtr=dtr))
+            return row["status"]
+
+        for budget, ratio in targets:
+            relax[budget] = relax_solve(budget, ratio)
+        if bisect and min_feasible is not None:
+            lo = max([b for b, v in relax.items() if v == "infeasible" and b < min_feasible] + [lower - 1])
+            hi = min([b for b, v in relax.items() if v == "bound" and b > lo] + [min_feasible])
+            while hi - lo > step:
+                mid = (lo + hi) // 2
+                relax[mid] = relax_solve(mid, mid / peak)
+                if relax[mid] == "infeasible":
+                    lo = mid
+                else:
+                    hi = mid  # a bound, or unknown: either way nothing is proven above mid
+    max_infeasible = max([b for b, v in relax.items() if v == "infeasible"] + [lower - 1])
+    unresolved = tuple(sorted(b for b, v in relax.items() if v == "unknown" and b > max_infeasible
                               and (min_feasible is None or b < min_feasible)))
     frame = pd.DataFrame(rows, columns=COLUMNS).sort_values(["budget_bytes", "kind"], kind="stable")
     return Frontier(
-        trace=trace.name, trace_hash=trace.content_hash, solver=solver, probe_solver=probe_solver, overhead_limit=overhead_limit,
+        trace=trace.name, trace_hash=trace.content_hash, solver=solver, probe_solver=probe_solver,
+        relax_method=relax_method, relax_status=relax_status, overhead_limit=overhead_limit,
         time_limit_s=time_limit_s, chain=chain, peak_bytes=peak, lower_bound_bytes=lower,
-        min_feasible_bytes=min_feasible, max_infeasible_bytes=max_infeasible, unresolved_bytes=unresolved,
-        resolution_bytes=max(1, int(resolution * peak)), rows=frame.reset_index(drop=True),
+        min_feasible_bytes=min_feasible, min_feasible_source=source, max_infeasible_bytes=max_infeasible,
+        unresolved_bytes=unresolved, stage_min_feasible_bytes=stage_min,
+        stage_max_infeasible_bytes=max(stage_infeasible) if stage_infeasible else None,
+        resolution_bytes=step, rows=frame.reset_index(drop=True),
     )
 
 
@@ -267,11 +387,11 @@ def load_frontiers(traces: dict[str, Trace], directory: str | os.PathLike | None
     return frontiers, origin
 
 
-def hole_budgets(trace: Trace, ratios, *, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT) -> list[int]:
+def hole_budgets(trace: Trace, ratios, *, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, cache=True) -> list[int]:
     """The failing budgets of DTR's holes when sweeping ``ratios``: the lowest failing
     sample of each hole (the census of :func:`dtrlab.analysis.holes.find_holes`)."""
     from ..analysis.holes import find_holes
     from ..sweep import sweep
 
-    frame = sweep(trace, "dtr", ratios=list(ratios), overhead_limit=overhead_limit, jobs=1, progress=False)
+    frame = sweep(trace, "dtr", ratios=list(ratios), overhead_limit=overhead_limit, jobs=1, progress=False, cache=cache)
     return [int(b) for b in find_holes(frame).holes.fail_low_bytes]

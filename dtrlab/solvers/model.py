@@ -29,24 +29,28 @@ from .problem import Problem
 
 @dataclass
 class LinearModel:
-    """``min cost . x`` subject to ``lower <= row . x <= upper`` with binary ``x``."""
+    """``min cost . x`` subject to ``lower <= row . x <= upper`` with binary ``x`` (the stage
+    model) or binary and continuous ``x`` (the relaxation of :mod:`.relax`)."""
 
     names: list[tuple[str, int, int]] = field(default_factory=list)  # (kind, stage, storage/tensor/op)
     lower: list[int] = field(default_factory=list)
-    upper: list[int] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+    continuous: list[bool] = field(default_factory=list)  # the relaxation's auxiliary variables (:mod:`.relax`)
     cost: list[int] = field(default_factory=list)
     rows: list[tuple[dict[int, int], float, float]] = field(default_factory=list)
     index: dict[tuple[str, int, int], int] = field(default_factory=dict)
     cover: dict[int, dict[int, int]] = field(default_factory=dict)  # storage -> {stage: its residency variable}
     infeasible: str | None = None  # a reason found while building (a structural contradiction)
 
-    def var(self, kind: str, stage: int, item: int, cost: int = 0) -> int:
+    def var(self, kind: str, stage: int, item: int, cost: int = 0, *, continuous: bool = False,
+            upper: float = 1) -> int:
         key = (kind, stage, item)
         self.index[key] = len(self.names)
         self.names.append(key)
         self.lower.append(0)
-        self.upper.append(1)
+        self.upper.append(upper)
         self.cost.append(cost)
+        self.continuous.append(continuous)
         return self.index[key]
 
     def fix(self, var: int | None, value: int, why: str) -> None:

@@ -50,7 +50,7 @@ class Problem:
     stage_op: tuple[int, ...]  # operator computed at each stage (-1 for the final stage)
     op_stage: dict[int, int]  # non-constant operator -> stage of its first computation
     need: dict[int, tuple[int, ...]]
-    chain: int
+    chain: int | None  # None: unbounded recompute chains (every stage an output may be needed at, transitively)
     storage_window: dict[int, tuple[int, int]]  # fresh storage -> (first stage, last stage) it may be resident
     view_window: dict[int, tuple[int, int]]  # view tensor of a non-pinned storage -> stages it may be defined
     release_stage: dict[int, int]  # storage -> first stage after the release that frees it
@@ -100,12 +100,14 @@ def _storages(trace: Trace) -> list[int]:
     return storage
 
 
-def build_problem(trace: Trace, chain: int = 3) -> Problem:
+def build_problem(trace: Trace, chain: int | None = 3) -> Problem:
     """Read the stages, windows, releases and pins of ``trace`` (see the module docstring).
 
     ``chain`` bounds recompute chains: an operator may be recomputed at a stage only
     to feed the stage's operator through at most ``chain`` recomputed operators
     (views do not count). Larger values admit more schedules and cost model size.
+    ``chain=None`` is the unbounded closure: every stage at which any chain of
+    consumers may need the operator's outputs (what :mod:`.relax` needs; O(n^2)).
     """
     ops = trace.operators
     for index, op in enumerate(ops):
@@ -184,7 +186,13 @@ def build_problem(trace: Trace, chain: int = 3) -> Problem:
     # holds the stages at which an operator may be recomputed to feed a chain of k.
     is_view = {op_index: ops[op_index].aliases[0] != -1 for op_index in op_stage}
     level = {op_index: direct.get(op_index, set()) for op_index in op_stage}
-    for _ in range(max(chain, 1) - 1):
+    if chain is None:  # the fixpoint in one pass: consumers are computed after their producers
+        for op_index in sorted(op_stage, key=op_stage.get, reverse=True):
+            stages = set(direct.get(op_index, ()))
+            for consumer in consumers.get(op_index, ()):
+                stages |= level[consumer]
+            level[op_index] = stages
+    for _ in range(0 if chain is None else max(chain, 1) - 1):
         nxt: dict[int, set[int]] = {}
         for op_index in sorted(op_stage, reverse=True):
             stages = set(direct.get(op_index, ()))
@@ -192,7 +200,7 @@ def build_problem(trace: Trace, chain: int = 3) -> Problem:
                 stages.update(nxt[consumer] if is_view[consumer] else level[consumer])
             nxt[op_index] = stages
         level = nxt
-    if chain >= 1:  # a view passes its needs to the storage's producer at every level
+    if chain is not None and chain >= 1:  # a view passes its needs to the storage's producer at every level
         for op_index in sorted(op_stage, reverse=True):
             for consumer in consumers.get(op_index, ()):
                 if is_view[consumer]:

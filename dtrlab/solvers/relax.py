@@ -1,0 +1,380 @@
+"""A relaxation of rematerialization that every simulator run maps into: the lower side.
+
+The stage model (:mod:`.model`) is a *restriction*: its schedules are real, its
+"infeasible" is not. This module builds the opposite, a *relaxation*: a linear model
+whose feasible set contains the image of every run the simulator can make (DTR's,
+the zoo's, a replayed solver schedule), so that
+
+* relaxation infeasible at a budget  =>  no run of the simulator fits that budget
+  (within the overhead limit), and
+* the relaxation's optimum (or a MIP's dual bound) <= the compute of every run that fits.
+
+It is Checkmate's formulation (Jain et al., MLSys 2020) weakened until the image of a
+simulator run provably satisfies it (docs/solvers.md gives the argument, and
+``tests/test_solvers_relax.py`` checks it row by row on DTR's and the zoo's runs).
+Stages and the unbounded need closure come from :func:`.problem.build_problem` with
+``chain=None``. Variables, with what they mean for a run:
+
+* ``A[t, s]``: storage ``s`` is resident when stage ``t``'s operator allocates (after its
+  evictions; its own outputs count as resident);
+* ``K[t, s]``: ``s`` is resident at every stage of the stretch (between two need stages)
+  starting at ``t``;
+* ``R[t, op]``: ``op`` is recomputed *at least once* in the gap before stage ``t`` (any
+  number of times, in any order, with evictions between: only the indicator is kept);
+* ``H[t, s]`` (continuous): ``s`` is resident throughout the gap before ``t``;
+* ``P[t]`` (continuous): the bytes, beyond the held ones, of the largest recomputation in
+  the gap before ``t`` (its outputs plus its arguments that were not held).
+
+Rows: a stage's arguments (and the end pins) are resident; a storage is resident only
+if it was before and no release freed it, or its operator was recomputed in the gap; a
+recomputation needs each argument resident at the start of the gap or recomputed in
+it; the memory at each stage's allocation, and at every recomputation (held bytes +
+``P[t]``), fits the budget; the recompute indicators' cost fits the overhead limit.
+Views are read as their storages and their (cheap) recomputation is not counted, which
+only weakens the bound.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from dataclasses import dataclass
+
+from ..runtime import DEFAULT_OVERHEAD_LIMIT, Simulator, baseline
+from ..trace.model import Trace
+from .model import LinearModel
+from .problem import Problem, build_problem
+
+RELAX_METHODS = ("lp", "mip")
+#: Models above this many variables are not built (the unbounded closure is O(n^2)); see docs/solvers.md.
+MAX_RELAX_VARS = 1_500_000
+
+
+class RelaxationTooLarge(ValueError):
+    """The relaxation of this trace would exceed :data:`MAX_RELAX_VARS` variables."""
+
+
+@dataclass(frozen=True)
+class RelaxResult:
+    """One relaxation solve. ``status``: "infeasible" (no simulator run fits the budget),
+    "bound" (``bound`` is a valid lower bound on total compute) or "unknown" (time limit)."""
+
+    trace: str
+    method: str  # "lp" or "mip" (the 0/1 relaxation; its dual bound is a bound too)
+    budget_bytes: int
+    overhead_limit: float
+    status: str
+    bound: float | None  # total compute: the trace's own compute plus the least recompute
+    base_compute: int
+    build_seconds: float
+    solve_seconds: float
+    time_limit_s: float
+    n_vars: int
+    n_rows: int
+    n_nonzeros: int
+    message: str = ""
+
+    @property
+    def overhead_bound(self) -> float | None:
+        """A lower bound on the simulator's overhead (1 + compute) / trace compute."""
+        return None if self.bound is None else (1 + self.bound) / self.base_compute
+
+    def to_dict(self) -> dict:
+        return {"trace": self.trace, "method": self.method, "budget_bytes": self.budget_bytes,
+                "overhead_limit": self.overhead_limit, "status": self.status, "bound": self.bound,
+                "overhead_bound": self.overhead_bound, "base_compute": self.base_compute,
+                "build_seconds": self.build_seconds, "solve_seconds": self.solve_seconds,
+                "time_limit_s": self.time_limit_s, "n_vars": self.n_vars, "n_rows": self.n_rows,
+                "n_nonzeros": self.n_nonzeros, "message": self.message}
+
+
+def relaxation_problem(trace: Trace | Problem) -> Problem:
+    """The problem with the unbounded need closure the relaxation needs."""
+    if isinstance(trace, Problem):
+        if trace.chain is not None:
+            raise ValueError("the relaxation needs the unbounded closure: build_problem(trace, chain=None)")
+        return trace
+    return build_problem(trace, chain=None)
+
+
+def estimated_size(problem: Problem) -> int:
+    """About how many variables :func:`build_relaxation` makes (3-4 per need pair)."""
+    return 4 * sum(len(stages) for stages in problem.need.values())
+
+
+def build_relaxation(problem: Problem, budget_bytes: int, remat_limit: float) -> LinearModel:
+    """The relaxation of ``problem`` (unbounded closure) at one budget; see the module docstring.
+
+    Memory rows are divided by the room they bound (bytes ~1e9 beside 0/1 variables
+    would strain the LP tolerances); ``P`` is measured in units of the budget.
+    """
+    problem = relaxation_problem(problem)
+    m = LinearModel()
+    trace, ops, storage = problem.trace, problem.trace.operators, problem.storage
+    pinned, op_stage, need = problem.pinned_storages, problem.op_stage, problem.need
+    n = problem.n_stages
+    room = [budget_bytes - problem.constant_bytes[t] for t in range(n)]
+    if min(room, default=0) < 0:
+        m.infeasible = "the pinned constants exceed the budget"
+        return m
+    unit = [max(r, 1) for r in room]  # memory rows are measured in units of their room
+    fresh = {op: [x for x, alias in zip(ops[op].outputs, ops[op].aliases) if alias == -1] for op in op_stage}
+    R = {(t, op): m.var("R", t, op, ops[op].cost) for op in op_stage if fresh[op] for t in need[op]}
+    memory = [dict() for _ in range(n)]  # stage t's allocation: resident storages
+    held = [dict() for _ in range(n)]  # the gap before t: storages resident throughout it
+    at: dict[int, dict[int, int]] = {}  # storage -> {need stage: A}
+    start: dict[tuple[int, int], int | None] = {}  # (stage, storage) -> "resident at the start of the gap"
+    H: dict[tuple[int, int], int] = {}
+    cover: dict[int, dict[int, int]] = {}
+    for s in problem.storage_window:
+        producer = trace.tensor_op[s]
+        size = ops[producer].sizes[trace.tensor_index[s]]
+        stages = (op_stage[producer],) + need[producer]
+        freed = problem.release_stage.get(s)
+        here = at[s] = {}
+        covered = cover[s] = {}
+        for j, t in enumerate(stages):
+            here[t] = covered[t] = m.var("A", t, s)
+            memory[t][here[t]] = size
+            if j == 0:
+                m.fix(here[t], 1, "")
+                continue
+            before = stages[j - 1]
+            between = range(before + 1, t)
+            prev = here[before] if not between else None
+            live = [u for u in between if not (freed is not None and before < freed <= u)]
+            if live:  # K = 1: resident at every stage of the stretch, hence throughout its gaps
+                kept = m.var("K", live[0], s)
+                m.row({kept: 1, here[before]: -1}, -math.inf, 0)
+                for u in live:
+                    memory[u][kept] = held[u][kept] = size
+                    covered[u] = kept
+                prev = kept
+            if freed is not None and before < freed <= t:
+                prev = None  # the release frees it before any recomputation of this gap
+            remat = R[t, producer]
+            start[t, s] = prev
+            m.row({here[t]: 1, remat: -1, **({prev: -1} if prev is not None else {})}, -math.inf, 0)
+            if prev is None:
+                continue
+            h = H[t, s] = m.var("H", t, s, continuous=True)
+            m.row({h: 1, here[t]: -1}, -math.inf, 0)
+            m.row({h: 1, here[t]: -1, remat: 1}, 0, math.inf)  # resident at t and not recomputed => held
+            m.row({h: 1, prev: -1}, -math.inf, 0)
+            if len(fresh[producer]) == 1:  # the simulator recomputes only undefined tensors
+                m.row({h: 1, remat: 1}, -math.inf, 1)
+            held[t][h] = size
+    # Each stage's operator (and the end pins) needs its arguments resident.
+    for t, op_index in enumerate(problem.stage_op):
+        needed = ops[op_index].args if op_index != -1 else sorted(problem.end_pinned)
+        for a in needed:
+            if storage[a] in pinned:
+                continue
+            m.fix(at.get(storage[a], {}).get(t), 1,
+                  f"stage {t} needs {trace.tensor_names[a]}, which the closure says cannot be resident")
+    # A recomputation needs its arguments resident: held from before the gap or recomputed in it;
+    # at its allocation the held storages, its non-held arguments and all its outputs fit.
+    P: dict[int, int] = {}
+    for (t, op_index), remat in R.items():
+        op = ops[op_index]
+        outputs = set(fresh[op_index])
+        arguments = {storage[a] for a in op.args if storage[a] not in pinned} - outputs
+        if t not in P:
+            P[t] = m.var("P", t, -1, continuous=True, upper=math.inf)
+        footprint = {P[t]: 1}
+        footprint[remat] = -(op.total_size + sum(_size(trace, s) for s in arguments)) / unit[t]
+        for s in arguments:
+            producer_remat = R.get((t, trace.tensor_op[s]))
+            terms = {remat: 1, **({producer_remat: -1} if producer_remat is not None else {})}
+            prev = start.get((t, s))
+            if prev is not None:
+                terms[prev] = -1
+            m.row(terms, -math.inf, 0)
+            if (t, s) in H:
+                footprint[H[t, s]] = _size(trace, s) / unit[t]
+        m.row(footprint, 0, math.inf)
+    for t in range(n):
+        if memory[t]:
+            m.row({var: size / unit[t] for var, size in memory[t].items()}, -math.inf, room[t] / unit[t])
+        if t in P:
+            m.row({**{var: size / unit[t] for var, size in held[t].items()}, P[t]: 1}, -math.inf, room[t] / unit[t])
+    if R:
+        m.row({var: ops[op_index].cost for (_, op_index), var in R.items()}, -math.inf, remat_limit)
+    m.cover = cover
+    return m
+
+
+def _size(trace: Trace, s: int) -> int:
+    return trace.operators[trace.tensor_op[s]].sizes[trace.tensor_index[s]]
+
+
+def solve_relaxation(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
+                     method: str = "lp", time_limit_s: float = 60.0) -> RelaxResult:
+    """Solve the relaxation at ``budget_bytes`` with HiGHS: "lp" (the linear relaxation) or
+    "mip" (A, K, R binary; stronger, and its dual bound is valid when the time runs out)."""
+    if method not in RELAX_METHODS:
+        raise ValueError(f"unknown relaxation method {method!r}; choose one of {', '.join(RELAX_METHODS)}")
+    if not overhead_limit >= 1:
+        raise ValueError(f"overhead_limit must be >= 1 (2.0 allows as much recompute as compute), got {overhead_limit}")
+    if not time_limit_s > 0:
+        raise ValueError(f"time_limit_s must be positive, got {time_limit_s}")
+    started = time.perf_counter()
+    problem = relaxation_problem(trace)
+    estimate = estimated_size(problem)
+    if estimate > MAX_RELAX_VARS:
+        raise RelaxationTooLarge(f"the relaxation of {problem.trace.name} would have about {estimate:,} variables "
+                                 f"(limit {MAX_RELAX_VARS:,}): the unbounded need closure is O(n^2)")
+    base = problem.base_compute
+    common = dict(trace=problem.trace.name, method=method, budget_bytes=int(budget_bytes),
+                  overhead_limit=overhead_limit, base_compute=base, time_limit_s=time_limit_s)
+    bound = problem.lower_bound()
+    if budget_bytes < bound:
+        return RelaxResult(status="infeasible", bound=None, build_seconds=time.perf_counter() - started,
+                           solve_seconds=0.0, n_vars=0, n_rows=0, n_nonzeros=0,
+                           message=f"budget {budget_bytes} is below the lower bound {bound} bytes (the largest "
+                                   "stage footprint: arguments, outputs and pinned bytes); no schedule fits", **common)
+    model = build_relaxation(problem, int(budget_bytes), base * (overhead_limit - 1))
+    built = time.perf_counter()
+    sizes = dict(n_vars=model.n_vars, n_rows=len(model.rows), n_nonzeros=sum(len(terms) for terms, _, _ in model.rows))
+    if model.infeasible:
+        return RelaxResult(status="infeasible", bound=None, build_seconds=built - started, solve_seconds=0.0,
+                           message=model.infeasible, **common, **sizes)
+    status, objective = _solve(model, method == "mip", time_limit_s)
+    solved = time.perf_counter()
+    messages = {"infeasible": "HiGHS proved the relaxation infeasible: no simulator run fits this budget",
+                "unknown": "the time limit ran out without a bound"}
+    return RelaxResult(status=status, bound=None if objective is None else base + max(0.0, objective),
+                       build_seconds=built - started, solve_seconds=solved - built,
+                       message=messages.get(status, ""), **common, **sizes)
+
+
+def _solve(model: LinearModel, integer: bool, time_limit_s: float):
+    """("infeasible" | "bound" | "unknown", a lower bound on the objective or None)."""
+    try:
+        import highspy
+        import numpy as np
+    except ImportError as error:
+        from .solve import SolverUnavailable
+        raise SolverUnavailable("the relaxation needs HiGHS: pip install 'dtrlab[solvers]'") from error
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    inf = highspy.kHighsInf
+    n = model.n_vars
+    upper = np.array([inf if math.isinf(u) else u for u in model.upper], dtype=float)
+    h.addVars(n, np.array(model.lower, dtype=float), upper)
+    if integer:
+        binary = np.array([var for var in range(n) if not model.continuous[var]], dtype=np.int32)
+        h.changeColsIntegrality(len(binary), binary, np.full(len(binary), highspy.HighsVarType.kInteger))
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.array(model.cost, dtype=float))
+    starts, indices, coefs, lower, upper = [], [], [], [], []
+    for terms, lo, hi in model.rows:
+        starts.append(len(indices))
+        indices.extend(terms)
+        coefs.extend(terms.values())
+        lower.append(lo if math.isfinite(lo) else -inf)
+        upper.append(hi if math.isfinite(hi) else inf)
+    h.addRows(len(model.rows), np.array(lower, dtype=float), np.array(upper, dtype=float), len(indices),
+              np.array(starts, dtype=np.int32), np.array(indices, dtype=np.int32), np.array(coefs, dtype=float))
+    # HiGHS's thread count is fixed per process by its first run (solve.py's): not set here.
+    if h.run() == highspy.HighsStatus.kError:
+        raise RuntimeError(f"HiGHS failed on the relaxation: {h.modelStatusToString(h.getModelStatus())}")
+    status = h.getModelStatus()
+    info = h.getInfo()
+    if status == highspy.HighsModelStatus.kInfeasible:
+        return "infeasible", None
+    if status == highspy.HighsModelStatus.kModelEmpty:  # no recompute decision at all (nothing is ever reused)
+        return "bound", 0.0
+    if status == highspy.HighsModelStatus.kOptimal:
+        return "bound", (info.mip_dual_bound if integer else info.objective_function_value)
+    if integer and math.isfinite(info.mip_dual_bound) and info.mip_dual_bound > -inf:
+        return "bound", info.mip_dual_bound  # the time ran out; the dual bound still holds
+    return "unknown", None
+
+
+class _RunRecorder:
+    """What a simulator run did, per stage: residency at each stage's allocation, the
+    recomputations and evictions of each gap (for :func:`run_point`)."""
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        self.steps = list(problem.stage_step)
+        self.stage_at_step = {step: t for t, step in enumerate(problem.stage_step)}
+        self.material: dict[int, bytes] = {}
+        self.remats: set[tuple[int, int]] = set()
+        self.evicted: set[tuple[int, int]] = set()  # (gap, storage)
+
+    def __getattr__(self, name):  # every other recorder callback: nothing to record
+        return lambda *args, **kwargs: None
+
+    def gap(self, sim) -> int:
+        return min(bisect.bisect_left(self.steps, sim.step), len(self.steps) - 1)
+
+    def on_remat(self, sim, tensor: int) -> None:
+        self.remats.add((self.gap(sim), sim.tensor_op[tensor]))
+
+    def on_compute(self, sim, tensor: int) -> None:
+        stage = self.stage_at_step.get(sim.step)
+        if stage is not None:
+            self.material[stage] = bytes(sim.material)
+
+    def on_choose(self, sim, candidates, chosen) -> None:
+        gap = self.gap(sim)
+        self.evicted.update((gap, s) for s in chosen)
+
+    def on_free(self, sim, s: int) -> None:
+        self.evicted.add((self.gap(sim), s))
+
+
+def run_point(problem: Problem, model: LinearModel, policy: str, budget_bytes: int,
+              overhead_limit: float = DEFAULT_OVERHEAD_LIMIT) -> tuple[str, int, list[float]]:
+    """Run ``policy`` in the simulator and map the run into ``model``'s variables (the map of
+    docs/solvers.md): returns (status, recompute, values). Values are meaningful when it passed."""
+    from ..policies import get_policy
+
+    record = _RunRecorder(problem)
+    remat_limit = baseline(problem.trace).model_compute * (overhead_limit - 1)
+    sim = Simulator(problem.trace, get_policy(policy), budget_bytes, remat_limit, recorder=record)
+    status = sim.run()
+    if problem.final_stage is not None:
+        record.material[problem.final_stage] = bytes(sim.material)
+    resident = lambda t, s: record.material.get(t, b"")[s:s + 1] == b"\x01"  # noqa: E731
+    stretch: dict[int, list[int]] = {}
+    for stages in model.cover.values():
+        for t, var in stages.items():
+            stretch.setdefault(var, []).append(t)
+    values = [0.0] * model.n_vars
+    footprints: dict[int, float] = {}
+    for var, (kind, t, item) in enumerate(model.names):
+        if kind == "R":
+            values[var] = float((t, item) in record.remats)
+        elif kind == "A":
+            values[var] = float(resident(t, item))
+        elif kind == "K":
+            values[var] = float(all(resident(u, item) for u in stretch[var]))
+        elif kind == "H":  # resident when the gap starts (end of stage t-1), never evicted in it, resident at t
+            values[var] = float(resident(t - 1, item) and (t, item) not in record.evicted and resident(t, item))
+    # P[t]: the largest recomputation footprint beyond held bytes, read off the rows that define it.
+    for terms, lo, _ in model.rows:
+        p = next((var for var in terms if model.names[var][0] == "P"), None)
+        if p is not None and lo == 0:  # a recomputation's footprint row
+            need = -sum(c * values[v] for v, c in terms.items() if v != p)
+            if need > footprints.get(p, 0.0):
+                footprints[p] = need
+    for p, value in footprints.items():
+        values[p] = value
+    return status, sim.remat_compute, values
+
+
+def violations(model: LinearModel, values: list[float], tolerance: float = 1e-9) -> list[str]:
+    """The rows and bounds of ``model`` that ``values`` break (empty: the point is feasible)."""
+    broken = []
+    for var, value in enumerate(values):
+        if not model.lower[var] - tolerance <= value <= model.upper[var] + tolerance:
+            broken.append(f"{model.names[var]} = {value} outside [{model.lower[var]}, {model.upper[var]}]")
+    for terms, lo, hi in model.rows:
+        lhs = sum(c * values[v] for v, c in terms.items())
+        if not lo - tolerance <= lhs <= hi + tolerance:
+            broken.append(f"row {[model.names[v] for v in list(terms)[:4]]}: {lhs} not in [{lo}, {hi}]")
+    return broken
