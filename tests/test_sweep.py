@@ -219,6 +219,30 @@ sweep(trace, "dtr", ratios="0.3:1.0:0.01", cache=sys.argv[2], progress=False)
 """
 
 
+def test_a_compaction_by_another_process_between_listing_and_reading_loses_no_row(small_resnet, tmp_path,
+                                                                                   monkeypatch):
+    budgets = [budget_for(small_resnet, r) for r in (0.4, 0.6, 0.8)]
+    rows = sweep(small_resnet, "dtr", budgets=budgets, cache=False, progress=False).to_dict("records")
+    mine = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0)
+    other = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0)  # the other process's view
+    for row in rows:
+        mine.append([row])
+    listed = mine._parts()
+    assert len(listed) == 3
+    calls = []
+
+    def stale_then_fresh():  # the other process compacts right after the first listing; two listings are stale
+        calls.append(1)
+        if len(calls) == 1:
+            other.compact()
+        return listed if len(calls) <= 2 else sorted(mine.directory.glob("*.parquet"))
+
+    monkeypatch.setattr(mine, "_parts", stale_then_fresh)
+    mine.compact()
+    assert sorted(mine.load()["budget_bytes"]) == sorted(budgets)
+    assert len(list(mine.directory.glob("*.parquet"))) == 1  # other's merged file, nothing left to merge
+
+
 def test_sigkilled_sweep_loses_no_finished_result(small_resnet, tmp_path, count_runs):
     store = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0)
     process = subprocess.Popen([sys.executable, "-c", KILLED_SWEEP, str(TRACES / "resnet32-b8.jsonl.gz"), str(tmp_path)],

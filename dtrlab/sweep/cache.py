@@ -115,12 +115,29 @@ class SweepCache:
             return pd.DataFrame()
         return pd.concat(frames, ignore_index=True).drop_duplicates("budget_bytes", keep="last").reset_index(drop=True)
 
+    def _read_parts(self) -> tuple[list[Path], pd.DataFrame | None]:
+        """The parts on disk and their rows (None when there is none).
+
+        Another process may compact this directory between the listing and the reads:
+        its merged file then holds the vanished parts' rows, so list again.
+        """
+        for _ in range(10):
+            parts = self._parts()
+            try:
+                frames = [pd.read_parquet(p) for p in parts]
+            except FileNotFoundError:
+                continue
+            return parts, pd.concat(frames, ignore_index=True) if frames else None
+        raise RuntimeError(f"the cache {self.directory} kept changing while it was read; is another process "
+                           "compacting it in a loop?")
+
     def _cached(self) -> pd.DataFrame:
         """The rows of the writable cache (this simulator version's only)."""
-        parts = self._parts()
-        if not parts:
+        return self._current(self._read_parts()[1])
+
+    def _current(self, frame: pd.DataFrame | None) -> pd.DataFrame:
+        if frame is None:
             return pd.DataFrame()
-        frame = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
         stale = frame["simulator_version"] != SIMULATOR_VERSION
         if stale.any():
             warnings.warn(f"ignoring {int(stale.sum())} cached rows in {self.directory} written by another "
@@ -139,11 +156,14 @@ class SweepCache:
         self._write(pa.Table.from_pylist(rows), f"part-{uuid.uuid4().hex}.parquet")
 
     def compact(self) -> None:
-        """Merge all parts into one file (safe if another process compacts too)."""
-        parts = self._parts()
+        """Merge the parts into one file. Safe beside other processes: only the parts whose
+        rows are in the merged file are deleted, and a part another process compacted away
+        meanwhile is read from that process's merged file instead."""
+        parts, frame = self._read_parts()
         if len(parts) <= 1:
             return
-        self._write(pa.Table.from_pandas(self._cached(), preserve_index=False), f"merged-{uuid.uuid4().hex}.parquet")
+        self._write(pa.Table.from_pandas(self._current(frame), preserve_index=False),
+                    f"merged-{uuid.uuid4().hex}.parquet")
         for part in parts:
             part.unlink(missing_ok=True)
 
