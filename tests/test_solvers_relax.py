@@ -141,6 +141,6 @@ def test_bad_input_is_a_clear_error(monkeypatch):
         solve_relaxation(build_problem(trace, chain=3), 45)
     result = solve_relaxation(trace, 5)
     assert result.status == "infeasible" and "below the lower bound 40" in result.message
-    monkeypatch.setattr(relax, "MAX_RELAX_VARS", 10)
-    with pytest.raises(RelaxationTooLarge, match="variables"):
+    monkeypatch.setattr(relax, "MAX_NEED_PAIRS", 3)
+    with pytest.raises(RelaxationTooLarge, match="need stage"):
         solve_relaxation(trace, 45)

@@ -18,6 +18,8 @@ def register(subparsers) -> None:
     parser.add_argument("--relax", default="lp", help="the relaxation (lower side): lp (default) or mip")
     parser.add_argument("--relax-time-limit", type=float, default=None, metavar="S",
                         help="seconds per relaxation solve (default 4x --time-limit)")
+    parser.add_argument("--mip-probes", type=int, default=0,
+                        help="after the LP, probes of the 0/1 relaxation above its proof (stronger, slower; default 0)")
     parser.add_argument("--solver", default="milp", help="stage model, sampled budgets: milp (HiGHS) or cpsat (OR-Tools)")
     parser.add_argument("--probe-solver", default="cpsat", help="stage model, the probes below the best real run")
     parser.add_argument("--stage-probes", type=int, default=3, help="stage-model probes below the best real run")
@@ -74,7 +76,7 @@ def run(args) -> int:
                                 chain=args.chain, resolution=args.resolution, bisect=not args.no_bisect,
                                 relax_method=args.relax, relax_time_limit_s=args.relax_time_limit,
                                 policies=policies, policy_ratios=grid, cache=cache, stage_probes=args.stage_probes,
-                                progress=progress)
+                                mip_probes=args.mip_probes, progress=progress)
     out = Path(args.out) if args.out else Path(f"frontier-{trace.name}.parquet")
     if out.is_dir():
         out = frontier_path(out, trace.name)

@@ -27,8 +27,7 @@ import pyarrow.parquet as pq
 from ..runtime import DEFAULT_OVERHEAD_LIMIT, baseline, simulate
 from ..trace.model import Trace
 from .problem import build_problem
-from .relax import (MAX_RELAX_VARS, RELAX_METHODS, RelaxationTooLarge, estimated_size, relaxation_problem,
-                    solve_relaxation)
+from .relax import RELAX_METHODS, RelaxationTooLarge, check_size, relaxation_problem, solve_relaxation
 from .replay import replay
 from .solve import DEFAULT_TIME_LIMIT_S, SOLVERS, solve_optimal
 
@@ -78,6 +77,7 @@ class Frontier:
     stage_max_infeasible_bytes: int | None
     resolution_bytes: int
     rows: pd.DataFrame = field(repr=False)
+    mip_probes: int = 0
 
     @property
     def gap_bytes(self) -> int | None:
@@ -107,6 +107,7 @@ class Frontier:
             "max_infeasible_bytes": self.max_infeasible_bytes, "unresolved_bytes": list(self.unresolved_bytes),
             "stage_min_feasible_bytes": self.stage_min_feasible_bytes,
             "stage_max_infeasible_bytes": self.stage_max_infeasible_bytes, "resolution_bytes": self.resolution_bytes,
+            "mip_probes": self.mip_probes,
         }
 
     def summary(self) -> dict:
@@ -198,7 +199,8 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
                      time_limit_s: float = DEFAULT_TIME_LIMIT_S, solver: str = "milp", probe_solver: str = "cpsat",
                      chain: int = 3, resolution: float = 0.01, bisect: bool = True, dtr: bool = True,
                      relax_method: str = "lp", relax_time_limit_s: float | None = None, policies=(),
-                     policy_ratios=None, cache=True, stage_probes: int = 3, progress=None) -> Frontier:
+                     policy_ratios=None, cache=True, stage_probes: int = 3, mip_probes: int = 0,
+                     progress=None) -> Frontier:
     """The bracket of ``trace``'s minimal budget, and bounds on compute at sampled budgets.
 
     Sampled budgets are ``ratios`` (fractions of the baseline peak) and ``budgets``
@@ -207,10 +209,11 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
     Upper side: ``policies`` swept over ``policy_ratios`` (their lowest passing budgets)
     and the replayed stage-model samples, then at most ``stage_probes`` stage-model
     probes (``probe_solver``, then the other on "unknown") bisecting below the best.
-    Lower side: the relaxation bisected between the footprint bound and the upper side,
-    to ``resolution`` x peak. ``dtr`` also runs DTR at each solved budget.
-    A relaxation over :data:`~.relax.MAX_RELAX_VARS` variables is skipped (said in
-    ``relax_status``). ``progress(row)`` is called after each solve.
+    Lower side: the relaxation's largest infeasible budget, found to ``resolution`` x peak
+    by galloping up from the footprint bound and bisecting (below the upper side), then
+    at most ``mip_probes`` probes of the 0/1 relaxation (stronger, slower) bisecting
+    between that proof and the upper side. ``dtr`` also runs DTR at each solved budget.
+    A relaxation over :data:`~.relax.MAX_NEED_PAIRS` is skipped (said in ``relax_status``). ``progress(row)`` is called after each solve.
     """
     if not 0 < resolution < 1:
         raise ValueError(f"resolution is a fraction of the peak in (0, 1), e.g. 0.01; got {resolution}")
@@ -282,26 +285,34 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
     # The relaxation: bounds at the samples, and the proven side of the bracket.
     relax: dict[int, str] = {}
     relax_status = "solved"
+    relaxed = relaxation_problem(trace)
     try:
-        relaxed = relaxation_problem(trace)
-        size = estimated_size(relaxed)
-        if size > MAX_RELAX_VARS:
-            raise RelaxationTooLarge(f"not solved: about {size:,} variables (limit {MAX_RELAX_VARS:,}); the "
-                                     "unbounded need closure is O(n^2)")
+        check_size(relaxed)
     except RelaxationTooLarge as error:
-        relax_status = str(error)
+        relax_status = f"not solved: {error}"
         relaxed = None
     if relaxed is not None:
-        def relax_solve(budget: int, ratio=None) -> str:
-            row = record(_relax_row(relaxed, budget, ratio, method=relax_method, overhead_limit=overhead_limit,
+        def relax_solve(budget: int, ratio=None, method=relax_method) -> str:
+            row = record(_relax_row(relaxed, budget, ratio, method=method, overhead_limit=overhead_limit,
                                     time_limit_s=relax_limit, dtr=dtr))
             return row["status"]
 
         for budget, ratio in targets:
-            relax[budget] = relax_solve(budget, ratio)
+            if budget < peak:  # at the peak nothing needs recomputing: the bound is the trace's compute
+                relax[budget] = relax_solve(budget, ratio)
         if bisect and min_feasible is not None:
+            # The relaxation's proof usually ends near the footprint bound: gallop up from
+            # it (step, 2 steps, 4, ...), then bisect the last doubling.
             lo = max([b for b, v in relax.items() if v == "infeasible" and b < min_feasible] + [lower - 1])
-            hi = min([b for b, v in relax.items() if v == "bound" and b > lo] + [min_feasible])
+            hi = min([b for b, v in relax.items() if v != "infeasible" and b > lo] + [min_feasible])
+            stride = step
+            while lo + stride < hi:
+                probe = lo + stride
+                relax[probe] = relax_solve(probe, probe / peak)
+                if relax[probe] != "infeasible":
+                    hi = probe
+                    break
+                lo, stride = probe, 2 * stride
             while hi - lo > step:
                 mid = (lo + hi) // 2
                 relax[mid] = relax_solve(mid, mid / peak)
@@ -309,6 +320,17 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
                     lo = mid
                 else:
                     hi = mid  # a bound, or unknown: either way nothing is proven above mid
+            # The 0/1 relaxation proves more than the LP where the LP's bound is near the limit.
+            lo, hi = max([b for b, v in relax.items() if v == "infeasible"] + [lower - 1]), min_feasible
+            for _ in range(mip_probes if relax_method == "lp" else 0):
+                if hi - lo <= step:
+                    break
+                mid = (lo + hi) // 2
+                relax[mid] = relax_solve(mid, mid / peak, method="mip")
+                if relax[mid] == "infeasible":
+                    lo = mid
+                else:
+                    hi = mid
     max_infeasible = max([b for b, v in relax.items() if v == "infeasible"] + [lower - 1])
     unresolved = tuple(sorted(b for b, v in relax.items() if v == "unknown" and b > max_infeasible
                               and (min_feasible is None or b < min_feasible)))
@@ -320,7 +342,7 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
         min_feasible_bytes=min_feasible, min_feasible_source=source, max_infeasible_bytes=max_infeasible,
         unresolved_bytes=unresolved, stage_min_feasible_bytes=stage_min,
         stage_max_infeasible_bytes=max(stage_infeasible) if stage_infeasible else None,
-        resolution_bytes=step, rows=frame.reset_index(drop=True),
+        resolution_bytes=step, rows=frame.reset_index(drop=True), mip_probes=mip_probes,
     )
 
 

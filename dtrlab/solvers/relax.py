@@ -47,12 +47,13 @@ from .model import LinearModel
 from .problem import Problem, build_problem
 
 RELAX_METHODS = ("lp", "mip")
-#: Models above this many variables are not built (the unbounded closure is O(n^2)); see docs/solvers.md.
-MAX_RELAX_VARS = 1_500_000
+#: Traces with more (operator, need stage) pairs than this are not relaxed: the unbounded
+#: closure is O(n^2) and the model has 2-4 variables per pair (sizes in docs/solvers.md).
+MAX_NEED_PAIRS = 150_000
 
 
 class RelaxationTooLarge(ValueError):
-    """The relaxation of this trace would exceed :data:`MAX_RELAX_VARS` variables."""
+    """The relaxation of this trace would exceed :data:`MAX_NEED_PAIRS`."""
 
 
 @dataclass(frozen=True)
@@ -98,9 +99,17 @@ def relaxation_problem(trace: Trace | Problem) -> Problem:
     return build_problem(trace, chain=None)
 
 
-def estimated_size(problem: Problem) -> int:
-    """About how many variables :func:`build_relaxation` makes (3-4 per need pair)."""
-    return 4 * sum(len(stages) for stages in problem.need.values())
+def need_pairs(problem: Problem) -> int:
+    """(operator, need stage) pairs: what the relaxation's size grows with (2-4 variables each)."""
+    return sum(len(stages) for stages in problem.need.values())
+
+
+def check_size(problem: Problem) -> None:
+    """Raise :class:`RelaxationTooLarge` above :data:`MAX_NEED_PAIRS`."""
+    pairs = need_pairs(problem)
+    if pairs > MAX_NEED_PAIRS:
+        raise RelaxationTooLarge(f"the relaxation of {problem.trace.name} has {pairs:,} (operator, need stage) pairs "
+                                 f"(limit {MAX_NEED_PAIRS:,}, 2-4 variables each): the unbounded closure is O(n^2)")
 
 
 def build_relaxation(problem: Problem, budget_bytes: int, remat_limit: float) -> LinearModel:
@@ -221,10 +230,7 @@ def solve_relaxation(trace: Trace | Problem, budget_bytes: int, *, overhead_limi
         raise ValueError(f"time_limit_s must be positive, got {time_limit_s}")
     started = time.perf_counter()
     problem = relaxation_problem(trace)
-    estimate = estimated_size(problem)
-    if estimate > MAX_RELAX_VARS:
-        raise RelaxationTooLarge(f"the relaxation of {problem.trace.name} would have about {estimate:,} variables "
-                                 f"(limit {MAX_RELAX_VARS:,}): the unbounded need closure is O(n^2)")
+    check_size(problem)
     base = problem.base_compute
     common = dict(trace=problem.trace.name, method=method, budget_bytes=int(budget_bytes),
                   overhead_limit=overhead_limit, base_compute=base, time_limit_s=time_limit_s)

@@ -1,4 +1,4 @@
-"""Tables and the figure of notebook 09: the optimum beside DTR and the policy zoo."""
+"""Tables and the figure of notebook 09: the frontier bracket beside DTR and the policy zoo."""
 
 from __future__ import annotations
 
@@ -11,15 +11,22 @@ from .frontier import Frontier
 
 
 def _solved(frontier: Frontier) -> pd.DataFrame:
-    """Rows whose schedule the simulator replayed (the only ones that count), with their overhead."""
+    """Stage-model rows whose schedule the simulator replayed (the only ones that count), with their overhead."""
     rows = frontier.rows
-    return rows[(rows.replay_passed == True)].sort_values("budget_bytes")  # noqa: E712
+    return rows[rows.kind.isin(["sample", "bisect"]) & (rows.replay_passed == True)].sort_values("budget_bytes")  # noqa: E712
+
+
+def _bounds(frontier: Frontier) -> pd.DataFrame:
+    """The relaxation's solved rows: lower bounds on the overhead of every run at their budget."""
+    rows = frontier.rows
+    return rows[(rows.kind == "relax") & (rows.status == "bound")].sort_values("budget_bytes")
 
 
 def threshold_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.DataFrame:
-    """Per trace: DTR's threshold, the best zoo threshold (and which policy), the optimal
-    threshold (the minimal replayed budget and the largest proven-infeasible one) and the
-    lower bound, all as fractions of the peak."""
+    """Per trace, as fractions of the peak: DTR's threshold, the best zoo threshold (and which
+    policy), the frontier bracket (``proven_infeasible_up_to``: no run fits there, by the
+    relaxation or the footprint bound; ``min_feasible``: the smallest budget with a real run,
+    and its source), the stage model's own threshold and the footprint bound."""
     rows = []
     for name, frontier in frontiers.items():
         peak = frontier.peak_bytes
@@ -34,51 +41,52 @@ def threshold_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.
             "dtr_threshold": thresholds.get("dtr", math.nan),
             "best_zoo_threshold": zoo[best] if best else math.nan,
             "best_zoo_policy": best,
-            "optimal_threshold": frontier.min_feasible_ratio,
-            "proven_infeasible_below": None if frontier.max_infeasible_bytes is None
-            else frontier.max_infeasible_bytes / peak,
-            "proven": frontier.proven,
-            "lower_bound": frontier.lower_bound_bytes / peak,
+            "proven_infeasible_up_to": frontier.max_infeasible_ratio,
+            "min_feasible": frontier.min_feasible_ratio,
+            "min_feasible_source": frontier.min_feasible_source,
+            "gap": None if frontier.gap_bytes is None else frontier.gap_bytes / peak,
+            "stage_model_threshold": None if frontier.stage_min_feasible_bytes is None
+            else frontier.stage_min_feasible_bytes / peak,
+            "footprint_bound": frontier.lower_bound_bytes / peak,
+            "relaxation": frontier.relax_status,
             "solve_seconds": round(float(frontier.rows.solve_seconds.sum()), 1),
         })
     return pd.DataFrame(rows)
 
 
 def hole_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.DataFrame:
-    """Every hole of DTR's census with the solver's answer at its lowest failing budget and
-    ``achievable_overhead``: the least overhead of any replayed schedule at that budget or
-    below (a schedule that fits a budget fits every larger one), an upper bound on the optimum."""
+    """Every hole of DTR's census at its lowest failing budget, with the bracket of the best
+    overhead any run could have there: ``overhead_bound`` (the relaxation: no run does
+    better; NaN where not solved there) and ``achievable_overhead`` (the least overhead of
+    a replayed stage-model schedule at that budget or below: a schedule that fits a budget
+    fits every larger one)."""
     rows = []
     for name, frontier in frontiers.items():
         frame = sweeps[(sweeps.trace == name) & (sweeps.policy == "dtr")]
         if frame.empty:
             continue
-        solved = frontier.rows.set_index("budget_bytes")
+        solved, bounds = _solved(frontier), _bounds(frontier)
         for hole in find_holes(frame).holes.itertuples():
-            at = solved.loc[[hole.fail_low_bytes]] if hole.fail_low_bytes in solved.index else None
+            budget = hole.fail_low_bytes
             row = {"trace": name, "fail_low_ratio": hole.fail_low_ratio, "fail_high_ratio": hole.fail_high_ratio,
-                   "budget_bytes": hole.fail_low_bytes, "dtr": hole.kinds,
-                   "optimal_status": None, "optimal_overhead": math.nan, "gap": math.nan, "replayed": None,
-                   "achievable_overhead": math.nan}
-            below = _solved(frontier)
-            below = below[below.budget_bytes <= hole.fail_low_bytes]
+                   "budget_bytes": budget, "dtr": hole.kinds, "overhead_bound": math.nan,
+                   "achievable_overhead": math.nan,
+                   "proven_infeasible": budget <= frontier.max_infeasible_bytes}
+            below = solved[solved.budget_bytes <= budget]
             if not below.empty:
                 row["achievable_overhead"] = float(below.overhead.min())
-            if at is not None:
-                first = at.iloc[0]
-                row.update(optimal_status=first.status, optimal_overhead=first.overhead, gap=first.gap,
-                           replayed=first.replay_passed)
+            at = bounds[bounds.budget_bytes == budget]
+            if not at.empty:
+                row["overhead_bound"] = float(at.overhead_bound.iloc[0])
             rows.append(row)
     return pd.DataFrame(rows)
 
 
 def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: dict[str, str] | None = None):
-    """Overhead against budget per trace: DTR and the zoo (lines; failures are gaps), the
-    replayed optimum (black; bars reach down to the solver's bound), DTR's failing
-    samples (red ticks), the lower bound (grey) and the stage model's threshold (black line).
-
-    The stage model restricts recomputation (docs/solvers.md), so its optimum and threshold bound
-    the true frontier from above, and its infeasibility holds within the model only."""
+    """Overhead against budget per trace: DTR and the zoo (lines; failures are gaps), DTR's
+    failing samples (red ticks), replayed stage-model schedules (black stars), the
+    relaxation's lower bound on every run's overhead (blue triangles), the budgets proven
+    infeasible for every run (grey band) and the smallest budget with a real run (black line)."""
     import matplotlib.pyplot as plt
 
     if not frontiers:
@@ -100,15 +108,15 @@ def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: 
                 ax.plot(failed.ratio, [1.0] * len(failed), "|", color="tab:red", ms=10, label="dtr fails")
         solved = _solved(frontier)
         if not solved.empty:
-            ratio = solved.budget_bytes / peak
-            low = solved.overhead * (1 + solved.best_bound.fillna(solved.objective)) / (1 + solved.objective)
-            ax.errorbar(ratio, solved.overhead, yerr=[(solved.overhead - low).clip(lower=0), 0 * low],
-                        fmt="*", color="black", ms=8, label="stage-model optimum (replayed)", zorder=4)
-        ax.axvline(frontier.lower_bound_bytes / peak, color="grey", ls=":", label="lower bound")
+            ax.plot(solved.budget_bytes / peak, solved.overhead, "*", color="black", ms=8,
+                    label="stage-model schedule (replayed)", zorder=4)
+        bounds = _bounds(frontier)
+        if not bounds.empty:
+            ax.plot(bounds.budget_bytes / peak, bounds.overhead_bound.clip(upper=frontier.overhead_limit), "^",
+                    color="tab:blue", ms=6, label="relaxation: no run below", zorder=4)
+        ax.axvspan(0, frontier.max_infeasible_ratio, color="grey", alpha=0.15, label="no run fits (proven)")
         if frontier.min_feasible_bytes is not None:
-            ax.axvline(frontier.min_feasible_bytes / peak, color="black", ls="-", lw=0.8, label="stage-model threshold")
-        if frontier.max_infeasible_bytes is not None:
-            ax.axvspan(0, frontier.max_infeasible_bytes / peak, color="grey", alpha=0.12, label="infeasible in the stage model")
+            ax.axvline(frontier.min_feasible_ratio, color="black", ls="-", lw=0.8, label="smallest real run")
         ax.set_xlim(max(0.0, frontier.lower_bound_bytes / peak - 0.1), 1.05)
         ax.set_ylim(0.95, frontier.overhead_limit + 0.05)
         ax.set_title(titles.get(name, name))
