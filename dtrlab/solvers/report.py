@@ -58,23 +58,27 @@ def hole_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.DataF
     """Every hole of DTR's census at its lowest failing budget, with the bracket of the best
     overhead any run could have there: ``overhead_bound`` (the relaxation: no run does
     better; NaN where not solved there) and ``achievable_overhead`` (the least overhead of
-    a replayed stage-model schedule at that budget or below: a schedule that fits a budget
-    fits every larger one)."""
+    a real run at that budget or below, ``achieved_by``: a replayed stage-model schedule or
+    a policy's passing run in ``sweeps``; replaying a run's decisions fits every larger budget)."""
     rows = []
     for name, frontier in frontiers.items():
         frame = sweeps[(sweeps.trace == name) & (sweeps.policy == "dtr")]
         if frame.empty:
             continue
         solved, bounds = _solved(frontier), _bounds(frontier)
+        passed = sweeps[(sweeps.trace == name) & (sweeps.status == "pass")]
+        real = pd.concat([solved.assign(source="stage model")[["budget_bytes", "overhead", "source"]],
+                          passed.assign(source=passed.policy)[["budget_bytes", "overhead", "source"]]])
         for hole in find_holes(frame).holes.itertuples():
             budget = hole.fail_low_bytes
             row = {"trace": name, "fail_low_ratio": hole.fail_low_ratio, "fail_high_ratio": hole.fail_high_ratio,
                    "budget_bytes": budget, "dtr": hole.kinds, "overhead_bound": math.nan,
-                   "achievable_overhead": math.nan,
+                   "achievable_overhead": math.nan, "achieved_by": None,
                    "proven_infeasible": budget <= frontier.max_infeasible_bytes}
-            below = solved[solved.budget_bytes <= budget]
+            below = real[real.budget_bytes <= budget]
             if not below.empty:
-                row["achievable_overhead"] = float(below.overhead.min())
+                best = below.loc[below.overhead.idxmin()]
+                row.update(achievable_overhead=float(best.overhead), achieved_by=best.source)
             at = bounds[bounds.budget_bytes == budget]
             if not at.empty:
                 row["overhead_bound"] = float(at.overhead_bound.iloc[0])
