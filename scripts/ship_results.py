@@ -9,7 +9,7 @@ default parameters, or the traces): the old bundle's rows are then ignored, not
 wrong, but every notebook is slow again until the bundle is regenerated.
 
 How: every notebook runs with papermill and its default parameters on ``traces/``,
-and notebooks 01 and 02 (the census behind ``figures/dtr-logs/``) on the DTR logs
+and notebooks 01, 02 and 08 (the censuses behind ``figures/dtr-logs/``) on the DTR logs
 (``$DTRLAB_LOGS``, else ``../shared/dtr-logs`` when present), all with
 ``DTRLAB_RECOMPUTE=1`` against an empty cache, so the bundle holds exactly the runs
 the notebooks ask for, computed by this simulator. Then each trace's cached rows
@@ -41,8 +41,9 @@ from dtrlab.trace import load_directory  # noqa: E402
 import make_figures  # noqa: E402  (beside this script)
 
 #: The notebooks whose runs are shipped, per trace set: all for traces/; for the DTR logs the census
-#: (01's grid, on which 03, 05 and 07 find their hole, and 02's finer census).
-LOG_NOTEBOOKS = ["01", "02"]
+#: (01's grid, on which 03, 05 and 07 find their hole, and 02's finer census) and the allocator
+#: census (08, with make_figures.DTR_LOG_PARAMETERS: h_DTR under the four memory models).
+LOG_NOTEBOOKS = ["01", "02", "08"]
 
 
 def default_logs() -> Path | None:
@@ -60,7 +61,8 @@ def run_notebooks(traces_dir: Path, cache: Path, work: Path, figures: Path, only
             continue
         started = time.perf_counter()
         print(f"ship_results: {path.name} on {traces_dir} ...", flush=True)
-        make_figures.run_notebook(path, work / "executed" / name, parameters)
+        make_figures.run_notebook(path, work / "executed" / name,
+                                  make_figures.parameters_for(path, traces_dir, parameters))
         print(f"ship_results: {path.name} done in {time.perf_counter() - started:.0f} s", flush=True)
 
 

@@ -21,7 +21,7 @@ import dtrlab.analysis.interventions as interventions
 import dtrlab.sweep.budget_sweep as budget_sweep
 from dtrlab.analysis import single_tensor_search
 from dtrlab.policies import get_policy
-from dtrlab.runtime import SIMULATOR_VERSION, Intervention, budget_for
+from dtrlab.runtime import SIMULATOR_VERSION, Intervention, budget_for, memory_spec
 from dtrlab.sweep import SweepCache, parse_ratios, sweep
 from dtrlab.sweep.shipped import (DEFAULT_SHIPPED_DIR, INDEX_COLUMNS, METADATA_KEY, RECOMPUTE_ENV, SHIPPED_ENV,
                                   bundle_table, read_metadata, rows_from_cache, shipped_dir, write_bundle_file)
@@ -33,6 +33,8 @@ LOGS_BUNDLE = sorted((DEFAULT_SHIPPED_DIR / "dtr-logs").glob("*.parquet"))
 #: Fields that differ between two runs of the same simulation.
 UNCOMPARED = {"wall_seconds"}
 SAMPLE_BUDGETS = 10
+#: Budgets per non-flat configuration of the DTR logs' bundle that the slow test recomputes.
+NON_FLAT_SAMPLE = 20
 #: The census grids of notebook 01 (also 03, 05 and 07) and 02 (delta = 0.001), by default.
 CENSUS_GRID, FINE_CENSUS_GRID = "0.05:1.0:0.005", "0.05:1.0:0.001"
 
@@ -157,14 +159,21 @@ def test_bundle_covers_the_notebooks_grids(shipped_traces, tmp_path):
 
 
 def test_dtr_log_census_is_shipped(log_traces, tmp_path):
-    """The census behind figures/dtr-logs: DTR on notebook 01's and 02's grids, for every log."""
+    """The censuses behind figures/dtr-logs: DTR on notebook 01's and 02's grids, and under
+    notebook 08's memory models (make_figures.DTR_LOG_PARAMETERS: h_DTR only) on its grid."""
+    from dtrlab.analysis.allocator_census import DEFAULT_CONFIGS
+
     assert sorted(p.stem for p in LOGS_BUNDLE) == sorted(log_traces), "run scripts/ship_results.py"
+    wanted = [({}, CENSUS_GRID), ({}, FINE_CENSUS_GRID)]
+    wanted += [(dict(zip(("memory", "memory_options"), memory_spec(memory, options))), CENSUS_GRID)
+               for policy, memory, options in DEFAULT_CONFIGS if policy == "dtr" and memory != "flat"]
     for path in LOGS_BUNDLE:
         trace = _trace_of(path, log_traces)
-        config_key = SweepCache(tmp_path, trace, get_policy("dtr"), 2.0).config_key
-        shipped = set(_bundle_rows(path).query("config_key == @config_key")["budget_bytes"])
-        for grid in (CENSUS_GRID, FINE_CENSUS_GRID):
-            assert {budget_for(trace, r) for r in parse_ratios(grid)} <= shipped, f"{path.stem}: {grid}"
+        rows = _bundle_rows(path)
+        for memory, grid in wanted:
+            config_key = SweepCache(tmp_path, trace, get_policy("dtr"), 2.0, **memory).config_key
+            shipped = set(rows.loc[rows["config_key"] == config_key, "budget_bytes"])
+            assert {budget_for(trace, r) for r in parse_ratios(grid)} <= shipped, f"{path.stem}: {memory} {grid}"
 
 
 # ------------------------------------------------------------------ recomputed field by field
@@ -192,11 +201,18 @@ def test_every_shipped_trace_row_recomputes(shipped_traces, tmp_path):
 
 
 @pytest.mark.slow
-def test_every_shipped_dtr_log_row_recomputes(log_traces, tmp_path):
+def test_every_shipped_dtr_log_census_row_recomputes(log_traces, tmp_path):
+    """Every row of the flat census (notebooks 01 and 02, on the compiled core), and
+    NON_FLAT_SAMPLE budgets of each configuration of notebook 08's allocator census:
+    all of those run on the Python simulator and take CPU-hours (scripts/ship_results.py
+    recomputes them)."""
     for path in LOGS_BUNDLE:
-        rows = _bundle_rows(path)
-        assert recompute_and_compare(path, _trace_of(path, log_traces), rows, tmp_path,
-                                     jobs=os.cpu_count() or 1) == len(rows)
+        rows, configs = _bundle_rows(path), read_metadata(path)["configs"]
+        non_flat = rows["config_key"].map(lambda key: configs[key].get("memory", "flat") != "flat")
+        checked = pd.concat([rows[~non_flat]] + [group.sample(min(NON_FLAT_SAMPLE, len(group)), random_state=1)
+                                                 for _, group in rows[non_flat].groupby("config_key")])
+        assert recompute_and_compare(path, _trace_of(path, log_traces), checked, tmp_path,
+                                     jobs=os.cpu_count() or 1) == len(checked)
 
 
 # ------------------------------------------------------------------ a stale row is never used
