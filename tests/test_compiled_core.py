@@ -19,7 +19,7 @@ from dtrlab.policies import get_policy, score_policy
 from dtrlab.runtime import Intervention, OutOfMemory, Simulator, Thrash, baseline, compiled
 from dtrlab.runtime.baseline import _replay as reference_baseline
 from dtrlab.trace import LogBuilder, load_directory
-from dtrlab.trace.model import GET
+from dtrlab.trace.model import GET, Operator, Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="the compiled core is not built")
@@ -176,3 +176,16 @@ def test_a_get_of_a_never_computed_tensor_leaves_the_baseline_to_the_reference(s
     trace = dataclasses.replace(small_resnet, schedule=((GET, 0),) + small_resnet.schedule)
     assert compiled.baseline(trace) is None
     assert baseline(trace) == reference_baseline(trace)
+
+
+def test_an_infinite_overhead_limit_on_a_trace_without_compute_is_no_limit():
+    # inf x 0 compute is a NaN limit; the reference never exceeds it (found by hypothesis).
+    trace = Trace(name="zero-compute", operators=(
+        Operator(name="constant", cost=0, args=(), outputs=(0,), sizes=(1,), aliases=(-1,), backward=False),
+        Operator(name="op0", cost=0, args=(0,), outputs=(1,), sizes=(0,), aliases=(-1,), backward=False)),
+        tensor_names=("t1", "t2"), tensor_op=(0, 1), tensor_index=(0, 0),
+        schedule=((0, 0), (2, 0), (0, 1), (2, 0), (2, 1)), source="<test>")
+    assert_same_replay(trace, "dtr", 0, math.nan)
+    results = [simulate(trace, "dtr", budget_bytes=1, overhead_limit=math.inf, engine=engine)
+               for engine in ("compiled", "python")]
+    assert results[0].status == results[1].status == "pass"

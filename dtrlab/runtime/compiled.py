@@ -114,8 +114,12 @@ def baseline(trace: Trace) -> tuple[int, int] | None:
 
 
 def _exceeded_at(limit: float) -> int:
-    """The largest integer not above ``limit`` (an int exceeds ``limit`` exactly when it exceeds this)."""
-    if limit == math.inf:
+    """The largest integer not above ``limit`` (an int exceeds ``limit`` exactly when it exceeds this).
+
+    NaN (e.g. an infinite overhead limit times a trace's zero compute) is never exceeded
+    by the reference, whose ``>`` against NaN is always false: no limit, like infinity.
+    """
+    if limit == math.inf or math.isnan(limit):
         return _INT64_MAX
     return min(math.floor(limit), _INT64_MAX)
 
