@@ -52,20 +52,6 @@ def notebook_parameters(traces_dir: Path, figures_dir: Path, cache_dir: Path, *,
             "reference": str(reference.resolve()) if reference else ""}
 
 
-#: Parameters that differ on the DTR logs, per notebook prefix. Notebook 08's census of
-#: ``coop`` and ``dtr_fit`` under the caching model runs on the Python simulator and takes
-#: hours on the logs' GB-sized tensors, so figures/dtr-logs/08-* show h_DTR under the four
-#: memory models (docs/memory.md reports the other policies where they were computed).
-DTR_LOG_PARAMETERS = {"08": {"policies": ["dtr"]}}
-
-
-def parameters_for(path: Path, traces_dir: Path, parameters: dict) -> dict:
-    """``parameters`` with the notebook's DTR-log overrides when ``traces_dir`` is not traces/."""
-    if trace_set_name(traces_dir) == "traces":
-        return parameters
-    return {**parameters, **DTR_LOG_PARAMETERS.get(path.name[:2], {})}
-
-
 def run_notebook(path: Path, output_dir: Path, parameters: dict) -> Path:
     """Execute one notebook (in the notebooks folder, headless matplotlib); returns the executed copy."""
     import papermill
@@ -115,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         print(f"make_figures: {path.name} on {args.traces} ...", flush=True)
         try:
-            run_notebook(path, output, parameters_for(path, args.traces, parameters))
+            run_notebook(path, output, parameters)
         except Exception as exc:  # report every notebook, then fail
             failed.append(path.name)
             print(f"make_figures: {path.name} FAILED: {exc}", file=sys.stderr)

@@ -42,7 +42,7 @@ import make_figures  # noqa: E402  (beside this script)
 
 #: The notebooks whose runs are shipped, per trace set: all for traces/; for the DTR logs the census
 #: (01's grid, on which 03, 05 and 07 find their hole, and 02's finer census) and the allocator
-#: census (08, with make_figures.DTR_LOG_PARAMETERS: h_DTR under the four memory models).
+#: census (08: about two hours on 2 cores, most of it Coop and dtr_fit on the Python simulator).
 LOG_NOTEBOOKS = ["01", "02", "08"]
 
 
@@ -61,8 +61,7 @@ def run_notebooks(traces_dir: Path, cache: Path, work: Path, figures: Path, only
             continue
         started = time.perf_counter()
         print(f"ship_results: {path.name} on {traces_dir} ...", flush=True)
-        make_figures.run_notebook(path, work / "executed" / name,
-                                  make_figures.parameters_for(path, traces_dir, parameters))
+        make_figures.run_notebook(path, work / "executed" / name, parameters)
         print(f"ship_results: {path.name} done in {time.perf_counter() - started:.0f} s", flush=True)
 
 
