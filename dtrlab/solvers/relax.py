@@ -45,6 +45,7 @@ from ..runtime import DEFAULT_OVERHEAD_LIMIT, Simulator, baseline
 from ..trace.model import Trace
 from .model import LinearModel
 from .problem import Problem, build_problem
+from .solve import load_highs
 
 RELAX_METHODS = ("lp", "mip")
 #: Traces with more (operator, need stage) pairs than this are not relaxed: the unbounded
@@ -257,32 +258,9 @@ def solve_relaxation(trace: Trace | Problem, budget_bytes: int, *, overhead_limi
 
 def _solve(model: LinearModel, integer: bool, time_limit_s: float):
     """("infeasible" | "bound" | "unknown", a lower bound on the objective or None)."""
-    try:
-        import highspy
-        import numpy as np
-    except ImportError as error:
-        from .solve import SolverUnavailable
-        raise SolverUnavailable("the relaxation needs HiGHS: pip install 'dtrlab[solvers]'") from error
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit_s))
+    integer_columns = [var for var in range(model.n_vars) if not model.continuous[var]] if integer else []
+    highspy, h = load_highs(model, time_limit_s, integer_columns, "the relaxation")
     inf = highspy.kHighsInf
-    n = model.n_vars
-    upper = np.array([inf if math.isinf(u) else u for u in model.upper], dtype=float)
-    h.addVars(n, np.array(model.lower, dtype=float), upper)
-    if integer:
-        binary = np.array([var for var in range(n) if not model.continuous[var]], dtype=np.int32)
-        h.changeColsIntegrality(len(binary), binary, np.full(len(binary), highspy.HighsVarType.kInteger))
-    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.array(model.cost, dtype=float))
-    starts, indices, coefs, lower, upper = [], [], [], [], []
-    for terms, lo, hi in model.rows:
-        starts.append(len(indices))
-        indices.extend(terms)
-        coefs.extend(terms.values())
-        lower.append(lo if math.isfinite(lo) else -inf)
-        upper.append(hi if math.isfinite(hi) else inf)
-    h.addRows(len(model.rows), np.array(lower, dtype=float), np.array(upper, dtype=float), len(indices),
-              np.array(starts, dtype=np.int32), np.array(indices, dtype=np.int32), np.array(coefs, dtype=float))
     # HiGHS's thread count is fixed per process by its first run (solve.py's): not set here.
     if h.run() == highspy.HighsStatus.kError:
         raise RuntimeError(f"HiGHS failed on the relaxation: {h.modelStatusToString(h.getModelStatus())}")

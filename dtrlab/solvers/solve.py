@@ -197,21 +197,25 @@ def _solve_cpsat(model: LinearModel, start: list[int], time_limit_s: float, work
     return "unknown", None, None, None
 
 
-def _solve_highs(model: LinearModel, start: list[int], time_limit_s: float, workers: int):
+def load_highs(model: LinearModel, time_limit_s: float, integer_columns, needed_for: str):
+    """``(highspy, Highs)`` holding ``model`` (bounds, costs, rows), quiet and time-limited;
+    ``integer_columns`` lists the variables HiGHS must keep integral."""
     try:
         import highspy
         import numpy as np
     except ImportError as error:
-        raise SolverUnavailable("solver='milp' needs HiGHS: pip install 'dtrlab[solvers]'") from error
+        raise SolverUnavailable(f"{needed_for} needs HiGHS: pip install 'dtrlab[solvers]'") from error
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit_s))
-    h.setOptionValue("mip_rel_gap", 0.0)
-    h.setOptionValue("threads", max(1, int(workers)))
     n = model.n_vars
     inf = highspy.kHighsInf
-    h.addVars(n, np.array(model.lower, dtype=float), np.array(model.upper, dtype=float))
-    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, highspy.HighsVarType.kInteger))
+    upper_bounds = np.array([inf if math.isinf(u) else u for u in model.upper], dtype=float)
+    h.addVars(n, np.array(model.lower, dtype=float), upper_bounds)
+    integer_columns = np.array(integer_columns, dtype=np.int32)
+    if len(integer_columns):
+        h.changeColsIntegrality(len(integer_columns), integer_columns,
+                                np.full(len(integer_columns), highspy.HighsVarType.kInteger))
     h.changeColsCost(n, np.arange(n, dtype=np.int32), np.array(model.cost, dtype=float))
     starts, indices, coefs, lower, upper = [], [], [], [], []
     for terms, lo, hi in model.rows:
@@ -222,6 +226,13 @@ def _solve_highs(model: LinearModel, start: list[int], time_limit_s: float, work
         upper.append(hi if math.isfinite(hi) else inf)
     h.addRows(len(model.rows), np.array(lower, dtype=float), np.array(upper, dtype=float), len(indices),
               np.array(starts, dtype=np.int32), np.array(indices, dtype=np.int32), np.array(coefs, dtype=float))
+    return highspy, h
+
+
+def _solve_highs(model: LinearModel, start: list[int], time_limit_s: float, workers: int):
+    highspy, h = load_highs(model, time_limit_s, range(model.n_vars), "solver='milp'")
+    h.setOptionValue("mip_rel_gap", 0.0)
+    h.setOptionValue("threads", max(1, int(workers)))
     hint = highspy.HighsSolution()
     hint.col_value = [float(v) for v in start]
     hint.value_valid = True
