@@ -23,6 +23,15 @@ def register(subparsers) -> None:
     parser.add_argument("--solver", default="milp", help="stage model, sampled budgets: milp (HiGHS) or cpsat (OR-Tools)")
     parser.add_argument("--probe-solver", default="cpsat", help="stage model, the probes below the best real run")
     parser.add_argument("--stage-probes", type=int, default=3, help="stage-model probes below the best real run")
+    parser.add_argument("--interval-probes", type=int, default=0,
+                        help="interval-model (CP-SAT) probes below the best real run, after the stage model's")
+    parser.add_argument("--interval-time-limit", type=float, default=None, metavar="S",
+                        help="seconds per interval-model solve (default --time-limit)")
+    parser.add_argument("--interval-samples", action="store_true",
+                        help="also optimize the interval model at the sampled budgets")
+    parser.add_argument("--resume", action="store_true",
+                        help="take solves already in the output file (same trace, kind, solver, budget, limits) "
+                             "from it instead of repeating them")
     parser.add_argument("--overhead-limit", type=float, default=2.0)
     parser.add_argument("--chain", type=int, default=3, help="longest recompute chain the stage model admits (default 3)")
     parser.add_argument("--resolution", type=float, default=0.01,
@@ -42,7 +51,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..solvers.frontier import compute_frontier, frontier_path, hole_budgets, write_frontier
+    from ..solvers.frontier import compute_frontier, frontier_path, hole_budgets, read_frontier, write_frontier
     from ..sweep.budget_sweep import parse_ratios
 
     try:
@@ -71,15 +80,25 @@ def run(args) -> int:
         print(f"  {row['kind']:7} ratio {row['ratio']:.4f}: {row['status']}{detail} ({row['solve_seconds'] or 0:.1f}s)",
               flush=True)
 
+    out = Path(args.out) if args.out else Path(f"frontier-{trace.name}.parquet")
+    if out.is_dir():
+        out = frontier_path(out, trace.name)
+    reuse = None
+    if args.resume and out.exists():
+        earlier = read_frontier(out, trace)
+        if (earlier.overhead_limit, earlier.time_limit_s) != (args.overhead_limit, args.time_limit):
+            raise ValueError(f"--resume: {out} was computed with --overhead-limit {earlier.overhead_limit} and "
+                             f"--time-limit {earlier.time_limit_s}; give the same, or write elsewhere")
+        reuse = earlier.rows
+        print(f"resuming: {len(reuse)} solves of {out}")
     frontier = compute_frontier(trace, ratios=ratios, budgets=budgets, overhead_limit=args.overhead_limit,
                                 time_limit_s=args.time_limit, solver=args.solver, probe_solver=args.probe_solver,
                                 chain=args.chain, resolution=args.resolution, bisect=not args.no_bisect,
                                 relax_method=args.relax, relax_time_limit_s=args.relax_time_limit,
                                 policies=policies, policy_ratios=grid, cache=cache, stage_probes=args.stage_probes,
-                                mip_probes=args.mip_probes, progress=progress)
-    out = Path(args.out) if args.out else Path(f"frontier-{trace.name}.parquet")
-    if out.is_dir():
-        out = frontier_path(out, trace.name)
+                                mip_probes=args.mip_probes, interval_probes=args.interval_probes,
+                                interval_samples=args.interval_samples,
+                                interval_time_limit_s=args.interval_time_limit, reuse=reuse, progress=progress)
     write_frontier(frontier, out)
     rows = frontier.rows[frontier.rows.kind.isin(["sample", "relax"])]
     print_table([{"kind": r.kind, "ratio": round(r.budget_bytes / frontier.peak_bytes, 4), "status": r.status,

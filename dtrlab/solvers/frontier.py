@@ -28,13 +28,18 @@ from ..trace.model import Trace
 from .problem import build_problem
 from .relax import RELAX_METHODS, RelaxationTooLarge, check_size, relaxation_problem, solve_relaxation
 from .replay import replay
-from .solve import DEFAULT_TIME_LIMIT_S, SOLVERS, solve_optimal
+from .solve import DEFAULT_TIME_LIMIT_S, solve_optimal
+
+STAGE_SOLVERS = ("cpsat", "milp")
+_MODEL_OF = {"cpsat": "stage model", "milp": "stage model", "interval": "interval model"}
 
 #: Bump when the formulation, the replay or the file layout changes what a file means.
 FRONTIER_VERSION = 3
 _METADATA_KEY = b"dtrlab.frontier"
 
-#: ``kind``: "sample" (stage model, optimized), "bisect" (stage-model feasibility probe),
+#: ``kind``: "sample" (optimized at a sampled budget), "bisect" (a feasibility probe below the
+#: best real run), both by the stage model (``solver`` cpsat or milp) or the interval model
+#: (``solver`` "interval"),
 #: "relax" (the relaxation: ``status`` infeasible/bound/unknown, ``best_bound`` its bound on
 #: total compute, ``overhead_bound`` the same as overhead) or "policy" (a policy's lowest
 #: passing budget on the sweep grid: ``solver`` names the policy, ``overhead`` its overhead).
@@ -49,7 +54,7 @@ class Frontier:
     """The frontier bracket of one trace. ``rows`` has :data:`COLUMNS`.
 
     ``min_feasible_bytes``: the smallest budget with a real run (``min_feasible_source``:
-    a policy name or "stage model"); ``max_infeasible_bytes``: the largest budget proven
+    a policy name, "stage model" or "interval model"); ``max_infeasible_bytes``: the largest budget proven
     infeasible for every run (the relaxation, or the footprint lower bound);
     ``unresolved_bytes``: relaxation probes between them that ran out of time. The
     stage model's own (restricted) results are ``stage_min_feasible_bytes`` and
@@ -133,8 +138,11 @@ def _blank(trace: Trace, kind: str, budget: int, ratio) -> dict:
 
 
 def _solve_row(problem, budget: int, kind: str, ratio: float | None, *, solver, overhead_limit, time_limit_s,
-               dtr: bool) -> dict:
+               dtr: bool, reuse: dict | None = None) -> dict:
     trace = problem.trace
+    earlier = (reuse or {}).get((kind, solver, int(budget)))
+    if earlier is not None:
+        return dict(earlier)
     result = solve_optimal(problem, budget, overhead_limit=overhead_limit, time_limit_s=time_limit_s,
                            solver=solver, feasibility_only=kind == "bisect")
     row = _blank(trace, kind, budget, ratio)
@@ -148,7 +156,11 @@ def _solve_row(problem, budget: int, kind: str, ratio: float | None, *, solver, 
     return row
 
 
-def _relax_row(problem, budget: int, ratio, *, method, overhead_limit, time_limit_s, dtr: bool) -> dict:
+def _relax_row(problem, budget: int, ratio, *, method, overhead_limit, time_limit_s, dtr: bool,
+               reuse: dict | None = None) -> dict:
+    earlier = (reuse or {}).get(("relax", method, int(budget)))
+    if earlier is not None:
+        return dict(earlier)
     result = solve_relaxation(problem, budget, overhead_limit=overhead_limit, method=method, time_limit_s=time_limit_s)
     row = _blank(problem.trace, "relax", budget, ratio)
     row.update(solver=method, status=result.status, best_bound=result.bound, overhead_bound=result.overhead_bound,
@@ -199,6 +211,8 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
                      chain: int = 3, resolution: float = 0.01, bisect: bool = True, dtr: bool = True,
                      relax_method: str = "lp", relax_time_limit_s: float | None = None, policies=(),
                      policy_ratios=None, cache=True, stage_probes: int = 3, mip_probes: int = 0,
+                     interval_probes: int = 0, interval_samples: bool = False,
+                     interval_time_limit_s: float | None = None, reuse: pd.DataFrame | None = None,
                      progress=None) -> Frontier:
     """The bracket of ``trace``'s minimal budget, and bounds on compute at sampled budgets.
 
@@ -211,7 +225,14 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
     Lower side: the relaxation's largest infeasible budget, found to ``resolution`` x peak
     by galloping up from the footprint bound and bisecting (below the upper side), then
     at most ``mip_probes`` probes of the 0/1 relaxation (stronger, slower) bisecting
-    between that proof and the upper side. ``dtr`` also runs DTR at each solved budget.
+    between that proof and the upper side. The interval model (:mod:`.interval`) is
+    optimized at the samples too with ``interval_samples``, and makes at most
+    ``interval_probes`` probes below the best real run after the stage model's (its
+    "infeasible" is no proof either), each within ``interval_time_limit_s`` (default
+    ``time_limit_s``). ``dtr`` also runs DTR at each solved budget.
+    ``reuse``: the rows of an earlier frontier of the same trace, computed with the same
+    overhead and time limits (:func:`read_frontier`; the CLI's ``--resume`` checks); a solve
+    of the same kind, solver and budget is taken from it, not repeated.
     A relaxation over :data:`~.relax.MAX_NEED_PAIRS` is skipped (said in ``relax_status``). ``progress(row)`` is called after each solve.
     """
     if not 0 < resolution < 1:
@@ -219,14 +240,17 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
     if relax_method not in RELAX_METHODS:
         raise ValueError(f"unknown relaxation method {relax_method!r}; choose one of {', '.join(RELAX_METHODS)}")
     for name in (solver, probe_solver):
-        if name not in SOLVERS:
-            raise ValueError(f"unknown solver {name!r}; choose one of {', '.join(SOLVERS)}")
+        if name not in STAGE_SOLVERS:
+            raise ValueError(f"unknown stage-model solver {name!r}; choose one of {', '.join(STAGE_SOLVERS)} "
+                             "(the interval model runs with interval_samples= and interval_probes=)")
     problem = build_problem(trace, chain=chain)
     peak = baseline(trace).peak_memory
     lower = problem.lower_bound()
     step = max(1, int(resolution * peak))
     relax_limit = relax_time_limit_s or 4 * time_limit_s
     rows: list[dict] = []
+    reused = {} if reuse is None else {(r["kind"], r["solver"], int(r["budget_bytes"])): r
+                                       for r in reuse.astype(object).where(reuse.notna(), None).to_dict("records")}
 
     def record(row: dict) -> dict:
         rows.append(row)
@@ -244,8 +268,8 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
     def stage_solve(budget: int, kind: str, ratio=None) -> str:
         first = solver if kind == "sample" else probe_solver
         verdict = "unknown"
-        for name in (first, *(s for s in SOLVERS if s != first and kind == "bisect")):
-            verdict = _verdict(record(_solve_row(problem, budget, kind, ratio, solver=name,
+        for name in (first, *(s for s in STAGE_SOLVERS if s != first and kind == "bisect")):
+            verdict = _verdict(record(_solve_row(problem, budget, kind, ratio, solver=name, reuse=reused,
                                                  overhead_limit=overhead_limit, time_limit_s=time_limit_s, dtr=dtr)))
             if verdict != "unknown":
                 break
@@ -255,8 +279,17 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
     for budget, ratio in targets:
         stage[budget] = stage_solve(budget, "sample", ratio)
 
+    def interval_solve(budget: int, kind: str, ratio=None) -> str:
+        return _verdict(record(_solve_row(problem, budget, kind, ratio, solver="interval", reuse=reused,
+                                          overhead_limit=overhead_limit, time_limit_s=interval_limit, dtr=dtr)))
+
+    interval_limit = interval_time_limit_s or time_limit_s
+    if interval_samples:
+        for budget, ratio in targets:
+            interval_solve(budget, "sample", ratio)
+
     def best_real() -> tuple[int | None, str | None]:
-        real = [(r["budget_bytes"], r["solver"] if r["kind"] == "policy" else "stage model")
+        real = [(r["budget_bytes"], r["solver"] if r["kind"] == "policy" else _MODEL_OF[r["solver"]])
                 for r in rows if r["replay_passed"] is True]
         return min(real) if real else (None, None)
 
@@ -276,6 +309,17 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
                 hi = mid
             else:
                 stage_lo = mid  # infeasible within the stage model, or unknown: look no lower with it
+        # The interval model below the best real run; its "infeasible" bounds only its own search.
+        hi, _ = best_real()
+        interval_lo = lower - 1
+        for _ in range(interval_probes):
+            if hi is None or hi - interval_lo <= step:
+                break
+            mid = (interval_lo + hi) // 2
+            if interval_solve(mid, "bisect", mid / peak) == "feasible":
+                hi = mid
+            else:
+                interval_lo = mid
     stage_feasible = [b for b, v in stage.items() if v == "feasible"]
     stage_min = min(stage_feasible) if stage_feasible else None
     stage_infeasible = [b for b, v in stage.items() if v == "infeasible" and (stage_min is None or b < stage_min)]
@@ -293,7 +337,7 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
     if relaxed is not None:
         def relax_solve(budget: int, ratio=None, method=relax_method) -> str:
             row = record(_relax_row(relaxed, budget, ratio, method=method, overhead_limit=overhead_limit,
-                                    time_limit_s=relax_limit, dtr=dtr))
+                                    time_limit_s=relax_limit, dtr=dtr, reuse=reused))
             return row["status"]
 
         for budget, ratio in targets:

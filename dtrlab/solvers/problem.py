@@ -91,6 +91,28 @@ class Problem:
         return best
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """What to keep and what to recompute, per stage.
+
+    ``resident[t]``: the non-constant storages resident while stage ``t`` runs (its own
+    outputs included); ``remat[t]``: the operators recomputed, in this order, in the gap
+    before stage ``t``. ``evictions`` is None when everything not in ``resident[t]`` is
+    evicted at the start of the gap (the stage model); otherwise ``evictions[t][j]`` are
+    the storages evicted just before the ``j``-th recomputation of that gap, and
+    ``evictions[t][-1]`` those evicted just before the stage's operator (the interval
+    model, which evicts between recomputations).
+    """
+
+    resident: tuple[tuple[int, ...], ...]
+    remat: tuple[tuple[int, ...], ...]
+    evictions: tuple[tuple[tuple[int, ...], ...], ...] | None = None
+
+    @property
+    def remat_count(self) -> int:
+        return sum(len(ops) for ops in self.remat)
+
+
 def _storages(trace: Trace) -> list[int]:
     storage = list(range(trace.n_tensors))
     for op in trace.operators:

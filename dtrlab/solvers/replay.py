@@ -2,8 +2,9 @@
 
 The simulator does all memory accounting, budget checks, releases and
 rematerializations itself; the replay only tells it, in the gap before each stage,
-which storages to evict (:meth:`Simulator.evict`) and which operators to recompute
-(:meth:`Simulator.materialize`, which rematerializes as DTR does). The policy never
+which storages to evict (:meth:`Simulator.evict`; at the start of the gap for a
+stage-model schedule, before each recomputation for an interval-model one) and which
+operators to recompute (:meth:`Simulator.materialize`, which rematerializes as DTR does). The policy never
 gets a choice: every storage is withheld from eviction, so an allocation that does
 not fit is an out-of-memory failure rather than a policy eviction. A schedule
 passes only if the replay finishes, every recomputation costs exactly its own
@@ -19,8 +20,8 @@ from dataclasses import dataclass
 from ..policies import Policy
 from ..runtime import DEFAULT_OVERHEAD_LIMIT, Intervention, Simulator, baseline
 from ..runtime.simulator import Failure, OutOfMemory, Thrash
-from .problem import Problem, build_problem
-from .solve import Schedule, SolveResult
+from .problem import Problem, Schedule, build_problem
+from .solve import SolveResult
 
 
 class ScriptedPolicy(Policy):
@@ -83,15 +84,21 @@ def replay(trace_or_problem, schedule: Schedule | SolveResult, budget_bytes: int
     disagreements: list[str] = []
     gap_before = {step: t for t, step in enumerate(problem.stage_step)}
 
-    def run_gap(t: int) -> None:
-        wanted = set(schedule.resident[t])
-        for s in storages:
-            if sim.material[s] and s not in wanted:
+    def evict(t: int, doomed) -> None:
+        for s in doomed:
+            if sim.material[s]:
                 if sim.ref_int[s] or sim.pinned[s]:
                     disagreements.append(f"stage {t}: cannot evict {trace.tensor_names[s]} (locked or pinned)")
                 else:
                     sim.evict(s)
-        for op_index in schedule.remat[t]:
+
+    def run_gap(t: int) -> None:
+        wanted = set(schedule.resident[t])
+        if schedule.evictions is None:
+            evict(t, [s for s in storages if s not in wanted])
+        for j, op_index in enumerate(schedule.remat[t]):
+            if schedule.evictions is not None:
+                evict(t, schedule.evictions[t][j])
             op = ops[op_index]
             target = next((u for u in op.outputs if not sim.defined[u]), None)
             if target is None:  # harmless for a view; simrd's accounting would leak the output's bytes otherwise
@@ -104,6 +111,8 @@ def replay(trace_or_problem, schedule: Schedule | SolveResult, budget_bytes: int
             if sim.remat_compute - before != op.cost:
                 disagreements.append(f"stage {t}: recomputing {op.name} (operator {op_index}) cost "
                                      f"{sim.remat_compute - before}, not {op.cost}: an argument was not resident")
+        if schedule.evictions is not None:
+            evict(t, schedule.evictions[t][-1])
         new = set(ops[problem.stage_op[t]].outputs) if problem.stage_op[t] != -1 else set()
         resident = {s for s in storages if sim.material[s]}
         if resident != wanted - new:

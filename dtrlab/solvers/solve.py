@@ -8,32 +8,18 @@ from dataclasses import dataclass, field
 
 from ..runtime import DEFAULT_OVERHEAD_LIMIT
 from ..trace.model import Trace
-from .hint import dtr_hint, keep_everything
+from .hint import dtr_hint, dtr_interval_hint, dtr_run, keep_everything
+from .interval import (DEFAULT_COPIES, DEFAULT_SLOTS, IntervalModelTooLarge, build_interval_model,
+                       check_interval_size, solve_interval)
 from .model import LinearModel, build_model
-from .problem import Problem, build_problem
+from .problem import Problem, Schedule, build_problem
 
-SOLVERS = ("cpsat", "milp")
+SOLVERS = ("cpsat", "milp", "interval")
 DEFAULT_TIME_LIMIT_S = 30.0
 
 
 class SolverUnavailable(ImportError):
     """The optional solver packages are not installed."""
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """What to keep and what to recompute, per stage (see :mod:`dtrlab.solvers.problem`).
-
-    ``resident[t]``: the non-constant storages resident while stage ``t`` runs;
-    ``remat[t]``: the operators recomputed, in this order, in the gap before stage ``t``.
-    """
-
-    resident: tuple[tuple[int, ...], ...]
-    remat: tuple[tuple[int, ...], ...]
-
-    @property
-    def remat_count(self) -> int:
-        return sum(len(ops) for ops in self.remat)
 
 
 @dataclass(frozen=True)
@@ -89,13 +75,17 @@ class SolveResult:
 
 def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
                   time_limit_s: float = DEFAULT_TIME_LIMIT_S, solver: str = "cpsat", workers: int = 2,
-                  feasibility_only: bool = False, hint: bool = True) -> SolveResult:
+                  feasibility_only: bool = False, hint: bool = True, copies: int = DEFAULT_COPIES,
+                  slots: int = DEFAULT_SLOTS) -> SolveResult:
     """The schedule with the least recompute that keeps ``trace`` within ``budget_bytes``.
 
-    ``solver``: "cpsat" (OR-Tools CP-SAT) or "milp" (HiGHS). Both solve the stage
-    formulation of :mod:`dtrlab.solvers.model`; "optimal" and "infeasible" are proofs
-    within that formulation, "feasible" is a schedule without an optimality proof
-    (see ``gap``), "unknown" means the time limit ran out with neither.
+    ``solver``: "cpsat" (OR-Tools CP-SAT) or "milp" (HiGHS) solve the stage formulation
+    of :mod:`dtrlab.solvers.model`; "interval" solves the Moccasin-style interval
+    formulation of :mod:`dtrlab.solvers.interval` with CP-SAT (evictions between
+    recomputations, at most ``copies`` computations per operator and ``slots``
+    recomputations per gap; those two apply to it only). "optimal" and "infeasible"
+    are proofs within the formulation solved, "feasible" is a schedule without an
+    optimality proof (see ``gap``), "unknown" means the time limit ran out with neither.
     A budget below :meth:`Problem.lower_bound` is answered "infeasible" without a solve.
     ``feasibility_only`` stops at the first schedule that fits (status "feasible",
     no bound): what a bisection for the minimal budget needs. With ``hint`` the
@@ -108,7 +98,11 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
         raise ValueError(f"overhead_limit must be >= 1 (2.0 allows as much recompute as compute), got {overhead_limit}")
     if not time_limit_s > 0:
         raise ValueError(f"time_limit_s must be positive, got {time_limit_s}")
-    problem = trace if isinstance(trace, Problem) else build_problem(trace)
+    if solver == "interval":  # it needs the unbounded need closure
+        trace = trace.trace if isinstance(trace, Problem) and trace.chain is not None else trace
+        problem = trace if isinstance(trace, Problem) else build_problem(trace, chain=None)
+    else:
+        problem = trace if isinstance(trace, Problem) else build_problem(trace)
     started = time.perf_counter()
     common = dict(trace=problem.trace.name, solver=solver, budget_bytes=int(budget_bytes),
                   overhead_limit=overhead_limit, base_compute=problem.base_compute, time_limit_s=time_limit_s)
@@ -120,6 +114,9 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
                                    "stage footprint: arguments, outputs and pinned bytes); no schedule fits",
                            **common)
     remat_limit = problem.base_compute * (overhead_limit - 1)
+    if solver == "interval":
+        return _solve_interval(problem, int(budget_bytes), remat_limit, time_limit_s, workers, feasibility_only,
+                               copies, slots, hint, started, common)
     model = build_model(problem, int(budget_bytes), remat_limit)
     sizes = dict(n_vars=model.n_vars, n_rows=len(model.rows))
     if model.infeasible:
@@ -146,6 +143,38 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
         best_bound=None if best is None else problem.base_compute + best,
         solve_seconds=seconds, schedule=schedule,
         message="" if status != "infeasible" else "the solver proved that no schedule of the stage model fits",
+        **common, **sizes,
+    )
+
+
+def _solve_interval(problem: Problem, budget_bytes: int, remat_limit: float, time_limit_s: float, workers: int,
+                    feasibility_only: bool, copies: int, slots: int, hint: bool, started: float,
+                    common: dict) -> SolveResult:
+    try:
+        import ortools  # noqa: F401
+    except ImportError as error:
+        raise SolverUnavailable("solver='interval' needs OR-Tools: pip install 'dtrlab[solvers]'") from error
+    try:
+        check_interval_size(problem)
+    except IntervalModelTooLarge as error:
+        return SolveResult(status="unknown", objective=None, best_bound=None,
+                           solve_seconds=time.perf_counter() - started, message=str(error), **common)
+    run = dtr_run(problem, budget_bytes, remat_limit) if hint else None
+    model = build_interval_model(problem, budget_bytes, remat_limit, copies=copies, slots=slots,
+                                 min_copies=run and run.copies, min_slots=run and run.recomputations)
+    sizes = dict(n_vars=len(model.cp.Proto().variables), n_rows=len(model.cp.Proto().constraints))
+    if model.infeasible:
+        return SolveResult(status="infeasible", objective=None, best_bound=None,
+                           solve_seconds=time.perf_counter() - started, message=model.infeasible, **common, **sizes)
+    hints = dtr_interval_hint(model, run) if run else None
+    status, schedule, recompute, bound = solve_interval(model, time_limit_s, workers, feasibility_only, hints)
+    return SolveResult(
+        status=status, objective=None if recompute is None else problem.base_compute + recompute,
+        best_bound=None if bound is None else problem.base_compute + bound,
+        solve_seconds=time.perf_counter() - started, schedule=schedule,
+        message="" if status != "infeasible" else (f"the solver proved that no schedule of the interval model fits "
+                                                   f"(at most {copies} computations per operator, {slots} "
+                                                   "recomputations per gap)"),
         **common, **sizes,
     )
 
