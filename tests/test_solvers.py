@@ -171,8 +171,9 @@ def test_bad_input_is_a_clear_error():
     assert result.status == "infeasible" and "below the lower bound 40" in result.message
 
 
+@pytest.mark.parametrize("solver", SOLVERS)
 @pytest.mark.parametrize("graph", list(HAND_DERIVED), ids=lambda g: g.__name__)
-def test_optimum_never_costs_more_than_dtr(graph):
+def test_optimum_never_costs_more_than_dtr(graph, solver):
     """Wherever DTR passes, the optimal compute is at most DTR's (clock = 1 + compute)."""
     from dtrlab.runtime import simulate
     trace = graph()
@@ -180,7 +181,7 @@ def test_optimum_never_costs_more_than_dtr(graph):
     for budget in range(minimal, free_from + 11):
         dtr = simulate(trace, "dtr", budget_bytes=budget)
         if dtr.passed:
-            assert solve_optimal(trace, budget, time_limit_s=10).objective + 1 <= dtr.clock, budget
+            assert solve_optimal(trace, budget, solver=solver, time_limit_s=10).objective + 1 <= dtr.clock, budget
 
 
 def test_shipped_unet_schedules_replay_and_beat_dtr(small_unet):

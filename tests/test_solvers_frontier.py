@@ -56,6 +56,32 @@ def test_mip_probes_carry_the_proof_above_the_lp():
     assert frontier.max_infeasible_bytes == 49 and frontier.proven and frontier.mip_probes == 4
 
 
+def test_interval_probes_find_what_the_stage_model_cannot(monkeypatch, tmp_path):
+    """deep_chain (test_solvers_interval.py): the stage model needs 50 bytes, the interval
+    model fits the footprint bound 40 (evicting a1 between two recomputations). Without
+    policies, the stage probes stop at 51; interval probes at 45, 42 and 40 close the
+    bracket. A second run with ``reuse`` repeats no solve."""
+    from dtrlab.solvers import frontier as frontier_module
+    from test_solvers_interval import deep_chain
+    trace = deep_chain()
+    frontier = compute_frontier(trace, ratios=[1.0], time_limit_s=10, resolution=1 / 60, interval_probes=4,
+                                cache=False)
+    assert frontier.stage_min_feasible_bytes == 51
+    probes = frontier.rows[(frontier.rows.kind == "bisect") & (frontier.rows.solver == "interval")]
+    assert list(probes.budget_bytes) == [40, 42, 45] and probes.replay_passed.all()
+    assert frontier.min_feasible_bytes == 40 and frontier.min_feasible_source == "interval model"
+    assert frontier.max_infeasible_bytes == 39 and frontier.proven
+    path = write_frontier(frontier, tmp_path / "deep_chain.parquet")
+
+    def no_solve(*args, **kwargs):
+        raise AssertionError("a solve that the earlier file holds was repeated")
+    monkeypatch.setattr(frontier_module, "solve_optimal", no_solve)
+    monkeypatch.setattr(frontier_module, "solve_relaxation", no_solve)
+    again = compute_frontier(trace, ratios=[1.0], time_limit_s=10, resolution=1 / 60, interval_probes=4,
+                             cache=False, reuse=read_frontier(path, trace).rows)
+    assert again.metadata() == frontier.metadata()
+
+
 def test_frontier_file_is_checked_before_use(tmp_path):
     trace = chain()
     frontier = compute_frontier(trace, ratios=[0.8], time_limit_s=10, bisect=False)
@@ -92,6 +118,10 @@ def test_cli_writes_parquet_and_prints_a_table(tmp_path, capsys):
     assert frontier.trace_hash == chain().content_hash
     assert main(["frontier", str(log), "--solver", "gurobi", "--out", str(out)]) == 2
     assert main(["frontier", str(log), "--relax", "simplex", "--out", str(out)]) == 2
+    # --resume takes solves from the file only if it was computed with the same limits.
+    assert main(["frontier", str(log), "--ratios", "0.8,1.0", "--time-limit", "9", "--resume",
+                 "--out", str(out)]) == 2
+    assert "computed with --overhead-limit 2.0 and --time-limit 5.0" in capsys.readouterr().err
 
 
 def test_a_relaxation_too_large_is_skipped_and_said(monkeypatch):

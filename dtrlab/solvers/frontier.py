@@ -31,7 +31,7 @@ from .replay import replay
 from .solve import DEFAULT_TIME_LIMIT_S, solve_optimal
 
 STAGE_SOLVERS = ("cpsat", "milp")
-_MODEL_OF = {"cpsat": "stage model", "milp": "stage model", "interval": "interval model"}
+MODEL_OF = {"cpsat": "stage model", "milp": "stage model", "interval": "interval model"}
 
 #: Bump when the formulation, the replay or the file layout changes what a file means.
 FRONTIER_VERSION = 3
@@ -287,9 +287,11 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
     if interval_samples:
         for budget, ratio in targets:
             interval_solve(budget, "sample", ratio)
+            if not rows[-1]["n_vars"]:
+                break  # not built (too large), as above
 
     def best_real() -> tuple[int | None, str | None]:
-        real = [(r["budget_bytes"], r["solver"] if r["kind"] == "policy" else _MODEL_OF[r["solver"]])
+        real = [(r["budget_bytes"], r["solver"] if r["kind"] == "policy" else MODEL_OF[r["solver"]])
                 for r in rows if r["replay_passed"] is True]
         return min(real) if real else (None, None)
 
@@ -316,7 +318,10 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
             if hi is None or hi - interval_lo <= step:
                 break
             mid = (interval_lo + hi) // 2
-            if interval_solve(mid, "bisect", mid / peak) == "feasible":
+            verdict = interval_solve(mid, "bisect", mid / peak)
+            if not rows[-1]["n_vars"]:
+                break  # the model was not built (too large); the row's message says so
+            if verdict == "feasible":
                 hi = mid
             else:
                 interval_lo = mid

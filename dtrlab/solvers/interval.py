@@ -48,7 +48,7 @@ DEFAULT_COPIES = 2
 DEFAULT_SLOTS = 6
 #: Traces with more (operator, need stage) pairs are not built: each pair brings a gap's
 #: slots into a copy's domain, and the unbounded closure is O(n^2) (sizes in docs/solvers.md).
-MAX_INTERVAL_PAIRS = 150_000
+MAX_INTERVAL_PAIRS = 200_000
 
 
 class IntervalModelTooLarge(ValueError):
@@ -271,10 +271,26 @@ def _require(cp, choices: list, present) -> None:
         cp.Add(present == 0)
 
 
+class _Fixed:
+    """Variable values from hints, read like a solved :class:`CpSolver`."""
+
+    def __init__(self, hints: list[tuple[object, int]]):
+        self.values = {var.Index(): value for var, value in hints}
+
+    def Value(self, var) -> int:
+        return self.values[var.Index()]
+
+    def BooleanValue(self, var) -> bool:
+        return bool(self.values[var.Index()])
+
+
 def solve_interval(model: IntervalModel, time_limit_s: float, workers: int, feasibility_only: bool,
-                   hints: list[tuple[object, int]] | None = None):
+                   hints: list[tuple[object, int]] | None = None, complete_hint: bool = False):
     """``(status, schedule, recompute, bound)`` of the model with CP-SAT, starting from
-    ``hints`` ((variable, value) pairs, e.g. DTR's run) or else from keeping everything."""
+    ``hints`` ((variable, value) pairs, e.g. DTR's run) or else from keeping everything.
+    With ``complete_hint`` (the hints are a known point of the model: every start, end
+    and presence of a run that passed), that point is returned as "feasible" when the
+    time runs out before the search reports a solution."""
     from ortools.sat.python import cp_model
 
     cp = model.cp
@@ -293,7 +309,13 @@ def solve_interval(model: IntervalModel, time_limit_s: float, workers: int, feas
     if code == cp_model.INFEASIBLE:
         return "infeasible", None, None, None
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return "unknown", None, None, None
+        if not complete_hint:
+            return "unknown", None, None, None
+        # Out of time before the search reported even its start: the hinted run (DTR's)
+        # is a point of the model, so it is the incumbent (the replay checks it as any other).
+        values = _Fixed(hints)
+        recompute = sum(cost for present, cost in model.cost_terms if values.BooleanValue(present))
+        return "feasible", read_schedule(model, values), recompute, None
     recompute = sum(cost for present, cost in model.cost_terms if solver.BooleanValue(present))
     if feasibility_only:
         return "feasible", read_schedule(model, solver), recompute, None

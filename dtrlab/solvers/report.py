@@ -7,13 +7,15 @@ import math
 import pandas as pd
 
 from ..analysis.holes import find_holes
-from .frontier import Frontier
+from .frontier import MODEL_OF, Frontier
 
 
 def _solved(frontier: Frontier) -> pd.DataFrame:
-    """Stage-model rows whose schedule the simulator replayed (the only ones that count), with their overhead."""
+    """Solver rows whose schedule the simulator replayed (the only ones that count), with their
+    overhead and ``model``: "stage model" or "interval model"."""
     rows = frontier.rows
-    return rows[rows.kind.isin(["sample", "bisect"]) & (rows.replay_passed == True)].sort_values("budget_bytes")  # noqa: E712
+    solved = rows[rows.kind.isin(["sample", "bisect"]) & (rows.replay_passed == True)]  # noqa: E712
+    return solved.assign(model=solved.solver.map(MODEL_OF)).sort_values("budget_bytes")
 
 
 def _bounds(frontier: Frontier) -> pd.DataFrame:
@@ -26,7 +28,8 @@ def threshold_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.
     """Per trace, as fractions of the peak: DTR's threshold, the best zoo threshold (and which
     policy), the frontier bracket (``proven_infeasible_up_to``: no run fits there, by the
     relaxation or the footprint bound; ``min_feasible``: the smallest budget with a real run,
-    and its source), the stage model's own threshold and the footprint bound."""
+    and its source), the stage model's own threshold, the smallest budget with a replayed
+    interval-model schedule (None where it was not run) and the footprint bound."""
     rows = []
     for name, frontier in frontiers.items():
         peak = frontier.peak_bytes
@@ -35,6 +38,8 @@ def threshold_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.
             census = find_holes(frame)
             thresholds[policy] = census.threshold_ratio if census.threshold_ratio is not None else math.nan
         zoo = {p: r for p, r in thresholds.items() if p != "dtr" and not math.isnan(r)}
+        solved = _solved(frontier)
+        interval = solved[solved.model == "interval model"]
         best = min(zoo, key=zoo.get) if zoo else None
         rows.append({
             "trace": name,
@@ -47,6 +52,7 @@ def threshold_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.
             "gap": None if frontier.gap_bytes is None else frontier.gap_bytes / peak,
             "stage_model_threshold": None if frontier.stage_min_feasible_bytes is None
             else frontier.stage_min_feasible_bytes / peak,
+            "interval_model_min": None if interval.empty else float(interval.budget_bytes.min()) / peak,
             "footprint_bound": frontier.lower_bound_bytes / peak,
             "relaxation": frontier.relax_status,
             "solve_seconds": round(float(frontier.rows.solve_seconds.sum()), 1),
@@ -58,7 +64,7 @@ def hole_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.DataF
     """Every hole of DTR's census at its lowest failing budget, with the bracket of the best
     overhead any run could have there: ``overhead_bound`` (the relaxation: no run does
     better; NaN where not solved there) and ``achievable_overhead`` (the least overhead of
-    a real run at that budget or below, ``achieved_by``: a replayed stage-model schedule or
+    a real run at that budget or below, ``achieved_by``: a replayed solver schedule or
     a policy's passing run in ``sweeps``; replaying a run's decisions fits every larger budget)."""
     rows = []
     for name, frontier in frontiers.items():
@@ -67,7 +73,7 @@ def hole_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.DataF
             continue
         solved, bounds = _solved(frontier), _bounds(frontier)
         passed = sweeps[(sweeps.trace == name) & (sweeps.status == "pass")]
-        real = pd.concat([solved.assign(source="stage model")[["budget_bytes", "overhead", "source"]],
+        real = pd.concat([solved.assign(source=solved.model)[["budget_bytes", "overhead", "source"]],
                           passed.assign(source=passed.policy)[["budget_bytes", "overhead", "source"]]])
         for hole in find_holes(frame).holes.itertuples():
             budget = hole.fail_low_bytes
@@ -88,7 +94,8 @@ def hole_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.DataF
 
 def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: dict[str, str] | None = None):
     """Overhead against budget per trace: DTR and the zoo (lines; failures are gaps), DTR's
-    failing samples (red ticks), replayed stage-model schedules (black stars), the
+    failing samples (red ticks), replayed stage-model schedules (black stars) and
+    interval-model schedules (green diamonds), the
     relaxation's lower bound on every run's overhead (blue triangles), the budgets proven
     infeasible for every run (grey band) and the smallest budget with a real run (black line)."""
     import matplotlib.pyplot as plt
@@ -111,9 +118,11 @@ def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: 
                 failed = frame[frame.status != "pass"]
                 ax.plot(failed.ratio, [1.0] * len(failed), "|", color="tab:red", ms=10, label="dtr fails")
         solved = _solved(frontier)
-        if not solved.empty:
-            ax.plot(solved.budget_bytes / peak, solved.overhead, "*", color="black", ms=8,
-                    label="stage-model schedule (replayed)", zorder=4)
+        for model, marker, color in (("stage model", "*", "black"), ("interval model", "D", "tab:green")):
+            mine = solved[solved.model == model]
+            if not mine.empty:
+                ax.plot(mine.budget_bytes / peak, mine.overhead, marker, color=color, ms=8 if marker == "*" else 5,
+                        label=f"{model} schedule (replayed)", zorder=4)
         bounds = _bounds(frontier)
         if not bounds.empty:
             ax.plot(bounds.budget_bytes / peak, bounds.overhead_bound.clip(upper=frontier.overhead_limit), "^",

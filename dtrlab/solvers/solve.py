@@ -167,7 +167,8 @@ def _solve_interval(problem: Problem, budget_bytes: int, remat_limit: float, tim
         return SolveResult(status="infeasible", objective=None, best_bound=None,
                            solve_seconds=time.perf_counter() - started, message=model.infeasible, **common, **sizes)
     hints = dtr_interval_hint(model, run) if run else None
-    status, schedule, recompute, bound = solve_interval(model, time_limit_s, workers, feasibility_only, hints)
+    status, schedule, recompute, bound = solve_interval(model, time_limit_s, workers, feasibility_only, hints,
+                                                        complete_hint=hints is not None)
     return SolveResult(
         status=status, objective=None if recompute is None else problem.base_compute + recompute,
         best_bound=None if bound is None else problem.base_compute + bound,
