@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st  #
 from dtrlab.runtime import baseline, simulate  # noqa: E402
 from dtrlab.solvers import UnsupportedTrace, build_problem, replay, solve_optimal  # noqa: E402
 from dtrlab.solvers import interval  # noqa: E402
-from dtrlab.solvers.hint import dtr_interval_hint, dtr_run  # noqa: E402
+from dtrlab.solvers.hint import interval_hint, policy_run  # noqa: E402
 from dtrlab.solvers.interval import build_interval_model, solve_interval  # noqa: E402
 from dtrlab.trace import load_log  # noqa: E402
 from dtrlab.trace.builder import LogBuilder  # noqa: E402
@@ -89,11 +89,11 @@ def _dtr_run_is_a_point(trace, budget: int) -> bool:
     feasible there with DTR's recompute: the model admits what the simulator really did."""
     problem = build_problem(trace, chain=None)
     limit = problem.base_compute  # overhead limit 2.0
-    run = dtr_run(problem, budget, limit)
+    run = policy_run(problem, budget, limit, "dtr")
     if run is None:
         return False
     model = build_interval_model(problem, budget, limit, min_copies=run.copies, min_slots=run.recomputations)
-    hints = dtr_interval_hint(model, run)
+    hints = interval_hint(model, run)
     assert hints is not None
     for var, value in hints:
         model.cp.Add(var == value)
@@ -181,3 +181,16 @@ def test_every_interval_schedule_replays_on_the_shipped_traces():
             built += 1
             assert replayed >= 2, name
     assert built >= 4  # U-Net, ResNet-32, Transformer, DenseNet-45
+
+
+def test_the_hint_is_the_passing_run_with_least_recompute():
+    """best_run picks, among the given policies, the passing run with the least recompute;
+    a failing policy is skipped."""
+    from dtrlab.solvers.hint import best_run
+    trace = deep_chain()
+    problem = build_problem(trace, chain=None)
+    runs = {p: simulate(trace, p, budget_bytes=45) for p in ("dtr", "lru", "msps")}
+    chosen = best_run(problem, 45, problem.base_compute, tuple(runs))
+    assert chosen.remat_compute == min(r.remat_compute for r in runs.values() if r.passed)
+    assert runs[chosen.policy].remat_compute == chosen.remat_compute
+    assert best_run(problem, 39, problem.base_compute, tuple(runs)) is None  # below the footprint bound

@@ -138,13 +138,13 @@ def _blank(trace: Trace, kind: str, budget: int, ratio) -> dict:
 
 
 def _solve_row(problem, budget: int, kind: str, ratio: float | None, *, solver, overhead_limit, time_limit_s,
-               dtr: bool, reuse: dict | None = None) -> dict:
+               dtr: bool, reuse: dict | None = None, hint_policies=("dtr",)) -> dict:
     trace = problem.trace
     earlier = (reuse or {}).get((kind, solver, int(budget)))
     if earlier is not None:
         return dict(earlier)
     result = solve_optimal(problem, budget, overhead_limit=overhead_limit, time_limit_s=time_limit_s,
-                           solver=solver, feasibility_only=kind == "bisect")
+                           solver=solver, feasibility_only=kind == "bisect", hint=hint_policies)
     row = _blank(trace, kind, budget, ratio)
     row.update({k: v for k, v in result.to_dict().items() if k in COLUMNS and k not in ("trace", "budget_bytes")})
     if result.schedule is not None:
@@ -279,17 +279,6 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
     for budget, ratio in targets:
         stage[budget] = stage_solve(budget, "sample", ratio)
 
-    def interval_solve(budget: int, kind: str, ratio=None) -> str:
-        return _verdict(record(_solve_row(problem, budget, kind, ratio, solver="interval", reuse=reused,
-                                          overhead_limit=overhead_limit, time_limit_s=interval_limit, dtr=dtr)))
-
-    interval_limit = interval_time_limit_s or time_limit_s
-    if interval_samples:
-        for budget, ratio in targets:
-            interval_solve(budget, "sample", ratio)
-            if not rows[-1]["n_vars"]:
-                break  # not built (too large), as above
-
     def best_real() -> tuple[int | None, str | None]:
         real = [(r["budget_bytes"], r["solver"] if r["kind"] == "policy" else MODEL_OF[r["solver"]])
                 for r in rows if r["replay_passed"] is True]
@@ -311,7 +300,20 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
                 hi = mid
             else:
                 stage_lo = mid  # infeasible within the stage model, or unknown: look no lower with it
-        # The interval model below the best real run; its "infeasible" bounds only its own search.
+    # The interval model after the stage model (whose probes stay where they were without it):
+    # optimized at the samples, then probes below the best real run.
+    def interval_solve(budget: int, kind: str, ratio=None) -> str:
+        return _verdict(record(_solve_row(problem, budget, kind, ratio, solver="interval", reuse=reused,
+                                          overhead_limit=overhead_limit, dtr=dtr, hint_policies=policies or ("dtr",),
+                                          time_limit_s=interval_time_limit_s or time_limit_s)))
+
+    if interval_samples:
+        for budget, ratio in targets:
+            interval_solve(budget, "sample", ratio)
+            if not rows[-1]["n_vars"]:
+                break  # not built (too large); the row's message says so
+    if bisect:
+        # Its "infeasible" bounds only its own search.
         hi, _ = best_real()
         interval_lo = lower - 1
         for _ in range(interval_probes):
@@ -320,7 +322,7 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
             mid = (interval_lo + hi) // 2
             verdict = interval_solve(mid, "bisect", mid / peak)
             if not rows[-1]["n_vars"]:
-                break  # the model was not built (too large); the row's message says so
+                break  # not built (too large), as above
             if verdict == "feasible":
                 hi = mid
             else:

@@ -1,4 +1,4 @@
-"""Starting points for the solvers: DTR's own run, read as a stage schedule.
+"""Starting points for the solvers: DTR's own run (or a zoo policy's), read as a schedule of the model.
 
 A hint only guides the search (CP-SAT repairs or drops it, HiGHS uses it only if it
 is feasible); it never changes what the solver proves or what the replay checks.
@@ -78,7 +78,7 @@ def dtr_hint(problem: Problem, model: LinearModel, budget_bytes: int, remat_limi
 
 
 class _Events:
-    """Records DTR's run as a sequence: ("compute" | "remat", stage, tensor) and ("evict", storage)."""
+    """Records a run as a sequence: ("compute" | "remat", stage, tensor) and ("evict", storage)."""
 
     def __init__(self, problem: Problem):
         self.stage_at_step = {step: t for t, step in enumerate(problem.stage_step)}
@@ -111,18 +111,20 @@ class _Events:
 
 
 @dataclass(frozen=True)
-class DtrRun:
-    """DTR's passing run at one budget, as events, and what the interval model needs to hold it."""
+class PolicyRun:
+    """A policy's passing run at one budget, as events, and what the interval model needs to hold it."""
 
+    policy: str
+    remat_compute: int
     events: tuple[tuple, ...]
     copies: dict[int, int]  # operator -> times computed (first computation included)
     recomputations: dict[int, int]  # stage -> recomputations in its gap
 
 
-def dtr_run(problem: Problem, budget_bytes: int, remat_limit: float) -> DtrRun | None:
-    """DTR's run at this budget, or None if it fails (or recomputes outside a stage)."""
+def policy_run(problem: Problem, budget_bytes: int, remat_limit: float, policy: str = "dtr") -> PolicyRun | None:
+    """``policy``'s run at this budget, or None if it fails (or recomputes outside a stage)."""
     record = _Events(problem)
-    sim = Simulator(problem.trace, get_policy("dtr"), budget_bytes, remat_limit, recorder=record)
+    sim = Simulator(problem.trace, get_policy(policy), budget_bytes, remat_limit, recorder=record)
     if sim.run() != "pass" or record.outside:
         return None
     copies, recomputations = {}, {}
@@ -132,11 +134,18 @@ def dtr_run(problem: Problem, budget_bytes: int, remat_limit: float) -> DtrRun |
             copies[op_index] = copies.get(op_index, 0) + 1
             if kind == "remat":
                 recomputations[rest[0]] = recomputations.get(rest[0], 0) + 1
-    return DtrRun(events=tuple(record.events), copies=copies, recomputations=recomputations)
+    return PolicyRun(policy=policy, remat_compute=sim.remat_compute, events=tuple(record.events), copies=copies,
+                     recomputations=recomputations)
 
 
-def dtr_interval_hint(model, run: DtrRun) -> list[tuple[object, int]] | None:
-    """DTR's run as (variable, value) hints for the interval model (:mod:`.interval`): each
+def best_run(problem: Problem, budget_bytes: int, remat_limit: float, policies=("dtr",)) -> PolicyRun | None:
+    """The passing run with the least recompute among ``policies`` at this budget, or None."""
+    runs = [run for run in (policy_run(problem, budget_bytes, remat_limit, p) for p in policies) if run is not None]
+    return min(runs, key=lambda run: run.remat_compute, default=None)
+
+
+def interval_hint(model, run: PolicyRun) -> list[tuple[object, int]] | None:
+    """A run as (variable, value) hints for the interval model (:mod:`.interval`): each
     recomputation in the next slot of its gap, each storage copy retained up to the last
     event before its eviction. None if the run needs more copies or slots than the model has."""
     trace = model.problem.trace

@@ -101,7 +101,8 @@ def build_interval_model(problem: Problem, budget_bytes: int, remat_limit: float
 
     ``min_copies`` (operator -> computations) and ``min_slots`` (stage -> recomputations
     in its gap) raise the two bounds where a known run needs more: given DTR's run
-    (:func:`.hint.dtr_run`), the model holds that run, so its optimum is never worse.
+    or another policy's (:func:`.hint.policy_run`), the model holds that run, so its
+    optimum is never worse.
     """
     from ortools.sat.python import cp_model
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..runtime import DEFAULT_OVERHEAD_LIMIT
 from ..trace.model import Trace
-from .hint import dtr_hint, dtr_interval_hint, dtr_run, keep_everything
+from .hint import best_run, dtr_hint, interval_hint, keep_everything
 from .interval import (DEFAULT_COPIES, DEFAULT_SLOTS, IntervalModelTooLarge, build_interval_model,
                        check_interval_size, solve_interval)
 from .model import LinearModel, build_model
@@ -75,7 +76,7 @@ class SolveResult:
 
 def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
                   time_limit_s: float = DEFAULT_TIME_LIMIT_S, solver: str = "cpsat", workers: int = 2,
-                  feasibility_only: bool = False, hint: bool = True, copies: int = DEFAULT_COPIES,
+                  feasibility_only: bool = False, hint: bool | Sequence[str] = True, copies: int = DEFAULT_COPIES,
                   slots: int = DEFAULT_SLOTS) -> SolveResult:
     """The schedule with the least recompute that keeps ``trace`` within ``budget_bytes``.
 
@@ -90,7 +91,9 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
     ``feasibility_only`` stops at the first schedule that fits (status "feasible",
     no bound): what a bisection for the minimal budget needs. With ``hint`` the
     solvers start from DTR's run at this budget (:mod:`.hint`), else from keeping
-    everything; a hint guides the search only.
+    everything; a hint guides the search only. The interval model also takes a list of
+    policy names for ``hint``: it starts from the passing run with the least recompute
+    among them, and raises its bounds so that it holds that run.
     """
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
@@ -148,7 +151,7 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
 
 
 def _solve_interval(problem: Problem, budget_bytes: int, remat_limit: float, time_limit_s: float, workers: int,
-                    feasibility_only: bool, copies: int, slots: int, hint: bool, started: float,
+                    feasibility_only: bool, copies: int, slots: int, hint, started: float,
                     common: dict) -> SolveResult:
     try:
         import ortools  # noqa: F401
@@ -159,14 +162,15 @@ def _solve_interval(problem: Problem, budget_bytes: int, remat_limit: float, tim
     except IntervalModelTooLarge as error:
         return SolveResult(status="unknown", objective=None, best_bound=None,
                            solve_seconds=time.perf_counter() - started, message=str(error), **common)
-    run = dtr_run(problem, budget_bytes, remat_limit) if hint else None
+    policies = ("dtr",) if hint is True else tuple(hint or ())
+    run = best_run(problem, budget_bytes, remat_limit, policies)
     model = build_interval_model(problem, budget_bytes, remat_limit, copies=copies, slots=slots,
                                  min_copies=run and run.copies, min_slots=run and run.recomputations)
     sizes = dict(n_vars=len(model.cp.Proto().variables), n_rows=len(model.cp.Proto().constraints))
     if model.infeasible:
         return SolveResult(status="infeasible", objective=None, best_bound=None,
                            solve_seconds=time.perf_counter() - started, message=model.infeasible, **common, **sizes)
-    hints = dtr_interval_hint(model, run) if run else None
+    hints = interval_hint(model, run) if run else None
     status, schedule, recompute, bound = solve_interval(model, time_limit_s, workers, feasibility_only, hints,
                                                         complete_hint=hints is not None)
     return SolveResult(
