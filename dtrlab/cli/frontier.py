@@ -30,8 +30,9 @@ def register(subparsers) -> None:
     parser.add_argument("--interval-samples", action="store_true",
                         help="also optimize the interval model at the sampled budgets")
     parser.add_argument("--resume", action="store_true",
-                        help="take solves already in the output file (same trace, kind, solver, budget, limits) "
-                             "from it instead of repeating them")
+                        help="take solves already in the output file (same trace, kind, solver and budget) from "
+                             "it instead of repeating them; the file must have the same --overhead-limit and "
+                             "--time-limit (checked); its other limits are taken as they were")
     parser.add_argument("--overhead-limit", type=float, default=2.0)
     parser.add_argument("--chain", type=int, default=3, help="longest recompute chain the stage model admits (default 3)")
     parser.add_argument("--resolution", type=float, default=0.01,
