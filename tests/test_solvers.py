@@ -19,26 +19,29 @@ def chain():
     return chain_log().trace("chain")
 
 
-def chain_log() -> LogBuilder:
-    """Three forward layers, three backward layers; a1 is expensive (5), the others cost 1.
+def chain_log(costs=(5, 1, 1)) -> LogBuilder:
+    """Forward layers a1..an (10 bytes each, costs ``costs``) after a pinned constant x, then
+    their backward: b_n(a_n), then b_i(g_{i+1}, a_i), each releasing its arguments.
 
-    Without eviction the backward's first two steps hold a1, a2, a3/g3, g2 and x: 50 bytes.
-    b2 needs g3, a2, g2 and x (40) and b1 needs g2, a1, g1 and x (40), so below 50 a1
-    must be gone at b2 and recomputed for b1: recompute 5 for budgets 40..49, none
-    from 50. Below 40 (b2's own footprint) nothing fits.
+    With the default three layers (a1 is expensive, the others cost 1): without eviction
+    the backward's first two steps hold a1, a2, a3/g3, g2 and x: 50 bytes. b2 needs g3, a2,
+    g2 and x (40) and b1 needs g2, a1, g1 and x (40), so below 50 a1 must be gone at b2 and
+    recomputed for b1: recompute 5 for budgets 40..49, none from 50. Below 40 (b2's own
+    footprint) nothing fits.
     """
     log = LogBuilder()
     log.constant("x", 10)
-    log.call("f1", ["x"], [("a1", 10)], time=5)
-    log.call("f2", ["a1"], [("a2", 10)], time=1)
-    log.call("f3", ["a2"], [("a3", 10)], time=1)
+    previous = "x"
+    for i, cost in enumerate(costs, start=1):
+        log.call(f"f{i}", [previous], [(f"a{i}", 10)], time=cost)
+        previous = f"a{i}"
     log.backward()
-    log.call("b3", ["a3"], [("g3", 10)], time=1)
-    log.release("a3")
-    log.call("b2", ["g3", "a2"], [("g2", 10)], time=1)
-    log.release("g3", "a2")
-    log.call("b1", ["g2", "a1"], [("g1", 10)], time=1)
-    log.release("g2", "a1")
+    n = len(costs)
+    log.call(f"b{n}", [f"a{n}"], [(f"g{n}", 10)], time=1)
+    log.release(f"a{n}")
+    for i in range(n - 1, 0, -1):
+        log.call(f"b{i}", [f"g{i + 1}", f"a{i}"], [(f"g{i}", 10)], time=1)
+        log.release(f"g{i + 1}", f"a{i}")
     return log
 
 
@@ -101,6 +104,23 @@ def multi_output():
     log.call("gb", ["w", "y", "stats"], [("g", 10)], time=1)
     log.release("w", "y", "stats")
     return log.trace("multi_output")
+
+
+def random_budgets(log: LogBuilder, fractions) -> tuple:
+    """``(trace, budgets)`` of a random log for the solvers' property tests: budgets at
+    ``fractions`` of the way from the footprint bound to the peak (where runs pass and
+    recompute). A trace the solvers cannot model (an operator with both fresh and alias
+    outputs) is discarded by hypothesis."""
+    from hypothesis import assume
+    from dtrlab.runtime import baseline
+    from dtrlab.solvers import UnsupportedTrace
+    trace = log.trace("random")
+    try:
+        problem = build_problem(trace, chain=None)
+    except UnsupportedTrace:
+        assume(False)
+    lower, peak = problem.lower_bound(), baseline(trace).peak_memory
+    return trace, sorted({int(lower + (peak - lower) * f) for f in fractions})
 
 
 # graph -> (lower bound = minimal budget, the budget from which nothing is recomputed, recompute between)

@@ -10,22 +10,23 @@ import pytest
 
 pytest.importorskip("ortools", reason="the interval model needs the optional extra: pip install 'dtrlab[solvers]'")
 
-from hypothesis import HealthCheck, assume, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 from dtrlab.runtime import baseline, simulate  # noqa: E402
-from dtrlab.solvers import UnsupportedTrace, build_problem, replay, solve_optimal  # noqa: E402
+from dtrlab.solvers import build_problem, replay, solve_optimal  # noqa: E402
 from dtrlab.solvers import interval  # noqa: E402
 from dtrlab.solvers.hint import interval_hint, policy_run  # noqa: E402
 from dtrlab.solvers.interval import build_interval_model, solve_interval  # noqa: E402
 from dtrlab.trace import load_log  # noqa: E402
-from dtrlab.trace.builder import LogBuilder  # noqa: E402
 from test_properties import random_logs  # noqa: E402
+from test_solvers import chain_log, random_budgets  # noqa: E402
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 
 
 def deep_chain():
-    """Four forward layers a1..a4 (10 bytes each; cost 1, 2, 4, 8) and their backward.
+    """Four forward layers a1..a4 (10 bytes each; cost 1, 2, 4, 8) and their backward
+    (test_solvers.chain_log's shape).
 
     b3, b2 and b1 each need 40 bytes with x (the lower bound), so at 40 nothing else is
     resident at b3: a2 (for b2) and a1 (for b1) must come back after it. Before b2, a1 is
@@ -35,22 +36,7 @@ def deep_chain():
     b2 (50 bytes): infeasible below 50. From 50, a2 can stay (b3 at 50) and only a1 comes
     back for b1: 1 for budgets 50..59; from 60 (a1 and a2 held at b3) nothing.
     """
-    log = LogBuilder()
-    log.constant("x", 10)
-    log.call("f1", ["x"], [("a1", 10)], time=1)
-    log.call("f2", ["a1"], [("a2", 10)], time=2)
-    log.call("f3", ["a2"], [("a3", 10)], time=4)
-    log.call("f4", ["a3"], [("a4", 10)], time=8)
-    log.backward()
-    log.call("b4", ["a4"], [("g4", 10)], time=1)
-    log.release("a4")
-    log.call("b3", ["g4", "a3"], [("g3", 10)], time=1)
-    log.release("g4", "a3")
-    log.call("b2", ["g3", "a2"], [("g2", 10)], time=1)
-    log.release("g3", "a2")
-    log.call("b1", ["g2", "a1"], [("g1", 10)], time=1)
-    log.release("g2", "a1")
-    return log.trace("deep_chain")
+    return chain_log((1, 2, 4, 8)).trace("deep_chain")
 
 
 @pytest.mark.parametrize("budget, recompute", [(40, 4), (45, 4), (49, 4), (50, 1), (59, 1), (60, 0)])
@@ -107,13 +93,8 @@ def _dtr_run_is_a_point(trace, budget: int) -> bool:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(log=random_logs(), fractions=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=3))
 def test_dtr_runs_are_points_of_the_interval_model_on_random_traces(log, fractions):
-    trace = log.trace("random")
-    try:
-        problem = build_problem(trace, chain=None)
-    except UnsupportedTrace:
-        assume(False)
-    lower, peak = problem.lower_bound(), baseline(trace).peak_memory
-    for budget in sorted({int(lower + (peak - lower) * f) for f in fractions}):
+    trace, budgets = random_budgets(log, fractions)
+    for budget in budgets:
         _dtr_run_is_a_point(trace, budget)
 
 

@@ -8,16 +8,16 @@ import pytest
 
 pytest.importorskip("highspy", reason="the relaxation needs the optional extra: pip install 'dtrlab[solvers]'")
 
-from hypothesis import HealthCheck, assume, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 from dtrlab.runtime import baseline, simulate  # noqa: E402
-from dtrlab.solvers import UnsupportedTrace, build_problem  # noqa: E402
+from dtrlab.solvers import build_problem  # noqa: E402
 from dtrlab.solvers import relax  # noqa: E402
 from dtrlab.solvers.relax import (RelaxationTooLarge, build_relaxation, run_point, solve_relaxation,  # noqa: E402
                                   violations)
 from dtrlab.trace import load_log  # noqa: E402
 from test_properties import random_logs  # noqa: E402
-from test_solvers import HAND_DERIVED, chain, diamond, multi_output, unet  # noqa: E402
+from test_solvers import HAND_DERIVED, chain, diamond, multi_output, random_budgets, unet  # noqa: E402
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 POLICIES = ["dtr", "dtr_eq_class", "dtr_local", "lru", "msps", "twophase"]
@@ -101,14 +101,7 @@ def test_every_passing_run_maps_into_the_relaxation_on_hand_built_graphs(graph):
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(log=random_logs(), fractions=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=3))
 def test_every_passing_run_maps_into_the_relaxation_on_random_traces(log, fractions):
-    trace = log.trace("random")
-    try:
-        problem = build_problem(trace, chain=None)
-    except UnsupportedTrace:  # an operator with both fresh and alias outputs
-        assume(False)
-    # Budgets between the footprint bound and the peak: where runs pass and recompute.
-    lower, peak = problem.lower_bound(), baseline(trace).peak_memory
-    _check_runs_map_in(problem.trace, sorted({int(lower + (peak - lower) * f) for f in fractions}))
+    _check_runs_map_in(*random_budgets(log, fractions))
 
 
 @pytest.mark.parametrize("ratios", [(0.75, 0.9)])

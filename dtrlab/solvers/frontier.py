@@ -301,9 +301,12 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
             else:
                 stage_lo = mid  # infeasible within the stage model, or unknown: look no lower with it
     # The interval model after the stage model (whose probes stay where they were without it):
-    # optimized at the samples, then probes below the best real run.
+    # optimized at the samples, then probes below the best real run. It and the relaxation
+    # share the unbounded need closure, built once here.
+    unbounded = relaxation_problem(trace)
+
     def interval_solve(budget: int, kind: str, ratio=None) -> str:
-        return _verdict(record(_solve_row(problem, budget, kind, ratio, solver="interval", reuse=reused,
+        return _verdict(record(_solve_row(unbounded, budget, kind, ratio, solver="interval", reuse=reused,
                                           overhead_limit=overhead_limit, dtr=dtr, hint_policies=policies or ("dtr",),
                                           time_limit_s=interval_time_limit_s or time_limit_s)))
 
@@ -335,7 +338,7 @@ def compute_frontier(trace: Trace, *, ratios=(), budgets=(), overhead_limit: flo
     # The relaxation: bounds at the samples, and the proven side of the bracket.
     relax: dict[int, str] = {}
     relax_status = "solved"
-    relaxed = relaxation_problem(trace)
+    relaxed = unbounded
     try:
         check_size(relaxed)
     except RelaxationTooLarge as error:

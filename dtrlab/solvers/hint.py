@@ -22,24 +22,36 @@ def keep_everything(model: LinearModel) -> list[int]:
             for var, (kind, _, _) in enumerate(model.names)]
 
 
-class _Snapshots:
-    """Records, per stage, what DTR holds while the stage's operator runs and what it recomputed."""
+class _StageRecorder:
+    """A simulator recorder that knows which stage each schedule step belongs to."""
 
     def __init__(self, problem: Problem):
         self.stage_at_step = {step: t for t, step in enumerate(problem.stage_step)}
         self.final = problem.final_stage
         self.final_step = problem.stage_step[self.final] if self.final is not None else None
-        self.material: dict[int, bytes] = {}
-        self.defined: dict[int, tuple[bool, ...]] = {}
-        self.remats: set[tuple[int, int]] = set()
 
     def __getattr__(self, name):  # every other recorder callback: nothing to record
         return lambda *args, **kwargs: None
 
-    def on_remat(self, sim, tensor: int) -> None:
+    def remat_stage(self, sim) -> int | None:
+        """The stage in whose gap a recomputation at the current step happens (None: outside every stage)."""
         stage = self.stage_at_step.get(sim.step)
         if stage is None and self.final_step is not None and sim.step >= self.final_step:
             stage = self.final  # the end pins rematerialize
+        return stage
+
+
+class _Snapshots(_StageRecorder):
+    """Records, per stage, what DTR holds while the stage's operator runs and what it recomputed."""
+
+    def __init__(self, problem: Problem):
+        super().__init__(problem)
+        self.material: dict[int, bytes] = {}
+        self.defined: dict[int, tuple[bool, ...]] = {}
+        self.remats: set[tuple[int, int]] = set()
+
+    def on_remat(self, sim, tensor: int) -> None:
+        stage = self.remat_stage(sim)
         if stage is not None:
             self.remats.add((stage, sim.tensor_op[tensor]))
 
@@ -77,18 +89,13 @@ def dtr_hint(problem: Problem, model: LinearModel, budget_bytes: int, remat_limi
     return values
 
 
-class _Events:
+class _Events(_StageRecorder):
     """Records a run as a sequence: ("compute" | "remat", stage, tensor) and ("evict", storage)."""
 
     def __init__(self, problem: Problem):
-        self.stage_at_step = {step: t for t, step in enumerate(problem.stage_step)}
-        self.final = problem.final_stage
-        self.final_step = problem.stage_step[self.final] if self.final is not None else None
+        super().__init__(problem)
         self.events: list[tuple] = []
         self.outside = False  # a recomputation outside every stage (the model has no slot for it)
-
-    def __getattr__(self, name):
-        return lambda *args, **kwargs: None
 
     def on_compute(self, sim, tensor: int) -> None:
         stage = self.stage_at_step.get(sim.step)
@@ -96,9 +103,7 @@ class _Events:
             self.events.append(("compute", stage, tensor))
 
     def on_remat(self, sim, tensor: int) -> None:
-        stage = self.stage_at_step.get(sim.step)
-        if stage is None and self.final_step is not None and sim.step >= self.final_step:
-            stage = self.final
+        stage = self.remat_stage(sim)
         if stage is None:
             self.outside = True
         self.events.append(("remat", stage, tensor))
