@@ -10,6 +10,7 @@ import sys
 import time
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 import dtrlab.sweep
@@ -149,7 +150,8 @@ def test_cache_of_another_simulator_version_is_not_reused(small_resnet, tmp_path
     store = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0)
     # Rows that claim an older version inside the current directory are ignored, with a warning.
     (part,) = store.directory.glob("*.parquet")
-    pd.read_parquet(part).assign(simulator_version=-1).to_parquet(part, index=False)
+    store._write(pa.Table.from_pandas(pd.read_parquet(part).assign(simulator_version=-1)), "part")
+    part.unlink()
     with pytest.warns(UserWarning, match="another simulator version"):
         sweep(small_resnet, "dtr", ratios=[0.5, 0.7], cache=tmp_path, progress=False)
     assert len(count_runs) == 4

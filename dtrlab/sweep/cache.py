@@ -5,11 +5,18 @@ the config key hashes the policy (class, label and parameters, plus the source o
 policies defined outside dtrlab), the overhead limit and the intervention (withheld
 storages, timed pins and forced evictions). Inside,
 every row is one budget. Each batch of finished results is written at once as its
-own small ``part-*.parquet`` (atomically: written under a temporary name, then
-renamed), so a killed sweep loses nothing that finished; :meth:`SweepCache.compact`
-merges the parts into one file at the end of a sweep. A simulator version bump
-changes the directory, and rows are also checked for their stored version, so an
-older simulator's results are never reused.
+own small ``part-{sha256}.parquet`` (atomically, :mod:`dtrlab.integrity`), so a
+killed sweep loses nothing that finished; :meth:`SweepCache.compact` merges the
+parts into one ``merged-{sha256}.parquet`` at the end of a sweep. A simulator
+version bump changes the directory, and rows are also checked for their stored
+version, so an older simulator's results are never reused.
+
+Checked, not trusted: every file's name holds the sha256 of its bytes, verified
+on every read. A damaged file (a flipped bit, a truncation, a file without a
+checksum) is never served: it is moved aside (``*.damaged``) with a one-line
+warning and its budgets are simulated again. A cache directory that cannot be
+written (permissions, a full disk) turns the cache off for the rest of the sweep
+with one warning; nothing half-written is ever left.
 
 Below this writable cache lies a read-only **shipped layer**: the results the
 notebooks need for the shipped traces and the DTR logs' census, committed as
@@ -27,7 +34,6 @@ import hashlib
 import inspect
 import json
 import os
-import uuid
 import warnings
 from pathlib import Path
 
@@ -35,6 +41,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..integrity import IntegrityError, atomic_write_json, quarantine, read_hashed, read_json, write_hashed
 from ..policies import Policy
 from ..runtime import SIMULATOR_VERSION, Intervention
 from ..trace.cache import CACHE_ENV, default_cache_dir  # noqa: F401  (one cache root for all)
@@ -101,6 +108,9 @@ class SweepCache:
                                            "memory_options") if k in self.key}
         self.config_key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:24]
         self.directory = Path(root) / f"sim-v{SIMULATOR_VERSION}" / trace.content_hash[:24] / self.config_key
+        #: Set (with one warning) when the directory cannot be written: the sweep then runs uncached.
+        self.unwritable = False
+        self._key_written = False
 
     def _parts(self) -> list[Path]:
         return sorted(self.directory.glob("*.parquet")) if self.directory.is_dir() else []
@@ -116,15 +126,19 @@ class SweepCache:
         return pd.concat(frames, ignore_index=True).drop_duplicates("budget_bytes", keep="last").reset_index(drop=True)
 
     def _read_parts(self) -> tuple[list[Path], pd.DataFrame | None]:
-        """The parts on disk and their rows (None when there is none).
+        """The whole parts on disk and their rows (None when there is none); damaged ones are quarantined.
 
         Another process may compact this directory between the listing and the reads:
         its merged file then holds the vanished parts' rows, so list again.
         """
         for _ in range(10):
-            parts = self._parts()
+            parts, frames = [], []
             try:
-                frames = [pd.read_parquet(p) for p in parts]
+                for part in self._parts():
+                    frame = read_part(part)
+                    if frame is not None:
+                        parts.append(part)
+                        frames.append(frame)
             except FileNotFoundError:
                 continue
             return parts, pd.concat(frames, ignore_index=True) if frames else None
@@ -146,28 +160,65 @@ class SweepCache:
         return frame.drop_duplicates("budget_bytes", keep="last").reset_index(drop=True)
 
     def append(self, rows: list[dict]) -> None:
-        """Store finished rows now (one new parquet part)."""
-        if not rows:
+        """Store finished rows now (one new parquet part); a cache that cannot be written is turned off."""
+        if not rows or self.unwritable:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._write_key()
+            self._write(pa.Table.from_pylist(rows), "part")
+        except OSError as exc:
+            self._turn_off(exc)
+
+    def _write_key(self) -> None:
+        """``key.json``: the full key, for people and :func:`~dtrlab.sweep.shipped.rows_from_cache` (rewritten
+        when missing or damaged)."""
+        if self._key_written:
+            return
         key_file = self.directory / "key.json"
-        if not key_file.exists():
-            key_file.write_text(json.dumps(self.key, indent=1, sort_keys=True))
-        self._write(pa.Table.from_pylist(rows), f"part-{uuid.uuid4().hex}.parquet")
+        try:
+            whole = read_json(key_file) == json.loads(json.dumps(self.key))
+        except (FileNotFoundError, IntegrityError):
+            whole = False
+        if not whole:
+            atomic_write_json(key_file, self.key)
+        self._key_written = True
 
     def compact(self) -> None:
         """Merge the parts into one file. Safe beside other processes: only the parts whose
         rows are in the merged file are deleted, and a part another process compacted away
         meanwhile is read from that process's merged file instead."""
+        if self.unwritable:
+            return
         parts, frame = self._read_parts()
         if len(parts) <= 1:
             return
-        self._write(pa.Table.from_pandas(self._current(frame), preserve_index=False),
-                    f"merged-{uuid.uuid4().hex}.parquet")
-        for part in parts:
-            part.unlink(missing_ok=True)
+        try:
+            merged = self._write(pa.Table.from_pandas(self._current(frame), preserve_index=False), "merged")
+            for part in parts:
+                if part != merged:  # the same rows merged before give the same file (content-addressed)
+                    part.unlink(missing_ok=True)
+        except OSError as exc:
+            self._turn_off(exc)
 
-    def _write(self, table: pa.Table, name: str) -> None:
-        temporary = self.directory / f".{name}.tmp"
-        pq.write_table(table, temporary)
-        os.replace(temporary, self.directory / name)
+    def _write(self, table: pa.Table, prefix: str) -> Path:
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        return write_hashed(self.directory, prefix, ".parquet", sink.getvalue().to_pybytes())
+
+    def _turn_off(self, exc: OSError) -> None:
+        self.unwritable = True
+        warnings.warn(f"cannot write the sweep cache {self.directory} ({exc}); running uncached", stacklevel=3)
+
+
+def read_part(path: Path) -> pd.DataFrame | None:
+    """The rows of one cache file, verified against the sha256 in its name; None (and the file
+    quarantined) when it is damaged. Raises ``FileNotFoundError`` when it vanished."""
+    try:
+        return pq.read_table(pa.BufferReader(read_hashed(path))).to_pandas()
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (a damaged file is never served, and never fatal)
+        reason = str(exc) if isinstance(exc, IntegrityError) else f"{type(exc).__name__}: {exc}"
+        quarantine(path, reason.splitlines()[0][:300], stacklevel=4)
+        return None

@@ -11,9 +11,14 @@ pandas, and nothing is ever pickled. A file is used only if
 
 * the header's parser version and log hash are those asked for (a stale file, or
   one copied under another name, is rebuilt), and
-* it reads back whole: zip members carry CRC-32 checksums, so a truncated or
-  bit-flipped file fails to load and is rebuilt; every array's ``.npy`` header must
-  be the exact one this module writes.
+* it reads back whole: a last member, ``sha256.npy``, holds the sha256 of every
+  other member's name and bytes (besides the zip's own CRC-32s), and every array's
+  ``.npy`` header must be the exact one this module writes. A damaged file (any
+  error while reading or checking it, whatever its kind) is a miss: the log is
+  parsed again and the entry rewritten, with a one-line warning.
+
+Files are written atomically (:func:`dtrlab.integrity.atomic_write_bytes`); a cache
+directory that cannot be written only costs the next run a parse.
 
 Bump :data:`PARSER_VERSION` whenever :mod:`dtrlab.trace.simrd_log` can build a
 different trace from the same log.
@@ -27,13 +32,13 @@ import json
 import os
 import struct
 import sys
-import uuid
 import warnings
 import zipfile
 from array import array
 from itertools import chain
 from pathlib import Path
 
+from ..integrity import IntegrityError, atomic_write_bytes, sha256_bytes
 from .model import Operator, Trace
 
 #: Version of the log parser's output; part of every cache key.
@@ -45,6 +50,8 @@ _SEPARATOR = "\x00"
 _NPY_MAGIC = b"\x93NUMPY\x01\x00"
 #: array typecode -> .npy descr (int64 little-endian; bytes)
 _DESCR = {"q": "<i8", "B": "|u1"}
+#: The member holding the sha256 of all the others (written last).
+_CHECKSUM = "sha256.npy"
 
 
 def default_cache_dir() -> Path:
@@ -54,7 +61,7 @@ def default_cache_dir() -> Path:
 
 def file_digest(data: bytes) -> str:
     """sha256 of a log file's bytes: the cache key (a changed log is a new entry)."""
-    return hashlib.sha256(data).hexdigest()
+    return sha256_bytes(data)
 
 
 def cache_path(root: str | os.PathLike, digest: str, start: bool) -> Path:
@@ -145,7 +152,17 @@ def trace_members(trace: Trace, digest: str, start: bool) -> dict[str, bytes] | 
     }
     stored = {f"{key}.npy": _npy(values) for key, values in members.items()}
     stored["schedule.npy"] = _npy(array("q", chain.from_iterable(trace.schedule)), (len(trace.schedule), 2))
+    stored[_CHECKSUM] = _npy(array("B", _members_digest(stored).encode()))
     return stored
+
+
+def _members_digest(members: dict[str, bytes]) -> str:
+    """sha256 over every member's name and bytes but the checksum's own, in a fixed order."""
+    digest = hashlib.sha256()
+    for member in sorted(set(members) - {_CHECKSUM}):
+        digest.update(f"{member}\0{len(members[member])}\0".encode())
+        digest.update(members[member])
+    return digest.hexdigest()
 
 
 def trace_from_members(members: dict[str, bytes], name: str, source: str) -> Trace:
@@ -174,25 +191,32 @@ def trace_from_members(members: dict[str, bytes], name: str, source: str) -> Tra
 
 
 def load_cached(path: Path, digest: str, start: bool, name: str, source: str) -> Trace | None:
-    """The trace cached at ``path`` if it is whole and of this log and parser version, else None."""
+    """The trace cached at ``path`` if it is whole and of this log and parser version, else None.
+
+    A damaged file (any exception while reading or checking it) is reported in a one-line warning
+    and is a miss like a stale one: the caller parses the log and overwrites the entry.
+    """
     try:
         with zipfile.ZipFile(path) as archive:
             members = {member: archive.read(member) for member in archive.namelist()}  # CRC-checked
+        if _from_npy(members[_CHECKSUM], "B").tobytes().decode("ascii") != _members_digest(members):
+            raise IntegrityError("its members do not match their sha256")
         header = json.loads(_from_npy(members["header.npy"], "B").tobytes())
         if (header.get("format"), header.get("parser_version"), header.get("file_sha256"), header.get("start")) != (
                 _FORMAT, PARSER_VERSION, digest, start):
             return None
         return trace_from_members(members, name, source)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile,
-            UnicodeDecodeError):
-        return None  # truncated, corrupted or of another layout: rebuilt by the caller
+    except Exception as exc:  # noqa: BLE001  (whatever a damaged zip raises, the entry is rebuilt, never fatal)
+        reason = "written without a checksum" if isinstance(exc, KeyError) and _CHECKSUM in str(exc) else \
+            f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        warnings.warn(f"ignoring damaged trace cache entry {path} ({reason}); parsing the log again", stacklevel=3)
+        return None
 
 
 def store(path: Path, trace: Trace, digest: str, start: bool) -> None:
-    """Write ``trace`` to ``path`` atomically (temporary name, then rename); a cache
-    that cannot be written only costs the next run a parse."""
+    """Write ``trace`` to ``path`` atomically; a cache that cannot be written only costs the next run a parse."""
     members = trace_members(trace, digest, start)
     if members is None:
         return
@@ -200,15 +224,9 @@ def store(path: Path, trace: Trace, digest: str, start: bool) -> None:
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
         for member, data in members.items():
             archive.writestr(member, data)
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_bytes(buffer.getvalue())
-        os.replace(temporary, path)
+        atomic_write_bytes(path, buffer.getvalue())
     except OSError as exc:
-        try:
-            temporary.unlink(missing_ok=True)
-        except OSError:
-            pass  # the directory itself is unusable: nothing was written
         warnings.warn(f"could not write the trace cache {path} ({exc}); the log will be parsed again next time",
                       stacklevel=3)
