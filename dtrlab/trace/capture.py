@@ -368,13 +368,16 @@ def _default_loss(output) -> torch.Tensor:
 
 
 def record(module: torch.nn.Module, inputs, *, loss_fn: Callable | None = None,
-           optimizer: torch.optim.Optimizer | None = None, cost: str = "time", repeats: int = 5) -> Recording:
+           optimizer: torch.optim.Optimizer | None = None, cost: str = "time", repeats: int = 5,
+           recorder_class: type[_Recorder] | None = None) -> Recording:
     """Record one training step of ``module`` on ``inputs``.
 
     ``inputs`` is a tensor or a tuple of positional arguments.  The step is
     ``loss_fn(module(*inputs)).backward()`` (the default loss sums every output
     that requires grad), then ``optimizer.step()`` if an optimizer is given.
     Gradients are set to None first so that the step starts from a clean state.
+    ``recorder_class`` (a subclass of the recorder, built with ``(cost, repeats)``) lets
+    dtrlab.execute run the same step through the same recorder while it executes it.
     """
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     loss_fn = loss_fn or _default_loss
@@ -383,7 +386,7 @@ def record(module: torch.nn.Module, inputs, *, loss_fn: Callable | None = None,
         raise ValueError("cost 'time' measures real operators: the model is on the meta device (capture with "
                          "--real, or choose --cost flops or roofline:GPU)")
     module.zero_grad(set_to_none=True)
-    recorder = _Recorder(cost, repeats)
+    recorder = (recorder_class or _Recorder)(cost, repeats)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # collection of cycles at random points would make the log nondeterministic
     try:
