@@ -11,17 +11,27 @@ from .frontier import MODEL_OF, Frontier
 
 
 def _solved(frontier: Frontier) -> pd.DataFrame:
-    """Solver rows whose schedule the simulator replayed (the only ones that count), with their
-    overhead and ``model``: "stage model" or "interval model"."""
+    """Solver rows whose schedule the simulator replayed (the only ones that count), with
+    ``model`` ("stage model" or "interval model") and ``overhead`` as replayed (where a solver
+    reported other recompute than its schedule's, the row is a fault and the replay counts)."""
     rows = frontier.rows
     solved = rows[rows.kind.isin(["sample", "bisect"]) & (rows.replay_passed == True)]  # noqa: E712
-    return solved.assign(model=solved.solver.map(MODEL_OF)).sort_values("budget_bytes")
+    base = solved.objective - solved.remat_compute
+    return solved.assign(model=solved.solver.map(MODEL_OF), overhead=(1 + base + solved.replay_remat_compute) / base
+                         ).sort_values("budget_bytes")
 
 
 def _bounds(frontier: Frontier) -> pd.DataFrame:
-    """The relaxation's solved rows: lower bounds on the overhead of every run at their budget."""
+    """The relaxation's solved rows that no real run contradicts: lower bounds on the overhead
+    of every on-demand run at their budget."""
     rows = frontier.rows
-    return rows[(rows.kind == "relax") & (rows.status == "bound")].sort_values("budget_bytes")
+    return rows[(rows.kind == "relax") & (rows.status == "bound") & (rows.fault.fillna("") == "")
+                ].sort_values("budget_bytes")
+
+
+def smallest_real_run(frontier: Frontier) -> tuple[int, float, str] | None:
+    """(budget, overhead, source) of the real run at the upper side of the bracket."""
+    return min(frontier.real_runs(), key=lambda run: (run[0], run[1]), default=None)
 
 
 def threshold_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.DataFrame:
@@ -93,11 +103,12 @@ def hole_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.DataF
 
 
 def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: dict[str, str] | None = None):
-    """Overhead against budget per trace: DTR and the zoo (lines; failures are gaps), DTR's
-    failing samples (red ticks), replayed stage-model schedules (black stars) and
-    interval-model schedules (green diamonds), the
-    relaxation's lower bound on every run's overhead (blue triangles), the budgets proven
-    infeasible for every run (grey band) and the smallest budget with a real run (black line)."""
+    """Overhead against budget per trace: DTR and the zoo (lines; failures are gaps; an
+    isolated passing budget is a dot), DTR's failing budgets (red ticks below the curves),
+    replayed stage-model schedules (black stars) and interval-model schedules (green
+    diamonds), the relaxation's lower bound on the overhead of every on-demand run (blue
+    triangles), the budgets where no on-demand run fits (grey band, proven) and the smallest
+    budget with a real run (black line, its run circled)."""
     import matplotlib.pyplot as plt
 
     if not frontiers:
@@ -107,16 +118,24 @@ def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: 
     cols = min(3, n)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    colors = {}
     for ax, (name, frontier) in zip(axes.flat, frontiers.items()):
-        peak = frontier.peak_bytes
+        peak, limit = frontier.peak_bytes, frontier.overhead_limit
         for policy, frame in sweeps[sweeps.trace == name].groupby("policy"):
             frame = frame.sort_values("ratio")
-            overhead = frame.overhead.where(frame.status == "pass")
-            style = dict(lw=2, color="tab:red", zorder=3) if policy == "dtr" else dict(lw=0.8, alpha=0.6)
-            ax.plot(frame.ratio, overhead, label=policy, **style)
+            passed = frame.status == "pass"
+            overhead = frame.overhead.where(passed)
+            style = dict(lw=2, color="tab:red", zorder=3) if policy == "dtr" else dict(lw=0.8, alpha=0.7)
+            if policy in colors:
+                style["color"] = colors[policy]
+            (line,) = ax.plot(frame.ratio, overhead, label=policy, **style)
+            colors[policy] = line.get_color()
+            # a pass between two failures draws no line: show it as a dot
+            alone = passed & ~passed.shift(1, fill_value=False) & ~passed.shift(-1, fill_value=False)
+            ax.plot(frame.ratio[alone], frame.overhead[alone], ".", color=line.get_color(), ms=5, zorder=3)
             if policy == "dtr":
-                failed = frame[frame.status != "pass"]
-                ax.plot(failed.ratio, [1.0] * len(failed), "|", color="tab:red", ms=10, label="dtr fails")
+                failed = frame[~passed]
+                ax.plot(failed.ratio, [0.97] * len(failed), "|", color="tab:red", ms=8, label="dtr fails")
         solved = _solved(frontier)
         for model, marker, color in (("stage model", "*", "black"), ("interval model", "D", "tab:green")):
             mine = solved[solved.model == model]
@@ -125,23 +144,28 @@ def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: 
                         label=f"{model} schedule (replayed)", zorder=4)
         bounds = _bounds(frontier)
         if not bounds.empty:
-            ax.plot(bounds.budget_bytes / peak, bounds.overhead_bound.clip(upper=frontier.overhead_limit), "^",
-                    color="tab:blue", ms=6, label="relaxation: no run below", zorder=4)
-        ax.axvspan(0, frontier.max_infeasible_ratio, color="grey", alpha=0.15, label="no run fits (proven)")
-        if frontier.min_feasible_bytes is not None:
-            ax.axvline(frontier.min_feasible_ratio, color="black", ls="-", lw=0.8, label="smallest real run")
+            ax.plot(bounds.budget_bytes / peak, bounds.overhead_bound.clip(upper=limit), "^",
+                    color="tab:blue", ms=6, label="relaxation: lower bound on overhead", zorder=4)
+        ax.axvspan(0, frontier.max_infeasible_ratio, color="grey", alpha=0.2, label="no on-demand run fits (proven)")
+        smallest = smallest_real_run(frontier)
+        if smallest is not None:
+            budget, overhead, _ = smallest
+            ax.axvline(budget / peak, color="black", ls="-", lw=0.8, label="smallest real run (circled)")
+            ax.plot(budget / peak, overhead, "o", mfc="none", mec="black", ms=11, mew=1.2, zorder=5)
         ax.set_xlim(max(0.0, frontier.lower_bound_bytes / peak - 0.1), 1.05)
-        ax.set_ylim(0.95, frontier.overhead_limit + 0.05)
+        ax.set_ylim(0.94, limit + 0.05)
         ax.set_title(titles.get(name, name))
         ax.set_xlabel("budget / peak")
         ax.set_ylabel("overhead")
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    ncol = 3 * cols
-    legend_rows = math.ceil(len(labels) / ncol)
-    height = fig.get_figheight()
-    fig.set_figheight(height + 0.3 * legend_rows)
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.3 * legend_rows / fig.get_figheight() + 0.01, 1, 1))
+    legend = {}
+    for ax in list(axes.flat)[:n]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    ncol = min(len(legend), 2 * cols)
+    legend_rows = math.ceil(len(legend) / ncol)
+    fig.set_figheight(fig.get_figheight() + 0.32 * legend_rows)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=ncol, fontsize=10, frameon=False)
+    fig.tight_layout(rect=(0, 0.32 * legend_rows / fig.get_figheight() + 0.01, 1, 1))
     return fig
