@@ -207,7 +207,7 @@ def verify_in_manifest(path: str | os.PathLike, directory: str | os.PathLike) ->
         raise IntegrityError(f"{relative} is not listed in {manifest}")
     stat = path.stat()
     if stat.st_size != entry["size"]:
-        raise IntegrityError(f"{relative} has {stat.st_size} bytes, {manifest} says {entry['size']}")
+        raise IntegrityError(f"{relative} has {stat.st_size} bytes where {manifest} says {entry['size']}")
     if _cached_sha256(str(path), stat.st_size, stat.st_mtime_ns) != entry["sha256"]:
         raise IntegrityError(f"{relative} does not match its sha256 in {manifest}")
 

@@ -15,7 +15,13 @@ and notebooks 01, 02 and 08 (the censuses behind ``figures/dtr-logs/``) on the D
 the notebooks ask for, computed by this simulator. Then each trace's cached rows
 are packed into ``results/shipped/<trace set>/<trace name>.parquet``
 (:mod:`dtrlab.sweep.shipped`), and so are the cached analysis tables (notebook 03's
-intervention search). Figures go to a temporary directory unless ``--figures``.
+intervention search). Only verified cache files are packed (a damaged part or
+``key.json`` is skipped with a warning). Last, the sha256 and size of every file
+written are recorded in ``results/shipped/MANIFEST.json`` (the other entries are
+kept), which the shipped layer checks before it reads a file. Figures go to a
+temporary directory unless ``--figures``.
+
+    python scripts/ship_results.py --manifest-only  # rehash every file of the bundle (after checking them)
 """
 
 from __future__ import annotations
@@ -34,8 +40,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from dtrlab.integrity import write_manifest  # noqa: E402
+from dtrlab.sweep.cache import rows_from_cache  # noqa: E402
 from dtrlab.sweep.shipped import (  # noqa: E402
-    DEFAULT_SHIPPED_DIR, RECOMPUTE_ENV, bundle_table, rows_from_cache, tables_from_cache, write_bundle_file)
+    DEFAULT_SHIPPED_DIR, RECOMPUTE_ENV, bundle_table, tables_from_cache, write_bundle_file)
 from dtrlab.trace import load_directory  # noqa: E402
 
 import make_figures  # noqa: E402  (beside this script)
@@ -78,10 +86,9 @@ def pack(traces_dir: Path, cache: Path, output: Path) -> list[tuple[str, int, in
         for table in tables_from_cache(cache, trace.content_hash):
             path = output / "tables" / table.name
             path.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(table, path)
+            shutil.copyfile(table, path)  # write_manifest below hashes the copy
             written.append((path, len(pd.read_parquet(path))))
-    return [(str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path), rows, path.stat().st_size)
-            for path, rows in written]
+    return [(path, rows, path.stat().st_size) for path, rows in written]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,7 +104,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="notebooks not to run (their runs are then not shipped), e.g. --skip 09")
     parser.add_argument("--figures", type=Path, help="keep the recomputed figures in DIR/<trace set>/ (to compare "
                         "with a run on the shipped layer; default: discarded)")
+    parser.add_argument("--manifest-only", action="store_true",
+                        help="only rewrite OUTPUT/MANIFEST.json from the files as they are (every file is trusted: "
+                             "run tests/test_shipped.py's slow tests first)")
     args = parser.parse_args(argv)
+    if args.manifest_only:
+        manifest = write_manifest(args.output)
+        print(f"ship_results: {args.output / 'MANIFEST.json'}: {len(manifest['files'])} files")
+        return 0
 
     sets = [(args.traces, None)]
     if not args.no_logs:
@@ -114,10 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         for traces_dir, only in sets:
             run_notebooks(traces_dir, cache, work, args.figures or work / "figures", only, args.skip, args.jobs)
             written += pack(traces_dir, cache, args.output / traces_dir.resolve().name)
+        write_manifest(args.output, [path for path, _, _ in written])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for path, rows, size in written:
-        print(f"ship_results: {path}: {rows} rows, {size / 1e3:.0f} kB")
+        print(f"ship_results: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {rows} rows, "
+              f"{size / 1e3:.0f} kB")
     total = sum(size for _, _, size in written)
     print(f"ship_results: {len(written)} files, {total / 1e6:.2f} MB, in {time.perf_counter() - started:.0f} s")
     return 0

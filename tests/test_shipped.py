@@ -1,13 +1,14 @@
 """The shipped results (results/shipped/) are checked, not trusted.
 
-A sample of the rows (every trace, at least 10 budgets each, every configuration)
-is recomputed and compared field by field; slow tests recompute every row. A row
-whose simulator version, trace hash or config key does not match is never used.
+Every file matches MANIFEST.json (sha256 and size), and a file that does not is
+ignored at run time. A sample of the rows (every trace, at least 10 budgets each,
+every configuration) is recomputed and compared field by field; slow tests
+recompute every row. A row whose simulator version, trace hash or config key does
+not match is never used.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import random
@@ -18,13 +19,16 @@ import pyarrow.parquet as pq
 import pytest
 
 import dtrlab.analysis.interventions as interventions
+import dtrlab.integrity as integrity
 import dtrlab.sweep.budget_sweep as budget_sweep
 from dtrlab.analysis import single_tensor_search
 from dtrlab.policies import get_policy
 from dtrlab.runtime import SIMULATOR_VERSION, Intervention, budget_for, memory_spec
 from dtrlab.sweep import SweepCache, parse_ratios, sweep
+from dtrlab.sweep.cache import policy_fingerprint
+from dtrlab.sweep.cache import rows_from_cache
 from dtrlab.sweep.shipped import (DEFAULT_SHIPPED_DIR, INDEX_COLUMNS, METADATA_KEY, RECOMPUTE_ENV, SHIPPED_ENV,
-                                  bundle_table, read_metadata, rows_from_cache, shipped_dir, write_bundle_file)
+                                  bundle_table, read_metadata, shipped_dir, write_bundle_file)
 from dtrlab.trace import load_directory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,10 +64,11 @@ def _bundle_rows(path: Path) -> pd.DataFrame:
 
 
 def _policy(key: dict):
-    """The policy instance a cache key describes (class and parameters)."""
-    module, _, name = key["policy"]["class"].rpartition(".")
-    cls = getattr(importlib.import_module(module), name)
-    return cls(**json.loads(key["policy"]["params"]))
+    """The policy instance a cache key describes: its registered name (the label's) and parameters,
+    of the class the key names (a moved class keeps its old name, ``Policy.cache_class``)."""
+    policy = get_policy(key["policy"]["label"].split("(", 1)[0], **json.loads(key["policy"]["params"]))
+    assert policy_fingerprint(policy)["class"] == key["policy"]["class"]
+    return policy
 
 
 def _intervention(key: dict) -> Intervention | None:
@@ -117,6 +122,21 @@ def _trace_of(path: Path, traces: dict):
     assert trace.content_hash == metadata["trace_hash"], (
         f"{path} was shipped for another version of {metadata['trace']}; run scripts/ship_results.py")
     return trace
+
+
+# ------------------------------------------------------------------ every shipped file is the one of the manifest
+def test_every_shipped_file_matches_the_manifest():
+    """Fails when a shipped file was edited, added or removed without scripts/ship_results.py (or
+    python -m dtrlab.search.ship) recording it: the shipped layer would ignore it at run time."""
+    listed = integrity.read_manifest(DEFAULT_SHIPPED_DIR)
+    present = {p.relative_to(DEFAULT_SHIPPED_DIR).as_posix() for p in DEFAULT_SHIPPED_DIR.rglob("*")
+               if p.is_file() and p.name != integrity.MANIFEST_NAME and not p.name.startswith(".")}
+    assert sorted(present - set(listed)) == [], "shipped files missing from results/shipped/MANIFEST.json"
+    assert sorted(set(listed) - present) == [], "files of results/shipped/MANIFEST.json missing"
+    for name, entry in listed.items():
+        data = (DEFAULT_SHIPPED_DIR / name).read_bytes()
+        assert (len(data), integrity.sha256_bytes(data)) == (entry["size"], entry["sha256"]), \
+            f"results/shipped/{name} does not match MANIFEST.json"
 
 
 # ------------------------------------------------------------------ the bundle is current and covers the notebooks
@@ -226,12 +246,16 @@ def small_bundle(small_resnet, tmp_path, monkeypatch):
     monkeypatch.delenv(RECOMPUTE_ENV)
     monkeypatch.setenv(SHIPPED_ENV, str(tmp_path / "bundle"))
 
-    def ship(edit=None) -> None:
+    def ship(edit=None, manifest=True) -> None:
+        """Pack the computed rows (``edit``ed first) into the bundle; record them in its manifest unless not."""
         rows, configs = rows_from_cache(tmp_path / "computed", small_resnet.content_hash)
         if edit:
             edit(rows)
         table = bundle_table(rows, trace=small_resnet.name, trace_hash=small_resnet.content_hash, configs=configs)
-        write_bundle_file(table, tmp_path / "bundle" / "traces" / f"{small_resnet.name}.parquet")
+        path = tmp_path / "bundle" / "traces" / f"{small_resnet.name}.parquet"
+        write_bundle_file(table, path)
+        if manifest:
+            integrity.write_manifest(tmp_path / "bundle", [path])
 
     return budgets, fresh, ship
 
@@ -275,6 +299,53 @@ def test_stale_shipped_row_is_ignored_and_recomputed(column, stale, small_resnet
     frame = sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "empty", progress=False)
     assert simulated == [budgets[1]]
     _same_results(frame, fresh)
+
+
+def test_shipped_file_edited_after_its_manifest_is_ignored_and_recomputed(small_resnet, small_bundle, simulated,
+                                                                          tmp_path):
+    """A row edited with its keys kept (status and clock changed) is never served: the file no longer
+    matches the manifest, so every budget of it is simulated, with one warning."""
+    budgets, fresh, ship = small_bundle
+    ship()
+
+    def edit(rows):
+        rows.loc[rows["budget_bytes"] == budgets[2], ["status", "clock"]] = ["oom", 111111111]
+
+    ship(edit, manifest=False)
+    with pytest.warns(UserWarning, match="ignoring a shipped file: .*(does not match its sha256|bytes where)"):
+        frame = sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "empty", progress=False)
+    assert sorted(simulated) == sorted(budgets)
+    _same_results(frame, fresh)
+
+
+@pytest.mark.parametrize("damage", ["no manifest", "damaged manifest", "unlisted file"])
+def test_bundle_without_a_valid_manifest_entry_is_not_used(damage, small_resnet, small_bundle, simulated, tmp_path):
+    budgets, fresh, ship = small_bundle
+    ship()
+    manifest = tmp_path / "bundle" / integrity.MANIFEST_NAME
+    if damage == "no manifest":
+        manifest.unlink()
+    elif damage == "damaged manifest":
+        manifest.write_bytes(manifest.read_bytes()[:-20])
+    else:
+        integrity.atomic_write_json(manifest, {"format": integrity.MANIFEST_FORMAT, "files": {}})
+    with pytest.warns(UserWarning, match="MANIFEST.json"):
+        frame = sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "empty", progress=False)
+    assert sorted(simulated) == sorted(budgets)
+    _same_results(frame, fresh)
+
+
+def test_a_file_is_hashed_once_per_process_while_unchanged(small_resnet, small_bundle, tmp_path, monkeypatch):
+    budgets, fresh, ship = small_bundle
+    ship()
+    hashed = []
+    real = integrity.sha256_file
+    monkeypatch.setattr(integrity, "sha256_file", lambda path: hashed.append(path) or real(path))
+    integrity._cached_sha256.cache_clear()
+    for _ in range(3):
+        sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "empty", progress=False)
+        SweepCache(tmp_path / "empty", small_resnet, get_policy("dtr"), 3.0).load()  # another key: same file
+    assert len(hashed) == 1
 
 
 def test_edited_result_with_current_version_and_hash_is_trusted_so_the_sample_test_catches_it(
@@ -353,13 +424,19 @@ def test_search_table_is_cached_reused_and_never_trusted_when_stale(resnet_trace
     (tmp_path / "bundle" / "traces" / "tables").mkdir(parents=True)
     shipped = tmp_path / "bundle" / "traces" / "tables" / stored.name
     stored.rename(shipped)
+    with pytest.warns(UserWarning, match="ignoring the shipped file .*MANIFEST.json"):  # no manifest: not used
+        single_tensor_search(resnet_trace, "dtr", ratio=0.17, cache=tmp_path / "cache2", progress=False)
+    assert calls == [1]
+    integrity.write_manifest(tmp_path / "bundle")
     again = single_tensor_search(resnet_trace, "dtr", ratio=0.17, cache=tmp_path / "cache", progress=False)
-    assert calls == []
+    assert calls == [1]
+    pd.testing.assert_frame_equal(again.table, first.table)
     table = pq.read_table(shipped)
     metadata = json.loads(table.schema.metadata[METADATA_KEY])
     metadata["simulator_version"] += 1
     pq.write_table(table.replace_schema_metadata({**table.schema.metadata,
                                                   METADATA_KEY: json.dumps(metadata).encode()}), shipped)
+    integrity.write_manifest(tmp_path / "bundle")  # listed, so the version check is what rejects it
     recomputed = single_tensor_search(resnet_trace, "dtr", ratio=0.17, cache=tmp_path / "cache", progress=False)
-    assert calls == [1]
+    assert calls == [1, 1]
     pd.testing.assert_frame_equal(recomputed.table, first.table)

@@ -95,6 +95,13 @@ class RandomStorage(Policy):
     def parameters(cls):
         return {"seed": 0}
 
+    def __init__(self, **params):
+        super().__init__(**params)
+        seed = self.params["seed"]
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            # An unseeded generator would make runs irreproducible while sweeps cache them as results.
+            raise ValueError(f"policy {self.name!r}: seed must be an integer, got {seed!r} (e.g. seed=0)")
+
     def start(self, sim):
         # Re-seeded per run, so that one instance replays identically every time.
         self._random = random.Random(self.params["seed"])

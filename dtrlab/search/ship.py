@@ -12,6 +12,10 @@ under ``results/shipped``):
   the compared policies on each trace set, with the set's role (tuning, held-out);
 * ``inclusion_pairs.csv``, ``inclusion_prediction.csv``: the inclusion census where
   holes can be (:func:`hole_zones`).
+
+The CSV files are written atomically, and the sha256 and size of every file written
+are recorded in the bundle's ``MANIFEST.json`` (``results/shipped/MANIFEST.json`` when
+``--out`` lies in the shipped bundle, else ``OUT/MANIFEST.json``; other entries kept).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..integrity import atomic_write_bytes, write_manifest
+from ..sweep.shipped import DEFAULT_SHIPPED_DIR
 from ..trace import load_directory
 from .report import SHIPPED_SEARCH, compare, export_policies
 from .space import make_policy
@@ -53,6 +59,17 @@ def hole_zones(traces: dict, policies: list[str], ratios: str, pad: float = 0.01
     return zones
 
 
+def write_csv(frame: pd.DataFrame, path: Path, written: list[Path]) -> None:
+    atomic_write_bytes(path, frame.to_csv(index=False).encode())
+    written.append(path)
+
+
+def manifest_root(out: Path) -> Path:
+    """The directory whose MANIFEST.json lists ``out``'s files: the shipped bundle's if ``out`` is in it."""
+    bundle = DEFAULT_SHIPPED_DIR.resolve()
+    return bundle if out.resolve().is_relative_to(bundle) else out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--study", type=Path, help="the study's SQLite file (default: the shipped one)")
@@ -75,14 +92,16 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=UserWarning)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
 
     if "study" not in args.skip:
         if args.study and args.study.resolve() != (out / "study.db").resolve():
             shutil.copyfile(args.study, out / "study.db")
         study = open_study(out / "study.db")
-        trials_table(study).to_csv(out / "trials.csv", index=False)
-        pareto_table(study).to_csv(out / "pareto.csv", index=False)
+        write_csv(trials_table(study), out / "trials.csv", written)
+        write_csv(pareto_table(study), out / "pareto.csv", written)
         export_policies(study, out / "policies.json", top=args.top)
+        written += [out / "study.db", out / "policies.json"]
         print(f"wrote the study's tables and {args.top} policies to {out}")
 
     from ..policies import get_policy
@@ -112,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                 summaries.append(summary.assign(traces_role=group, trace_set=directory.name, ratios=ratios))
                 per_trace.append(table.assign(traces_role=group, trace_set=directory.name, ratios=ratios))
                 print(group, directory.name, "\n", summary.to_string(index=False), flush=True)
-        pd.concat(summaries, ignore_index=True).to_csv(out / "comparison.csv", index=False)
-        pd.concat(per_trace, ignore_index=True).to_csv(out / "comparison_per_trace.csv", index=False)
+        write_csv(pd.concat(summaries, ignore_index=True), out / "comparison.csv", written)
+        write_csv(pd.concat(per_trace, ignore_index=True), out / "comparison_per_trace.csv", written)
 
     if "inclusion" not in args.skip:
         from ..analysis.inclusion import InclusionCensus, inclusion_census
@@ -131,10 +150,12 @@ def main(argv: list[str] | None = None) -> int:
             new = inclusion_census(traces, missing, ratios=zones, jobs=args.jobs).pairs
             done = pd.concat([done, new], ignore_index=True) if len(done) else new
         done = done[done["policy"].isin([get_policy(p).label for p in wanted])]
-        done.to_csv(path, index=False)
+        write_csv(done, path, written)
         prediction = InclusionCensus(ratios=(), pairs=done).prediction()
-        prediction.to_csv(out / "inclusion_prediction.csv", index=False)
+        write_csv(prediction, out / "inclusion_prediction.csv", written)
         print(prediction.to_string(index=False))
+    if written:
+        write_manifest(manifest_root(out), written)
     return 0
 
 

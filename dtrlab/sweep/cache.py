@@ -57,7 +57,7 @@ def policy_fingerprint(policy: Policy) -> dict:
     :func:`~dtrlab.policies.score_policy` does) is part of the key too.
     """
     cls = type(policy)
-    fingerprint = {"class": f"{cls.__module__}.{cls.__qualname__}", "label": policy.label,
+    fingerprint = {"class": cls.cache_class or f"{cls.__module__}.{cls.__qualname__}", "label": policy.label,
                    "params": json.dumps(policy.params, sort_keys=True, default=repr)}
     if not cls.__module__.startswith("dtrlab."):
         digest = hashlib.sha256()
@@ -85,6 +85,13 @@ def _hash_function(digest, fn) -> None:
             _hash_function(digest, value)
 
 
+def config_key(key: dict) -> str:
+    """The configuration directory's name: a hash of the key's policy, overhead limit, intervention and memory."""
+    config = {k: key[k] for k in ("policy", "overhead_limit", "withhold", "pin", "force_evict", "memory",
+                                  "memory_options") if k in key}
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:24]
+
+
 class SweepCache:
     """The cached results of one (trace, policy, overhead limit, intervention)."""
 
@@ -104,9 +111,7 @@ class SweepCache:
         if memory != "flat" or memory_options:
             self.key["memory"] = memory
             self.key["memory_options"] = dict(memory_options or {})
-        config = {k: self.key[k] for k in ("policy", "overhead_limit", "withhold", "pin", "force_evict", "memory",
-                                           "memory_options") if k in self.key}
-        self.config_key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:24]
+        self.config_key = config_key(self.key)
         self.directory = Path(root) / f"sim-v{SIMULATOR_VERSION}" / trace.content_hash[:24] / self.config_key
         #: Set (with one warning) when the directory cannot be written: the sweep then runs uncached.
         self.unwritable = False
@@ -222,3 +227,38 @@ def read_part(path: Path) -> pd.DataFrame | None:
         reason = str(exc) if isinstance(exc, IntegrityError) else f"{type(exc).__name__}: {exc}"
         quarantine(path, reason.splitlines()[0][:300], stacklevel=4)
         return None
+
+
+def rows_from_cache(cache_root: str | os.PathLike, trace_hash: str) -> tuple[pd.DataFrame, dict[str, dict]]:
+    """Every row a sweep cache holds for one trace under this simulator, with its configurations' keys.
+
+    Returns the rows (cache columns + ``trace_hash`` and ``config_key``) and ``{config key: key.json +
+    row_columns}`` (``row_columns``: the columns of that configuration's cached rows). Only verified
+    files count: a damaged part is quarantined, and a configuration whose ``key.json`` is damaged or
+    not its directory's is skipped with a warning.
+    """
+    trace_dir = Path(cache_root) / f"sim-v{SIMULATOR_VERSION}" / trace_hash[:24]
+    frames, configs = [], {}
+    for config_dir in sorted(trace_dir.iterdir()) if trace_dir.is_dir() else []:
+        parts = sorted(config_dir.glob("*.parquet"))
+        if not parts:
+            continue
+        try:
+            key = read_json(config_dir / "key.json")
+            whole = isinstance(key, dict) and key.get("trace_hash") == trace_hash and config_key(key) == config_dir.name
+            problem = "its key.json is not this configuration's"
+        except (OSError, IntegrityError) as exc:
+            whole, problem = False, f"its key.json cannot be read ({exc})"
+        if not whole:
+            warnings.warn(f"skipping the cached rows in {config_dir}: {problem}", stacklevel=2)
+            continue
+        read = [frame for frame in map(read_part, parts) if frame is not None]
+        if not read:
+            continue
+        frame = pd.concat(read, ignore_index=True)
+        frame = frame[frame["simulator_version"] == SIMULATOR_VERSION]
+        frame = frame.drop_duplicates("budget_bytes", keep="last")
+        frames.append(frame.assign(trace_hash=trace_hash, config_key=config_dir.name))
+        configs[config_dir.name] = {**key, "row_columns": list(frame.columns)}
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return rows, configs

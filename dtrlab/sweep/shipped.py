@@ -11,11 +11,17 @@ every configuration's full key and row columns. Analysis tables that are not swe
 03's intervention search, :mod:`dtrlab.sweep.tables`) are shipped as they were
 cached, in ``results/shipped/<trace set>/tables/``.
 
-Checked, not trusted: a row is used only if its simulator version is the running
-one and its trace hash and config key are those asked for; anything else is
-recomputed. ``tests/test_shipped.py`` recomputes a sample of the rows (a slow test
-all of them). ``DTRLAB_RECOMPUTE=1`` ignores the layer; ``DTRLAB_SHIPPED=DIR``
-reads the bundle in DIR instead. ``scripts/ship_results.py`` regenerates it.
+Checked, not trusted: the bundle's ``MANIFEST.json`` lists every file's sha256 and
+size (:func:`dtrlab.integrity.write_manifest`, written by ``scripts/ship_results.py``
+and ``python -m dtrlab.search.ship``). A file is read only if it matches its entry
+(hashed once per process per (path, size, mtime)); an edited, truncated or unlisted
+file is ignored with a one-line warning and its rows are simulated, and a bundle
+without a valid manifest is not used at all. A row of a matching file is used only
+if its simulator version is the running one and its trace hash and config key are
+those asked for; anything else is recomputed. ``tests/test_shipped.py`` checks the
+manifest and recomputes a sample of the rows (a slow test all of them).
+``DTRLAB_RECOMPUTE=1`` ignores the layer; ``DTRLAB_SHIPPED=DIR`` reads the bundle in
+DIR instead. ``scripts/ship_results.py`` regenerates it.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..integrity import MANIFEST_NAME, IntegrityError, atomic_write_bytes, read_manifest, verify_in_manifest
 from ..runtime import SIMULATOR_VERSION
 
 SHIPPED_ENV = "DTRLAB_SHIPPED"
@@ -60,15 +67,24 @@ def shipped_rows(trace_hash: str, config_key: str) -> pd.DataFrame:
     if directory is None:
         return pd.DataFrame()
     files = sorted(directory.glob("*/*.parquet"))  # <trace set>/<trace>.parquet (tables/ lie one level deeper)
-    stamp = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
-    return _index(stamp).get((trace_hash, config_key), pd.DataFrame()).copy()
+    stamp = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in [directory / MANIFEST_NAME, *files]
+                  if f.exists())
+    return _index(str(directory), stamp).get((trace_hash, config_key), pd.DataFrame()).copy()
 
 
 @functools.lru_cache(maxsize=2)
-def _index(stamp: tuple) -> dict[tuple[str, str], pd.DataFrame]:
+def _index(directory: str, stamp: tuple) -> dict[tuple[str, str], pd.DataFrame]:
     """Every valid row of the bundle by (trace hash, config key); rebuilt when a file changes."""
+    try:
+        read_manifest(directory)
+    except (OSError, IntegrityError) as exc:
+        warnings.warn(f"ignoring the shipped results in {directory}: no valid {MANIFEST_NAME} ({exc}); "
+                      "every run is simulated", stacklevel=4)
+        return {}
     index = {}
     for path, _, _ in stamp:
+        if Path(path).name == MANIFEST_NAME or not verified(path, directory):
+            continue
         rows, configs = _read_valid(Path(path))
         for key, group in rows.groupby(INDEX_COLUMNS, sort=False):
             # Only the columns this configuration's cached rows had: a file holds configurations with
@@ -77,6 +93,18 @@ def _index(stamp: tuple) -> dict[tuple[str, str], pd.DataFrame]:
             if columns:
                 index[key] = group[columns].reset_index(drop=True)
     return index
+
+
+def verified(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
+    """True when the shipped file ``path`` matches the bundle's manifest; else a one-line warning and False."""
+    try:
+        verify_in_manifest(path, directory)
+        return True
+    except IntegrityError as exc:
+        warnings.warn(f"ignoring a shipped file: {exc}; its results are recomputed", stacklevel=4)
+    except OSError as exc:
+        warnings.warn(f"ignoring the shipped file {path} ({exc}); its results are recomputed", stacklevel=4)
+    return False
 
 
 def _read_valid(path: Path) -> tuple[pd.DataFrame, dict]:
@@ -93,31 +121,6 @@ def _read_valid(path: Path) -> tuple[pd.DataFrame, dict]:
     return frame[valid], metadata.get("configs", {})
 
 
-def rows_from_cache(cache_root: str | os.PathLike, trace_hash: str) -> tuple[pd.DataFrame, dict[str, dict]]:
-    """Every row a sweep cache holds for one trace under this simulator, with its configurations' keys.
-
-    Returns the rows (cache columns + :data:`INDEX_COLUMNS`) and ``{config key: key.json + row_columns}``
-    (``row_columns``: the columns of that configuration's cached rows).
-    """
-    trace_dir = Path(cache_root) / f"sim-v{SIMULATOR_VERSION}" / trace_hash[:24]
-    frames, configs = [], {}
-    for config_dir in sorted(trace_dir.iterdir()) if trace_dir.is_dir() else []:
-        key_file = config_dir / "key.json"
-        parts = sorted(config_dir.glob("*.parquet"))
-        if not key_file.is_file() or not parts:
-            continue
-        key = json.loads(key_file.read_text())
-        if key.get("trace_hash") != trace_hash:
-            continue
-        frame = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
-        frame = frame[frame["simulator_version"] == SIMULATOR_VERSION]
-        frame = frame.drop_duplicates("budget_bytes", keep="last")
-        frames.append(frame.assign(trace_hash=trace_hash, config_key=config_dir.name))
-        configs[config_dir.name] = {**key, "row_columns": list(frame.columns)}
-    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return rows, configs
-
-
 def tables_from_cache(cache_root: str | os.PathLike, trace_hash: str) -> list[Path]:
     """The cached analysis tables (:mod:`dtrlab.sweep.tables`) of one trace under this simulator."""
     tables = Path(cache_root) / f"sim-v{SIMULATOR_VERSION}" / trace_hash[:24] / "tables"
@@ -131,7 +134,7 @@ def tables_from_cache(cache_root: str | os.PathLike, trace_hash: str) -> list[Pa
 
 def bundle_table(rows: pd.DataFrame, *, trace: str, trace_hash: str, configs: dict[str, dict]) -> pa.Table:
     """One trace's bundle file: ``rows`` (cache columns + :data:`INDEX_COLUMNS`) with its metadata."""
-    from .. import __version__
+    from ..version import __version__
 
     metadata = {"format": 1, "trace": trace, "trace_hash": trace_hash, "simulator_version": SIMULATOR_VERSION,
                 "dtrlab_version": __version__, "configs": configs}
@@ -141,10 +144,11 @@ def bundle_table(rows: pd.DataFrame, *, trace: str, trace_hash: str, configs: di
 
 
 def write_bundle_file(table: pa.Table, path: Path) -> None:
+    """Write one bundle file atomically (record it in the manifest afterwards: :func:`dtrlab.integrity.write_manifest`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, temporary, compression="zstd", compression_level=19)
-    os.replace(temporary, path)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", compression_level=19)
+    atomic_write_bytes(path, sink.getvalue().to_pybytes())
 
 
 def read_metadata(path: str | os.PathLike) -> dict:

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from ..runtime import SIMULATOR_VERSION
 from ..trace.model import Trace
-from .shipped import METADATA_KEY, shipped_dir
+from .shipped import METADATA_KEY, shipped_dir, verified
 
 
 class TableCache:
@@ -38,8 +38,8 @@ class TableCache:
         """The cached table (the writable cache's, else the shipped one), or None."""
         candidates = [self.path]
         bundle = shipped_dir()
-        if bundle is not None:
-            candidates += sorted(bundle.glob(f"*/tables/{self.name}"))
+        if bundle is not None:  # shipped tables only if they match the bundle's manifest
+            candidates += [p for p in sorted(bundle.glob(f"*/tables/{self.name}")) if verified(p, bundle)]
         for path in candidates:
             if path.is_file() and self._valid(path):
                 return pd.read_parquet(path)

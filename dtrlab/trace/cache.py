@@ -12,8 +12,10 @@ pandas, and nothing is ever pickled. A file is used only if
 * the header's parser version and log hash are those asked for (a stale file, or
   one copied under another name, is rebuilt), and
 * it reads back whole: a last member, ``sha256.npy``, holds the sha256 of every
-  other member's name and bytes (besides the zip's own CRC-32s), and every array's
-  ``.npy`` header must be the exact one this module writes. A damaged file (any
+  other member's name and bytes (besides the zip's own CRC-32s); the file must be
+  byte for byte the archive those members make (fixed timestamps), so a flip in a
+  zip field the reader ignores counts too; and every array's ``.npy`` header must
+  be the exact one this module writes. A damaged file (any
   error while reading or checking it, whatever its kind) is a miss: the log is
   parsed again and the entry rewritten, with a one-line warning.
 
@@ -190,6 +192,18 @@ def trace_from_members(members: dict[str, bytes], name: str, source: str) -> Tra
     )
 
 
+def _archive(members: dict[str, bytes]) -> bytes:
+    """The ``.npz`` of ``members``, byte for byte the same for the same members (fixed timestamps), so a
+    read can check every byte of the file, the zip's own fields too."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+        for member, data in members.items():
+            info = zipfile.ZipInfo(member, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data)
+    return buffer.getvalue()
+
+
 def load_cached(path: Path, digest: str, start: bool, name: str, source: str) -> Trace | None:
     """The trace cached at ``path`` if it is whole and of this log and parser version, else None.
 
@@ -197,10 +211,13 @@ def load_cached(path: Path, digest: str, start: bool, name: str, source: str) ->
     and is a miss like a stale one: the caller parses the log and overwrites the entry.
     """
     try:
-        with zipfile.ZipFile(path) as archive:
+        data = path.read_bytes()
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
             members = {member: archive.read(member) for member in archive.namelist()}  # CRC-checked
         if _from_npy(members[_CHECKSUM], "B").tobytes().decode("ascii") != _members_digest(members):
             raise IntegrityError("its members do not match their sha256")
+        if _archive(members) != data:  # a flip in a zip field the reader ignores (a timestamp, an attribute)
+            raise IntegrityError("not the archive its members make")
         header = json.loads(_from_npy(members["header.npy"], "B").tobytes())
         if (header.get("format"), header.get("parser_version"), header.get("file_sha256"), header.get("start")) != (
                 _FORMAT, PARSER_VERSION, digest, start):
@@ -220,13 +237,9 @@ def store(path: Path, trace: Trace, digest: str, start: bool) -> None:
     members = trace_members(trace, digest, start)
     if members is None:
         return
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
-        for member, data in members.items():
-            archive.writestr(member, data)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, buffer.getvalue())
+        atomic_write_bytes(path, _archive(members))
     except OSError as exc:
         warnings.warn(f"could not write the trace cache {path} ({exc}); the log will be parsed again next time",
                       stacklevel=3)
