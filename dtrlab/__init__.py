@@ -1,10 +1,10 @@
 """dtrlab: study memory-budgeted training with Dynamic Tensor Rematerialization."""
 
-__version__ = "0.1.0"
-
-from .policies import available_policies, get_policy, register, score_policy  # noqa: E402
-from .runtime import Intervention, RunResult, baseline, simulate  # noqa: E402
-from .trace import Trace, load, load_log  # noqa: E402
+from .version import __version__
+from .policies import available_policies, get_policy, register, score_policy
+from .runtime import Intervention, RunResult, baseline, simulate
+from .trace import Trace, load, load_log
+from . import calibrated  # noqa: F401  (registers monotone; every import of a dtrlab module runs this file first)
 
 __all__ = ["__version__", "available_policies", "get_policy", "register", "score_policy", "Intervention",
            "RunResult", "baseline", "simulate", "sweep", "Trace", "load", "load_log"]

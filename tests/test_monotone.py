@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from dtrlab.analysis.holes import find_holes
 from dtrlab.policies import get_policy
-from dtrlab.policies.monotone import CalibrationPoint, choose_cap, monotone_envelope
+from dtrlab.calibrated.monotone import CalibrationPoint, choose_cap, monotone_envelope
 from dtrlab.runtime import baseline, budget_for, simulate
 from dtrlab.sweep import parse_ratios, sweep
 from dtrlab.trace import load_directory
@@ -90,6 +93,25 @@ def test_bad_parameters_are_clear():
         get_policy("monotone", calibration="0.1-0.9")
     with pytest.raises(ValueError, match="wrap a plain policy"):
         get_policy("monotone", base="monotone")
+
+
+def test_the_move_to_the_calibrated_layer_kept_the_shipped_rows_keys(small_resnet):
+    # The shipped rows of notebook 10 were keyed when the class lived in dtrlab.policies.
+    from dtrlab.sweep import SweepCache
+    from dtrlab.sweep.shipped import read_metadata
+
+    key = SweepCache(ROOT / "unused", small_resnet, get_policy("monotone"), 2.0).config_key
+    configs = read_metadata(ROOT / "results" / "shipped" / "traces" / "resnet32-b8.parquet")["configs"]
+    assert configs[key]["policy"]["class"] == "dtrlab.policies.monotone.Monotone"
+
+
+def test_a_process_that_imports_only_the_policies_layer_knows_monotone():
+    # A sweep worker (loky, Dask) rebuilds a policy by name after importing some dtrlab module;
+    # every such import runs dtrlab/__init__.py first, which imports the calibrated layer.
+    code = ("from dtrlab.policies.base import get_policy; "
+            "print(type(get_policy('monotone', base='msps')).__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "dtrlab.calibrated.monotone"
 
 
 TRACES = ROOT / "traces"

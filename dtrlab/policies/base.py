@@ -97,6 +97,9 @@ class Policy:
     name: ClassVar[str] = "policy"
     features: ClassVar[frozenset[str]] = frozenset()
     description: ClassVar[str] = ""
+    #: The class path that sweep cache keys record; None: the class's own. A class that
+    #: moved to another module keeps its old path here, so its cached and shipped rows stay valid.
+    cache_class: ClassVar[str | None] = None
 
     def __init__(self, **params):
         unknown = set(params) - set(self.parameters())

@@ -8,12 +8,11 @@ pinned storages. The peak of this replay is what budget ratios multiply.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import wraps
 
 from ..trace.model import COMPUTE, GET, PIN, RELEASE, Trace
+from . import compiled
+from .per_trace import cache_per_trace
 
 
 @dataclass(frozen=True)
@@ -62,27 +61,6 @@ def _replay(trace: Trace) -> Baseline:
     return Baseline(peak_memory=peak, model_compute=compute)
 
 
-def cache_per_trace(function: Callable[[Trace], object]) -> Callable[[Trace], object]:
-    """Cache ``function(trace)`` per Trace object, for as long as that object lives.
-
-    Keyed on the object's identity: hashing a Trace (all its operators) would cost
-    more than a small replay.
-    """
-    results: dict[int, tuple[weakref.ref, object]] = {}
-
-    @wraps(function)
-    def cached(trace: Trace):
-        key = id(trace)
-        entry = results.get(key)
-        if entry is not None and entry[0]() is trace:
-            return entry[1]
-        result = function(trace)
-        results[key] = (weakref.ref(trace, lambda _, key=key: results.pop(key, None)), result)
-        return result
-
-    return cached
-
-
 @cache_per_trace
 def baseline(trace: Trace) -> Baseline:
     """Peak memory and compute of an unbounded replay (cached per trace).
@@ -90,7 +68,5 @@ def baseline(trace: Trace) -> Baseline:
     The compiled core computes it when it can take the trace (the same rules in C,
     tests/test_compiled_core.py compares the two); :func:`_replay` is the reference.
     """
-    from . import compiled  # imports this module
-
     values = compiled.baseline(trace)
     return _replay(trace) if values is None else Baseline(*values)

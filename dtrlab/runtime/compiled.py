@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..policies.builtin import DTR, LRU, MSPS, DTREqClass, DTRLocal, LargestStorage, RandomStorage
 from ..trace.model import Trace
-from .baseline import cache_per_trace
+from .per_trace import cache_per_trace
 from .simulator import Failure, Intervention
 
 try:

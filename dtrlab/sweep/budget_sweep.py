@@ -7,7 +7,7 @@ import os
 
 import pandas as pd
 
-from .. import __version__
+from ..version import __version__
 from ..policies import Policy, get_policy
 from ..runtime import (DEFAULT_OVERHEAD_LIMIT, FLAT, SIMULATOR_VERSION, Intervention, RunResult, baseline, budget_for,
                        memory_spec)

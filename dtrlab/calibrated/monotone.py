@@ -20,7 +20,9 @@ increases with ``B``. The proof and the costs are in docs/policies.md.
 The cap is applied in :meth:`Monotone.start` by lowering the simulator's ``budget``,
 the one runtime attribute this policy writes; eviction choices are the base policy's.
 Calibration runs are memoized per process (a sweep worker calibrates a trace once) and read
-from the sweep cache when it holds them.
+from the sweep cache when it holds them. Because it simulates to decide, this module lives
+above the runtime and the sweep (:mod:`dtrlab.calibrated`); it registers ``monotone`` in the
+policy registry when imported, which ``import dtrlab`` does.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from .base import Policy, get_policy, register
+from ..policies.base import Policy, get_policy, register
+from ..runtime import Simulator, baseline, budget_for, simulate
 
 DEFAULT_CALIBRATION = "0.05:1.0:0.01"
 
@@ -53,7 +56,7 @@ _CALIBRATIONS: dict[tuple, tuple[CalibrationPoint, ...]] = {}
 
 def calibration_ratios(calibration) -> list[float]:
     """The calibration ratios from ``"start:stop:step"`` or a list of ratios."""
-    from ..sweep.budget_sweep import parse_ratios  # the sweep package imports the policies
+    from ..sweep import parse_ratios  # on use: `import dtrlab` registers monotone without importing pandas
 
     return sorted(set(parse_ratios(calibration)))
 
@@ -65,8 +68,6 @@ def calibrate(trace, base: Policy, calibration, remat_limit: float) -> tuple[Cal
     it when ``remat_limit`` is exactly that of an overhead limit; the rest are
     simulated here. The cache is only read: sweep workers calibrate concurrently.
     """
-    from ..runtime import Simulator, budget_for, simulate  # the runtime imports the policies
-
     ratios = calibration_ratios(calibration)
     budgets = [budget_for(trace, r) for r in ratios]
     key = (trace.content_hash, base.label, f"{type(base).__module__}.{type(base).__qualname__}", tuple(budgets),
@@ -91,8 +92,6 @@ def calibrate(trace, base: Policy, calibration, remat_limit: float) -> tuple[Cal
 
 def _overhead_limit(trace, remat_limit: float) -> float | None:
     """The overhead limit whose thrash allowance is exactly ``remat_limit``, if there is one."""
-    from ..runtime import baseline
-
     model_compute = baseline(trace).model_compute
     overhead_limit = 1 + remat_limit / model_compute if model_compute else None
     if overhead_limit is None or model_compute * (overhead_limit - 1) != remat_limit:
@@ -102,7 +101,7 @@ def _overhead_limit(trace, remat_limit: float) -> float | None:
 
 def _cached_runs(trace, base: Policy, overhead_limit: float) -> dict[int, tuple[str, int]]:
     """budget -> (status, clock) of ``base``'s runs in the default sweep cache, if any."""
-    from ..sweep import SweepCache, default_cache_dir
+    from ..sweep import SweepCache, default_cache_dir  # on use, as in calibration_ratios
 
     try:
         frame = SweepCache(default_cache_dir(), trace, base, overhead_limit).load()
@@ -124,6 +123,8 @@ class Monotone(Policy):
     """Run ``base`` capped at the cheapest passing calibration budget <= B: feasibility monotone in B."""
 
     name = "monotone"
+    # Its cached and shipped rows were keyed when it lived in dtrlab.policies; same decisions, same key.
+    cache_class = "dtrlab.policies.monotone.Monotone"
 
     @classmethod
     def parameters(cls):
@@ -173,8 +174,6 @@ def monotone_envelope(trace, base="dtr", calibration=DEFAULT_CALIBRATION, overhe
     status and overhead, and the cap the wrapper uses from that budget up to the next one
     (``cap_ratio``, ``monotone_overhead``; NaN below the first passing budget)."""
     import pandas as pd
-
-    from ..runtime import baseline
 
     base = get_policy(base)
     remat_limit = baseline(trace).model_compute * (overhead_limit - 1)

@@ -5,38 +5,49 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..plots.style import STATUS_COLORS, panel_grid, policy_styles
+from .style import STATUS_COLORS, panel_grid, policy_styles
 
 
 def plot_overhead_curves(samples: pd.DataFrame, titles: dict[str, str] | None = None, columns: int = 4):
     """One panel per trace: overhead of every policy's passing samples against the budget ratio.
 
-    Failing samples are ticks at the panel's top edge, so a hole shows as a gap in a
-    line with ticks above it. ``samples`` are sweep rows (``trace``, ``policy``,
-    ``ratio``, ``status``, ``overhead``).
+    Above each panel, outside its data area, a strip with one row per policy marks that
+    policy's failing samples, so a hole shows as a gap in a line with a mark above it.
+    ``samples`` are sweep rows (``trace``, ``policy``, ``ratio``, ``status``, ``overhead``).
     """
     traces = list(dict.fromkeys(samples["trace"]))
     styles = policy_styles(samples["policy"])
-    fig, axes = panel_grid(len(traces), columns=columns, panel_size=(3.8, 2.8))
+    fig, axes = panel_grid(len(traces), columns=columns, panel_size=(3.8, 3.4))
     for ax, trace in zip(axes, traces):
         rows = samples[samples["trace"] == trace]
-        top = rows.loc[rows["status"] == "pass", "overhead"].max()
-        top = 2.0 if not np.isfinite(top) else top
+        strip = ax.inset_axes([0, 1.04, 1, 0.045 * len(styles)], sharex=ax)
         for k, (label, style) in enumerate(styles.items()):
             run = rows[rows["policy"] == label].sort_values("ratio")
             passed = run["status"] == "pass"
             # NaN between passing samples breaks the line at failures.
             ax.plot(run["ratio"], run["overhead"].where(passed), color=style.color, linestyle=style.linestyle,
                     linewidth=1.2, label=style.label)
-            failed = run[~passed]
-            ax.plot(failed["ratio"], np.full(len(failed), top * (1.01 + 0.015 * k)), "|", color=style.color,
-                    markersize=5)
-        ax.set_title((titles or {}).get(trace, trace))
+            # A passing sample between failures (or at an end) draws no line: a dot shows it.
+            alone = passed & ~passed.shift(1, fill_value=False) & ~passed.shift(-1, fill_value=False)
+            ax.plot(run.loc[alone, "ratio"], run.loc[alone, "overhead"], ".", color=style.color, markersize=5)
+            failed = run.loc[~passed, "ratio"]
+            strip.plot(failed, np.full(len(failed), len(styles) - 1 - k), "|", color=style.color, markersize=4,
+                       markeredgewidth=1.0)
+        strip.set_ylim(-0.7, len(styles) - 0.3)
+        strip.set_yticks([])
+        strip.tick_params(axis="x", labelbottom=False, length=0)
+        strip.grid(False)
+        for side in ("left", "bottom"):
+            strip.spines[side].set_visible(False)
+        strip.set_title((titles or {}).get(trace, trace))
+        ax.set_xlim(0, 1.02)
         ax.set_xlabel("budget / baseline peak")
         ax.set_ylabel("overhead")
-    axes[0].legend(loc="upper right", fontsize=7)
-    fig.suptitle("Overhead of the passing budgets (ticks on top: failing budgets, one row per policy)", y=1.0)
+    fig.suptitle("Overhead of the passing budgets; above each panel, one row per policy: its failing budgets",
+                 y=1.0)
     fig.tight_layout()
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncols=len(styles), frameon=False)
     return fig
 
 
