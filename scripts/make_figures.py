@@ -7,7 +7,9 @@
 
 Figures go to ``figures/<trace set>/`` (the trace set is the name of the traces
 directory, so the DTR logs never overwrite the shipped traces' figures, and a
-``--quick`` run writes under ``results/`` instead). Executed notebooks go to
+``--quick`` run writes under ``results/`` instead); a notebook run by hand with an
+empty ``figures_dir`` derives the same directory from its ``traces_dir``
+(``dtrlab.plots.figure_directory``). Executed notebooks go to
 ``results/notebooks/<trace set>/``. Every notebook reads the same sweep cache
 (``$DTRLAB_CACHE`` or ``results/cache``), so reruns only plot. Below that cache lie
 the shipped results (``results/shipped/``, validated row by row), so a fresh clone
@@ -23,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from dtrlab.plots.style import figure_directory, trace_set_name  # the notebooks derive figures_dir the same way
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 KERNEL = "python3"
@@ -37,11 +41,6 @@ def notebook_paths(only: list[str] | None = None) -> list[Path]:
             names = ", ".join(p.name for p in sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb")))
             raise SystemExit(f"make_figures: no notebook matches {only}; the notebooks are {names}")
     return paths
-
-
-def trace_set_name(traces_dir: Path) -> str:
-    """``traces`` for the shipped traces, else the directory's name (``dtr-logs``)."""
-    return traces_dir.resolve().name
 
 
 def notebook_parameters(traces_dir: Path, figures_dir: Path, cache_dir: Path, *, quick: bool, jobs: int,
@@ -90,10 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.traces.is_dir():
         parser.error(f"--traces {args.traces} is not a directory; give traces/ or a directory of DTR logs "
                      "such as ../shared/dtr-logs")
-    name = trace_set_name(args.traces)
     base = ROOT / "results" / "quick" if args.quick else ROOT
-    figures = args.figures or base / "figures" / name
-    output = args.output or ROOT / "results" / ("notebooks-quick" if args.quick else "notebooks") / name
+    figures = args.figures or figure_directory(args.traces, base / "figures")
+    output = args.output or ROOT / "results" / ("notebooks-quick" if args.quick else "notebooks") / trace_set_name(
+        args.traces)
     parameters = notebook_parameters(args.traces, figures, args.cache, quick=args.quick, jobs=args.jobs,
                                      reference=_reference_for(args.traces))
     failed = []

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -53,10 +56,45 @@ def test_only_selects_notebooks_by_prefix():
 
 
 def test_figure_directory_is_named_after_the_trace_set(tmp_path):
+    from dtrlab.plots import figure_directory, trace_set_name
+
     logs = tmp_path / "dtr-logs"
     logs.mkdir()
-    assert make_figures.trace_set_name(logs) == "dtr-logs"
-    assert make_figures.trace_set_name(ROOT / "traces") == "traces"
+    assert trace_set_name(logs) == "dtr-logs"
+    assert trace_set_name(ROOT / "traces") == "traces"
+    assert figure_directory(ROOT / "traces" / "models", "../figures") == Path("../figures/models")
+
+
+def _cells(notebook: Path) -> tuple[str, str, list[str]]:
+    """(first cell's text, the parameters cell's source, the other code cells' sources)."""
+    cells = json.loads(notebook.read_text())["cells"]
+    parameters = next(c for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and c is not parameters]
+    return "".join(cells[0]["source"]), "".join(parameters["source"]), code
+
+
+def _parameter_names(source: str) -> set[str]:
+    return {target.id for node in ast.parse(source).body if isinstance(node, ast.Assign)
+            for target in node.targets if isinstance(target, ast.Name)}
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_first_cell_names_only_real_parameters(notebook):
+    intro, parameters, _ = _cells(notebook)
+    assert "Worth changing:" in intro, f"{notebook.name}: the first cell says which parameters are worth changing"
+    named = re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", intro.split("Worth changing:", 1)[1])
+    assert named and set(named) <= _parameter_names(parameters), \
+        f"{notebook.name} names {sorted(set(named) - _parameter_names(parameters))}, not parameters"
+
+
+@pytest.mark.parametrize("notebook", [p for p in NOTEBOOKS if not p.name.startswith("09")],
+                         ids=[p.stem for p in NOTEBOOKS if not p.name.startswith("09")])
+def test_figures_follow_the_traces_they_ran_on(notebook):
+    # figures_dir is empty by default and derived from traces_dir, as make_figures.py derives it, so
+    # traces_dir = "../../shared/dtr-logs" cannot overwrite figures/traces/. (09: its owner's change.)
+    _, parameters, code = _cells(notebook)
+    assert 'figures_dir = ""' in parameters
+    assert any("figure_directory(traces_dir" in source for source in code)
 
 
 # ------------------------------------------------------------------ plot helpers

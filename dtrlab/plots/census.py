@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
 
@@ -41,13 +42,33 @@ def plot_hole_census(table: pd.DataFrame, holes: pd.DataFrame, *, titles: dict[s
     widths.set_yticks(y, labels)
     widths.set_ylim(len(names) - 0.5, -0.5)
     if holes["width_bytes"].gt(0).any():
-        widths.set_xscale("log")
+        _bytes_log_axis(widths.xaxis, holes.loc[holes["width_bytes"] > 0, "width_bytes"])
     else:
         widths.text(0.5, 0.5, "no holes at this sampling", ha="center", va="center", transform=widths.transAxes)
-    widths.set_xlabel("hole width (bytes between the passing budgets around it)")
+    widths.set_xlabel("hole width (between the passing budgets around it; 1 MB = 10^6 B)")
     widths.set_title("hole widths after edge refinement")
     fig.tight_layout()
     return fig
+
+
+def _bytes_log_axis(axis, values) -> None:
+    """A log axis labelled in decimal units (``500 kB``, ``2 MB``): labelled ticks at 1, 2 and 5 times a
+    power of ten over at most two decades of ``values``, else at powers of ten only, and no minor labels,
+    so that labels never collide."""
+    axis.axes.set_xscale("log")
+    low, high = float(values.min()), float(values.max())
+    subs = (1.0, 2.0, 5.0) if high / low <= 100 else (1.0,)
+    axis.set_major_locator(mticker.LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(mticker.FuncFormatter(lambda x, _: _decimal_bytes(x)))
+    axis.set_minor_formatter(mticker.NullFormatter())
+    axis.axes.set_xlim(low / 1.6, high * 1.6)
+
+
+def _decimal_bytes(value: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.3g} B"
 
 
 def plot_variant_census(table: pd.DataFrame, *, titles: dict[str, str] | None = None,

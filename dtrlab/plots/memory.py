@@ -6,23 +6,29 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from .feasibility import plot_strip
-from .style import STATUS_COLORS, STATUS_LABELS, use_style
+from .style import HOLE_COLOR, STATUS_COLORS, STATUS_LABELS, use_style
 
 MIB = 1 << 20
 
 
-def plot_model_strips(samples: pd.DataFrame, *, titles: dict[str, str] | None = None, configs=None):
+def plot_model_strips(samples: pd.DataFrame, *, titles: dict[str, str] | None = None, configs=None,
+                      holes: pd.DataFrame | None = None):
     """One panel per trace: a pass/oom/thrash strip per configuration (``config`` column), flat on top.
 
     ``samples`` is :attr:`~dtrlab.analysis.allocator_census.AllocatorCensus.samples`.
+    ``holes`` (one row per hole with ``trace``, ``config``, ``fail_low_ratio`` and
+    ``fail_high_ratio``, e.g. the censuses' hole tables) marks each hole with a triangle
+    above its strip, visible however narrow the hole, and writes the strip's hole count
+    at its right end.
     """
     use_style()
     traces = list(dict.fromkeys(samples["trace"]))
     configs = list(configs or dict.fromkeys(samples["config"]))
-    fig, axes = plt.subplots(len(traces), 1, figsize=(9, 0.32 * len(configs) * len(traces) + 0.9 * len(traces)),
+    fig, axes = plt.subplots(len(traces), 1, figsize=(9, 0.36 * len(configs) * len(traces) + 0.9 * len(traces)),
                              squeeze=False, constrained_layout=True)
     for ax, trace in zip(axes[:, 0], traces):
         rows = samples[samples["trace"] == trace]
@@ -30,19 +36,34 @@ def plot_model_strips(samples: pd.DataFrame, *, titles: dict[str, str] | None = 
             frame = rows[rows["config"] == config]
             if frame.empty:
                 continue
-            strip = ax.inset_axes([0, 1 - (i + 1) / len(configs), 1, 0.8 / len(configs)])
+            strip = ax.inset_axes([0, 1 - (i + 1) / len(configs), 1, 0.7 / len(configs)])
             plot_strip(frame, strip, legend=False)
             strip.set_xlim(0, 1.02)
             strip.set_xlabel("")
             strip.set_xticks([] if i < len(configs) - 1 else np.linspace(0, 1, 11))
             strip.text(-0.01, 0.5, config, transform=strip.transAxes, ha="right", va="center", fontsize=8)
+            if holes is not None:
+                _mark_holes(strip, holes[(holes["trace"] == trace) & (holes["config"] == config)])
         ax.axis("off")
         ax.set_title((titles or {}).get(trace, trace), loc="left", fontsize=10)
     axes[-1, 0].text(0.5, -0.9 / len(configs) - 0.25, "budget ratio (budget / unbounded peak memory)",
                      transform=axes[-1, 0].transAxes, ha="center", fontsize=9)
-    fig.legend(handles=[Patch(color=c, label=STATUS_LABELS[s]) for s, c in STATUS_COLORS.items()],
-               loc="upper right", ncols=3, frameon=False, fontsize=8)
+    handles = [Patch(color=c, label=STATUS_LABELS[s]) for s, c in STATUS_COLORS.items()]
+    if holes is not None:
+        handles.append(Line2D([], [], color=HOLE_COLOR, marker="v", linestyle="none",
+                              label="hole (fails between passing budgets); count at the right"))
+    fig.legend(handles=handles, loc="upper right", ncols=len(handles), frameon=False, fontsize=8)
     return fig
+
+
+def _mark_holes(strip, holes: pd.DataFrame) -> None:
+    """A triangle just above the strip at every hole, and the strip's hole count to its right."""
+    middle = ((holes["fail_low_ratio"] + holes["fail_high_ratio"]) / 2).to_numpy(dtype=float)
+    strip.plot(middle, np.full(len(middle), 1.22), linestyle="none", marker="v", markersize=4.5,
+               color=HOLE_COLOR, clip_on=False)
+    if len(holes):
+        strip.text(1.005, 0.5, f"{len(holes)} hole{'s' * (len(holes) != 1)}", transform=strip.transAxes,
+                   ha="left", va="center", fontsize=8, color=HOLE_COLOR)
 
 
 def plot_threshold_shift(table: pd.DataFrame, *, titles: dict[str, str] | None = None):

@@ -112,6 +112,17 @@ def save_figure(fig, directory: str | Path, name: str) -> list[Path]:
     return [png, pdf]
 
 
+def trace_set_name(traces_dir: str | Path) -> str:
+    """The name of a set of traces: its directory's (``traces``, ``dtr-logs``, ``models``)."""
+    return Path(traces_dir).resolve().name
+
+
+def figure_directory(traces_dir: str | Path, root: str | Path = "figures") -> Path:
+    """Where the figures of the traces in ``traces_dir`` go: ``root/<trace set>/``, so that each set of
+    traces keeps its own figures (``scripts/make_figures.py`` and every notebook use it)."""
+    return Path(root) / trace_set_name(traces_dir)
+
+
 def trace_titles(traces: dict) -> dict[str, str]:
     """Panel titles: each trace's manifest title (e.g. ``ResNet-32 (56)``), else its short name."""
     return {name: trace.meta.get("title") or short_trace_name(name) for name, trace in traces.items()}
