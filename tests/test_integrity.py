@@ -448,3 +448,26 @@ def test_cli_refuses_an_unseeded_random_policy(capsys):
     assert main(["run", str(LOG), "--policy", "random", "--param", "seed=null", "--ratio", "0.5"]) == 2
     err = capsys.readouterr().err
     assert "seed must be an integer" in err and len(err.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------ cached analysis tables
+def test_a_damaged_cached_table_is_a_miss_and_an_unwritable_one_only_warns(tmp_path, monkeypatch):
+    from dtrlab.sweep.tables import TableCache
+
+    unet = load_unet()
+    table = pd.DataFrame({"storage": ["x1", "x2"], "clock": [3, 4]})
+    store = TableCache(tmp_path, unet, "test_table", {"n": 1})
+    assert store.load() is None
+    store.store(table)
+    pd.testing.assert_frame_equal(TableCache(tmp_path, unet, "test_table", {"n": 1}).load(), table)
+    assert TableCache(tmp_path, unet, "test_table", {"n": 2}).load() is None
+    (path,) = store.directory.glob("*.parquet")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 4
+    path.write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match="ignoring damaged cache file"):
+        assert store.load() is None
+    full_disk(monkeypatch)
+    with pytest.warns(UserWarning, match="cannot write the table cache"):
+        store.store(table)
+    assert store.load() is None

@@ -36,7 +36,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..integrity import MANIFEST_NAME, IntegrityError, atomic_write_bytes, read_manifest, verify_in_manifest
+from ..integrity import (MANIFEST_NAME, IntegrityError, atomic_write_bytes, read_hashed, read_manifest,
+                         verify_in_manifest)
 from ..runtime import SIMULATOR_VERSION
 
 SHIPPED_ENV = "DTRLAB_SHIPPED"
@@ -122,11 +123,17 @@ def _read_valid(path: Path) -> tuple[pd.DataFrame, dict]:
 
 
 def tables_from_cache(cache_root: str | os.PathLike, trace_hash: str) -> list[Path]:
-    """The cached analysis tables (:mod:`dtrlab.sweep.tables`) of one trace under this simulator."""
+    """The verified cached analysis tables (:mod:`dtrlab.sweep.tables`) of one trace under this simulator
+    (a damaged one is skipped with a warning)."""
     tables = Path(cache_root) / f"sim-v{SIMULATOR_VERSION}" / trace_hash[:24] / "tables"
     valid = []
     for path in sorted(tables.glob("*.parquet")):
-        metadata = json.loads((pq.read_schema(path).metadata or {}).get(METADATA_KEY, b"{}"))
+        try:
+            schema = pq.read_schema(pa.BufferReader(read_hashed(path)))
+        except Exception as exc:  # noqa: BLE001  (damaged: not shipped)
+            warnings.warn(f"skipping the cached table {path}: {str(exc).splitlines()[0][:200]}", stacklevel=2)
+            continue
+        metadata = json.loads((schema.metadata or {}).get(METADATA_KEY, b"{}"))
         if metadata.get("trace_hash") == trace_hash and metadata.get("simulator_version") == SIMULATOR_VERSION:
             valid.append(path)
     return valid
