@@ -7,8 +7,8 @@ fields) or as the advanced flags of their own help group (a flag overrides the f
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 from pathlib import Path
 
 from .common import (finite_float, load_single_trace, nonnegative_int, overhead_limit, positive_float, positive_int,
@@ -186,8 +186,13 @@ def run(args) -> int:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SolverFaultWarning)  # printed below, one line each
-        frontier = compute_frontier(trace, plan, cache=args.cache or True, reuse=reuse, progress=progress,
-                                    journal=journal)
+        try:
+            frontier = compute_frontier(trace, plan, cache=args.cache or True, reuse=reuse, progress=progress,
+                                        journal=journal)
+        except KeyboardInterrupt:
+            print(f"{len(journal.entries())} finished solves are kept in {journal.directory}; the same command "
+                  "with --resume continues", file=sys.stderr)
+            raise
     write_frontier(frontier, out)
     journal.clear()
     rows = frontier.rows[frontier.rows.kind.isin(["sample", "relax"])]

@@ -18,7 +18,7 @@ step by step (policy runs, stage model, interval model, relaxation). Each finish
 can be handed to a :class:`SolveJournal` (one checksummed JSON file per solve, written
 atomically), so an interrupted run resumes without repeating a finished solve. Results
 are parquet files with their trace's content hash, :data:`FRONTIER_VERSION` and a
-checksum of their rows in the metadata, checked by :func:`read_frontier` before use.
+checksum of their content in the metadata, checked by :func:`read_frontier` before use.
 """
 
 from __future__ import annotations
@@ -373,8 +373,8 @@ def audit_rows(rows: list[dict], lower_bound_bytes: int | None = None) -> list[s
     * a relaxation "infeasible" at B is contradicted by any real run at a budget <= B;
     * a relaxation bound at B by any real run at a budget <= B with less overhead
       (beyond :data:`BOUND_TOLERANCE`);
-    * a solver schedule that replayed, by its own replay, if the recompute differs from
-      the reported one (a reported optimum must be its schedule's);
+    * a solver's reported recompute, by its schedule's replay if that differs (a reported
+      optimum must be its schedule's), and a reported optimum by a replay that fails;
     * the footprint bound, by any real run below it (a frontier-level fault).
     """
     runs = real_runs(rows)
@@ -392,7 +392,7 @@ def audit_rows(rows: list[dict], lower_bound_bytes: int | None = None) -> list[s
                 b, overhead, source = min(better, key=lambda run: run[1])
                 problem = (f"the relaxation ({row['solver']}) bounds overhead at {budget} bytes by "
                            f"{row['overhead_bound']:.6f}, but {source} runs at {b} with {overhead:.6f}")
-        elif row["kind"] in ("sample", "bisect") and row["replay_passed"] is True \
+        elif row["kind"] in ("sample", "bisect") and row["replay_remat_compute"] is not None \
                 and row["remat_compute"] is not None and row["remat_compute"] != row["replay_remat_compute"]:
             problem = (f"{row['solver']} reported recompute {row['remat_compute']:g} ({row['status']}), "
                        f"its schedule replays with {row['replay_remat_compute']:g}")
@@ -711,17 +711,20 @@ class StaleFrontier(ValueError):
     """A frontier file from another version, for another trace content, or damaged."""
 
 
-def _rows_sha256(records: list[dict]) -> str:
-    return sha256_bytes(json.dumps(records, separators=(",", ":")).encode())
+def _content_sha256(meta: dict, records: list[dict]) -> str:
+    """The checksum of what a file says: its metadata (less the checksum) and its rows as read."""
+    meta = {k: v for k, v in meta.items() if k != "sha256"}
+    return sha256_bytes(json.dumps({"meta": meta, "rows": records}, sort_keys=True, separators=(",", ":")).encode())
 
 
 def write_frontier(frontier: Frontier, path: str | os.PathLike) -> Path:
-    """Write ``frontier`` as parquet, atomically, with a checksum of its rows in the metadata."""
+    """Write ``frontier`` as parquet, atomically, with a checksum of its content in the metadata."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {**frontier.metadata(), "rows_sha256": _rows_sha256(_records(frontier.rows))}
+    meta = frontier.metadata()
+    meta["sha256"] = _content_sha256(meta, _records(frontier.rows))
     table = pa.Table.from_pandas(frontier.rows, preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), _METADATA_KEY: json.dumps(meta).encode()})
+    table = table.replace_schema_metadata({_METADATA_KEY: json.dumps(meta).encode()})  # no pandas metadata: arrow types
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
     atomic_write_bytes(path, buffer.getvalue())
@@ -729,7 +732,7 @@ def write_frontier(frontier: Frontier, path: str | os.PathLike) -> Path:
 
 
 def read_frontier(path: str | os.PathLike, trace: Trace | None = None) -> Frontier:
-    """Read a frontier file, checking its version, its rows' checksum and, with ``trace``,
+    """Read a frontier file, checking its version, its content's checksum and, with ``trace``,
     its content hash; the rows are audited again (:func:`audit_rows`) and the bracket is
     the one they support. A file that fails a check raises :class:`StaleFrontier`."""
     try:
@@ -739,8 +742,9 @@ def read_frontier(path: str | os.PathLike, trace: Trace | None = None) -> Fronti
         rows = table.to_pandas()
     except FileNotFoundError:
         raise
-    except (OSError, ValueError, pa.ArrowException) as error:
-        raise StaleFrontier(f"{path} is damaged (not a readable parquet file: {error})") from None
+    except Exception as error:  # noqa: BLE001  (whatever a damaged file makes the decoder raise)
+        raise StaleFrontier(f"{path} is damaged (not a readable frontier file: {type(error).__name__}: "
+                            f"{error})") from None
     if not isinstance(meta, dict):
         raise StaleFrontier(f"{path} is not a dtrlab frontier file (no {_METADATA_KEY.decode()} metadata)")
     if meta.get("version") != FRONTIER_VERSION:
@@ -752,8 +756,8 @@ def read_frontier(path: str | os.PathLike, trace: Trace | None = None) -> Fronti
     if missing:
         raise StaleFrontier(f"{path} lacks columns {missing}")
     records = _records(rows)
-    if "rows_sha256" in meta and _rows_sha256(records) != meta["rows_sha256"]:
-        raise StaleFrontier(f"{path} is damaged (its rows do not match their checksum); recompute it")
+    if "sha256" in meta and _content_sha256(meta, records) != meta["sha256"]:
+        raise StaleFrontier(f"{path} is damaged (its content does not match its checksum); recompute it")
     try:
         plan = FrontierPlan.from_dict(meta["plan"]) if "plan" in meta else _plan_of_v3(meta)
         return assemble(meta["trace"], meta["trace_hash"], plan, relax_status=meta["relax_status"],
