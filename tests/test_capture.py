@@ -17,7 +17,8 @@ from torch import nn  # noqa: E402
 
 from dtrlab.runtime import baseline  # noqa: E402
 from dtrlab.trace import load_log  # noqa: E402
-from dtrlab.trace.capture import capture, capture_main, record  # noqa: E402
+from dtrlab.cli import main  # noqa: E402
+from dtrlab.trace.capture import capture, record  # noqa: E402
 from dtrlab.trace.costs import GPUS, roofline_ns  # noqa: E402
 from dtrlab.trace.models import ModelSourceError, build  # noqa: E402
 
@@ -93,7 +94,7 @@ def test_gpu_table():
 
 def test_cli_captures_on_meta_and_writes_a_loadable_log(tmp_path, capsys):
     out = tmp_path / "unet.jsonl.gz"
-    assert capture_main(["unet", "--batch", "2", "--cost", "roofline:L4", "--out", str(out)]) == 0
+    assert main(["capture", "unet", "--batch", "2", "--cost", "roofline:L4", "--out", str(out)]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["device"] == "meta" and summary["cost_model"] == "roofline:L4" and summary["cost_unit"] == "ns"
     assert summary["versions"]["torch"].split("+")[0] == torch.__version__.split("+")[0]
@@ -103,8 +104,8 @@ def test_cli_captures_on_meta_and_writes_a_loadable_log(tmp_path, capsys):
 def test_time_cost_needs_real_tensors(tmp_path, capsys):
     with pytest.raises(ValueError, match="--real"):
         capture("lstm", batch=2, cost="time")
-    with pytest.raises(SystemExit):
-        capture_main(["lstm", "--cost", "bogus", "--out", str(tmp_path / "x.jsonl")])
+    assert main(["capture", "lstm", "--cost", "bogus", "--out", str(tmp_path / "x.jsonl")]) == 2
+    assert "argument --cost: invalid choice: 'bogus'" in capsys.readouterr().err
 
 
 def test_unknown_model_names_the_sources(capsys, tmp_path):
@@ -114,7 +115,7 @@ def test_unknown_model_names_the_sources(capsys, tmp_path):
         build("hf:gpt5")
     with pytest.raises(ModelSourceError, match=r"unknown model 'no_such_module:make'.*ModuleNotFoundError"):
         build("no_such_module:make")
-    assert capture_main(["resnet51", "--out", str(tmp_path / "x.jsonl")]) == 2
+    assert main(["capture", "resnet51", "--out", str(tmp_path / "x.jsonl")]) == 2
     assert "unknown model 'resnet51'" in capsys.readouterr().err
     with pytest.raises(ModelSourceError, match="apply to hf: models only"):
         build("unet", layers=2)

@@ -17,7 +17,8 @@ from torch import nn  # noqa: E402
 from dtrlab.runtime import baseline  # noqa: E402
 from dtrlab.trace import load_log  # noqa: E402
 from dtrlab.trace import zoo  # noqa: E402
-from dtrlab.trace.capture import capture_main, record  # noqa: E402
+from dtrlab.cli import main  # noqa: E402
+from dtrlab.trace.capture import record  # noqa: E402
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 F32 = 4
@@ -164,9 +165,9 @@ def test_replayed_peak_matches_measured_peak(name, tmp_path):
     assert replay_peak(rec, tmp_path) == rec.peak_live_bytes
 
 
-def test_capture_main_writes_a_loadable_log(tmp_path, capsys):
+def test_capture_command_writes_a_loadable_log(tmp_path, capsys):
     out = tmp_path / "lstm.jsonl.gz"
-    assert capture_main(["lstm", "--batch", "2", "--out", str(out), "--cost", "flops"]) == 0
+    assert main(["capture", "lstm", "--batch", "2", "--out", str(out), "--cost", "flops"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["model"] == "lstm" and summary["batch"] == 2 and summary["cost_model"] == "flops"
     assert baseline(load_log(out)).peak_memory == summary["peak_live_bytes"]

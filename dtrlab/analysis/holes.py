@@ -32,7 +32,7 @@ import pandas as pd
 from ..policies import Policy, get_policy
 from ..runtime import FLAT, Intervention, baseline, memory_label, memory_spec, budget_for
 from ..sweep import sweep
-from ..sweep.budget_sweep import parse_ratios, resolve_trace
+from ..sweep.budget_sweep import MAX_BUDGETS, parse_ratios, resolve_trace
 from ..trace.model import Trace
 
 MIB = 1 << 20
@@ -257,6 +257,10 @@ def fill_budgets(budgets, delta: int) -> list[int]:
     if delta < 1:
         raise ValueError(f"delta must be >= 1 byte, got {delta}")
     budgets = sorted(set(int(b) for b in budgets))
+    count = sum(-(-(high - low) // delta) - 1 for low, high in zip(budgets, budgets[1:]))
+    if count > MAX_BUDGETS:
+        raise ValueError(f"delta = {delta:,} bytes makes {count:,} budgets, more than the {MAX_BUDGETS:,} allowed; "
+                         "take a larger delta (a fraction such as 0.001 of the peak, or more bytes)")
     added = []
     for low, high in zip(budgets, budgets[1:]):
         gap = high - low

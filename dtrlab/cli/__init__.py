@@ -2,34 +2,140 @@
 
 Each subcommand lives in its own module with ``register(subparsers)``, which adds
 its parser and sets ``handler``; add a module name to ``COMMANDS`` to add one.
+
+One error path for every subcommand (:func:`main`): bad input (a file, an option, a
+log line) ends in one line ``dtrlab CMD: error: ...`` and exit status 2; a closed
+output pipe ends quietly; anything else is a bug: one line that says where the
+traceback was written (``--debug`` prints it instead), exit status 70.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
+import os
 import sys
+import tempfile
+import traceback
+from pathlib import Path
 
+from ..suggest import did_you_mean
 from ..trace import TraceFormatError
+from .common import Parser
 
 COMMANDS = ["info", "run", "capture", "explain", "variants", "sweep", "holes", "census", "search", "frontier"]
 
+#: Failures that come from the input (files, options, logs, storages) rather than from
+#: a bug: a ValueError (TraceFormatError, IntegrityError, ...), a TypeError from a
+#: policy's parameters, an OSError (a missing, unreadable or unwritable file) or a
+#: missing optional package.
+ANTICIPATED = (TraceFormatError, ValueError, TypeError, OSError, ImportError)
+#: Exit status of a bug (sysexits' EX_SOFTWARE), of a closed output pipe (128 + SIGPIPE)
+#: and of Ctrl-C (128 + SIGINT).
+INTERNAL_ERROR, CLOSED_PIPE, INTERRUPTED = 70, 141, 130
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dtrlab", description="Simulate DTR on operator traces.")
+    parser = Parser(prog="dtrlab", description="Simulate DTR on operator traces.")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of an unexpected error (also accepted after the command)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(subparsers)
+    parser.commands = subparsers.choices  # name -> its parser
+    for name, subparser in subparsers.choices.items():
+        if "--debug" not in subparser._option_string_actions:
+            subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                                   help="show the full traceback of an unexpected error")
     return parser
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The parsed command line; a command that reads its own arguments (``passthrough``) gets
+    every word after its name in ``arguments``, in order."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if getattr(args, "passthrough", False):
+        args.arguments = argv[argv.index(args.command) + 1:]
+    elif unknown:
+        subparser = parser.commands[args.command]
+        options = [o for o in subparser._option_string_actions if o.startswith("--")]
+        subparser.error(f"unrecognized arguments: {' '.join(unknown)}{did_you_mean(unknown[0].split('=')[0], options)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return args.handler(args) or 0
-    except (TraceFormatError, FileNotFoundError, ValueError, TypeError) as exc:
-        print(f"dtrlab {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        args = parse(argv)
+    except SystemExit as exit:  # --help, or a usage error argparse has printed
+        return _exit_status(exit)
+    try:
+        status = args.handler(args) or 0
+        sys.stdout.flush()  # a closed pipe shows here, inside the handling below
+        return status
+    except SystemExit as exit:  # a command that parses its own arguments
+        return _exit_status(exit)
+    except BrokenPipeError:
+        _silence_stdout()
+        return CLOSED_PIPE
     except KeyboardInterrupt:
         print(f"dtrlab {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
+    except ANTICIPATED as exc:
+        print(f"dtrlab {args.command}: error: {_describe(exc)}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug: one line here, the traceback in a file
+        if args.debug or os.environ.get("DTRLAB_DEBUG"):
+            traceback.print_exc()
+        else:
+            where = _write_traceback(argv)
+            print(f"dtrlab {args.command}: internal error: {type(exc).__name__}: {_describe(exc)} (a bug; the "
+                  f"traceback is in {where}; --debug prints it)", file=sys.stderr)
+        return INTERNAL_ERROR
+
+
+def _exit_status(exit: SystemExit) -> int:
+    return exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 2)
+
+
+def _describe(exc: BaseException) -> str:
+    """The exception's message on one line; an OS error as ``PATH: reason``."""
+    if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
+        message = f"{exc.filename}: {exc.strerror}"
+    else:
+        message = str(exc) or type(exc).__name__
+    return " ".join(message.split())
+
+
+def _silence_stdout() -> None:
+    """After the reader of our output went away: send what is left to /dev/null, so that the
+    interpreter's final flush does not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (an in-process caller's stream)
+        pass
+
+
+def _write_traceback(argv: list[str]) -> str:
+    """Write the current exception's traceback under the cache directory (else a temporary
+    file) and return the path."""
+    from importlib.metadata import version
+
+    from ..trace.cache import default_cache_dir
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    text = f"dtrlab {version('dtrlab')}: dtrlab {' '.join(argv)}\n\n{traceback.format_exc()}"
+    try:
+        directory = default_cache_dir() / "errors"
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{stamp}-{os.getpid()}.txt"
+        path.write_text(text)
+    except OSError:
+        descriptor, name = tempfile.mkstemp(prefix=f"dtrlab-error-{stamp}-", suffix=".txt")
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(text)
+        path = Path(name)
+    return str(path)

@@ -2,23 +2,81 @@
 
 from __future__ import annotations
 
-import argparse
+import json
+import sys
+
+from .common import Parser, positive_int
+
+#: Above this fraction of the peak pinned, capture warns: DTR has little or nothing to evict.
+PINNED_WARNING = 0.5
 
 
 def register(subparsers) -> None:
-    # The recorder owns its arguments (and imports torch only when run), so everything
-    # after "capture" is handed to it unparsed, --help included.
+    # The options' help names the model sources, which needs torch: the full parser is
+    # built when the command runs (--help included), so other commands start without torch.
     parser = subparsers.add_parser("capture", add_help=False, help="record a PyTorch model's training step as a simrd "
                                    "log, on the meta device (no memory): zoo, torchvision:, hf:, diffusers: or your "
                                    "own module:function (pip install 'dtrlab[torch,models]'; `dtrlab capture --help`)")
-    parser.add_argument("arguments", nargs=argparse.REMAINDER)
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, passthrough=True)
+
+
+def capture_parser() -> Parser:
+    """The options of ``dtrlab capture`` (imports torch)."""
+    from ..trace.costs import COST_MODELS
+    from ..trace.models import SIZE_KEYS, describe_sources
+
+    parser = Parser(
+        prog="dtrlab capture", description="Record one training step of a model as a simrd log. Models are built "
+        "from configurations (random initialisation, nothing downloaded) on the meta device: no tensor data, so "
+        "memory does not grow with the model.")
+    parser.add_argument("model", help=f"model source: {describe_sources()}")
+    parser.add_argument("--out", required=True, help="output log; gzip-compressed if it ends in .gz")
+    parser.add_argument("--batch", type=positive_int, default=None, help="batch size (default: the model's)")
+    parser.add_argument("--seq", type=positive_int, default=None, help="sequence length (hf: models, user functions)")
+    parser.add_argument("--image", type=positive_int, default=224, help="image side in pixels (torchvision:)")
+    for key in SIZE_KEYS:
+        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, type=positive_int, default=None,
+                            help=f"override the hf: config's {key.replace('_', ' ')}")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                        help="cast parameters and floating inputs (default: the model's, float32)")
+    parser.add_argument("--cost", choices=COST_MODELS, default="flops",
+                        help="flops: FLOP counts; roofline:GPU: roofline time in ns on that GPU "
+                             "(dtrlab.trace.costs); time: median wall time in ns (needs --real)")
+    parser.add_argument("--real", action="store_true", help="real CPU tensors instead of the meta device")
+    parser.add_argument("--repeats", type=positive_int, default=5, help="timing repeats per operator (cost=time)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an unexpected error")
+    return parser
 
 
 def run(args) -> int:
     try:
-        from ..trace.capture import capture_main
+        import torch
+
+        from ..trace.capture import _versions, capture
+        from ..trace.models import SIZE_KEYS
     except ImportError as exc:
+        if {"-h", "--help"} & set(args.arguments):
+            print(f"usage: dtrlab capture MODEL --out FILE [options]\n\nThe options need PyTorch ({exc}): "
+                  "pip install 'dtrlab[torch,models]'")
+            return 0
         raise ValueError(f"dtrlab capture needs PyTorch ({exc}); install it with `pip install 'dtrlab[torch]'`") \
             from None
-    return capture_main(args.arguments)
+    options = capture_parser().parse_args(args.arguments)
+    args.debug = args.debug or options.debug
+    sizes = {key: getattr(options, key) for key in SIZE_KEYS}
+    recording = capture(options.model, real=options.real, cost=options.cost, repeats=options.repeats,
+                        batch=options.batch, seq=options.seq, image=options.image, seed=options.seed,
+                        dtype=getattr(torch, options.dtype) if options.dtype else None, **sizes)
+    recording.write(options.out)
+    fraction = recording.pinned_fraction
+    summary = {"model": options.model, "batch": recording.meta["batch"], "out": options.out,
+               "peak_live_bytes": recording.peak_live_bytes, "pinned_bytes": recording.pinned_bytes,
+               "pinned_fraction": round(fraction, 4), "versions": _versions(), **recording.meta}
+    print(json.dumps(summary))
+    if fraction > PINNED_WARNING:
+        print(f"dtrlab capture: warning: {fraction:.0%} of the peak ({recording.pinned_bytes:,} of "
+              f"{recording.peak_live_bytes:,} bytes) is pinned (parameters, inputs and other constants, and the "
+              f"step's outputs): DTR has nothing to evict below a budget ratio of about {fraction:.2f}; a larger "
+              "--batch, --seq or --image gives it activations to evict", file=sys.stderr)
+    return 0

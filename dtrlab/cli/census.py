@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 
 from ..trace import load
-from .common import add_policy_arguments, print_table
+from .common import add_policy_arguments, nonnegative_int, positive_int, print_table
 from .sweep import add_sweep_arguments, sweep_options
 
 SHARED_LOGS = Path("../shared/dtr-logs")
@@ -20,7 +21,7 @@ def register(subparsers) -> None:
     add_policy_arguments(parser)
     add_sweep_arguments(parser)
     parser.add_argument("--out", default="results/census", help="output directory (default results/census)")
-    parser.add_argument("--resolution", type=int, metavar="BYTES",
+    parser.add_argument("--resolution", type=positive_int, metavar="BYTES",
                         help="bisect hole edges down to this many bytes (default: 1 MiB, or "
                              "1/10000 of the trace's baseline peak when finer)")
     parser.add_argument("--delta", type=delta_argument, metavar="DELTA",
@@ -28,7 +29,7 @@ def register(subparsers) -> None:
                              "such as 0.001, or bytes when >= 1), then bisect every pass/fail edge: every hole at "
                              "least DELTA wide in the range is found (docs/sweeps.md); without it, the grid is "
                              "--ratios and suspicious samples are probed")
-    parser.add_argument("--probes", type=int, metavar="N",
+    parser.add_argument("--probes", type=nonnegative_int, metavar="N",
                         help="budgets probed in each gap next to a suspicious passing sample "
                              "(default 8; 0 with --delta)")
     parser.add_argument("--no-refine", action="store_true", help="grid census only: no probing or bisection")
@@ -41,6 +42,8 @@ def delta_argument(text: str) -> int | float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"DELTA is a fraction such as 0.001 or bytes such as 4194304, got {text!r}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"DELTA must be a finite number, got {text!r}")
     if 0 < value < 1:
         return value
     if value >= 1 and value == int(value):

@@ -1,13 +1,127 @@
-"""Arguments and printing shared by several subcommands."""
+"""Arguments, argument types and printing shared by several subcommands."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from ..memory import available_memory_models
 from ..policies import available_policies
+from ..suggest import did_you_mean
 from ..trace import Trace, load
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and a suggestion for a mistyped choice."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _check_value(self, action, value):
+        if action.choices is not None and value not in action.choices:
+            listed = ", ".join(map(str, action.choices))
+            raise argparse.ArgumentError(
+                action, f"invalid choice: {value!r}{did_you_mean(value, action.choices)} (choose from {listed})")
+
+
+# Argument types: argparse reports their errors as "argument --OPTION: message".
+
+def finite_float(text: str) -> float:
+    """A finite number (inf and nan are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (ratios, seconds)."""
+    value = finite_float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
+def overhead_limit(text: str) -> float:
+    """A finite multiple of the baseline compute, at least 1."""
+    value = finite_float(text)
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (2.0 allows as much recompute as compute), got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A whole number >= 1 (counts, sizes)."""
+    return _int_at_least(text, 1)
+
+
+def nonnegative_int(text: str) -> int:
+    """A whole number >= 0."""
+    return _int_at_least(text, 0)
+
+
+def jobs_count(text: str) -> int:
+    """Worker processes: a positive count, or -1 for every core."""
+    value = _int_at_least(text, -1)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be a count >= 1, or -1 for every core; got '0'")
+    return value
+
+
+def _int_at_least(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text!r}")
+    return value
+
+
+def output_file(text: str) -> str:
+    """A file to write: not an existing directory (checked before any work is done)."""
+    if Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name such as "
+                                         f"{Path(text) / 'out.parquet'}")
+    return text
+
+
+def check_scheduler(address: str | None, timeout_s: float = 5.0) -> None:
+    """Fail fast, with the address, when a Dask scheduler does not answer (Dask itself waits 30 s)."""
+    if not address:
+        return
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host = port = None
+    if not host or not port:
+        raise ValueError(f"--scheduler {address}: expected an address such as tcp://127.0.0.1:8786")
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ValueError(f"--scheduler {address}: no Dask scheduler answers there ({exc.strerror or exc}); "
+                         "start one with `dask scheduler`, or drop --scheduler to run locally") from None
+
+
+def ratio_grid(text: str, option: str = "--ratios"):
+    """A ratios option checked now (finite, positive, at most MAX_BUDGETS): a range
+    ``START:STOP:STEP`` stays a string (sweeps and searches record it so), a list
+    ``0.25,0.5`` becomes floats."""
+    from ..sweep.budget_sweep import parse_ratios  # pandas: only commands that sweep get here
+
+    try:
+        values = parse_ratios(text)
+    except ValueError as exc:
+        raise ValueError(f"{option}: {exc}") from None
+    return text if ":" in text else values
 
 
 def load_traces(paths: list[str]) -> list[Trace]:
@@ -23,9 +137,9 @@ def add_single_run_arguments(parser: argparse.ArgumentParser) -> None:
     """LOG and one budget (--ratio or --budget), for commands about a single run."""
     parser.add_argument("log", metavar="LOG", help="log file (or a directory/zip holding exactly one log)")
     budget = parser.add_mutually_exclusive_group(required=True)
-    budget.add_argument("--ratio", type=float,
+    budget.add_argument("--ratio", type=positive_float,
                         help="budget as a fraction of the unbounded peak (simrd's int(peak*ratio))")
-    budget.add_argument("--budget", type=int, metavar="BYTES", help="budget in bytes")
+    budget.add_argument("--budget", type=nonnegative_int, metavar="BYTES", help="budget in bytes")
     add_policy_arguments(parser)
 
 
@@ -41,7 +155,7 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"eviction policy (default dtr; available: {', '.join(available_policies())})")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="policy parameter, e.g. --param seed=3 (repeatable; values are parsed as JSON)")
-    parser.add_argument("--overhead-limit", type=float, default=2.0,
+    parser.add_argument("--overhead-limit", type=overhead_limit, default=2.0,
                         help="thrash once total compute exceeds this multiple of the baseline (default 2.0)")
     add_memory_arguments(parser)
 

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from .common import add_single_run_arguments, load_single_trace, memory_arguments, policy_params, print_table
+from .common import (add_single_run_arguments, check_scheduler, jobs_count, load_single_trace, memory_arguments,
+                     output_file, policy_params, print_table)
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "explain", help="print a failing run's failure record and which single withheld storage rescues it")
     add_single_run_arguments(parser)
-    parser.add_argument("--jobs", type=int, default=1, help="parallel processes for the re-runs (-1: all cores)")
+    parser.add_argument("--jobs", type=jobs_count, default=1, help="parallel processes for the re-runs (-1: all cores)")
     parser.add_argument("--backend", default="loky", choices=["sequential", "loky", "dask"],
                         help="how to run the re-runs (default loky; dask needs --scheduler)")
     parser.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://127.0.0.1:8786")
     parser.add_argument("--all", action="store_true",
                         help="list every withheld storage, not only those that change the outcome")
-    parser.add_argument("--save", metavar="PATH", help="write the whole table to PATH (.parquet or .csv)")
+    parser.add_argument("--save", metavar="PATH", type=output_file,
+                        help="write the whole table to PATH (.parquet or .csv)")
     parser.set_defaults(handler=explain)
 
 
@@ -28,11 +30,13 @@ def explain(args) -> int:
         raise ValueError(f"--save writes .parquet or .csv files, got {args.save}")
     params = policy_params(args.param)
     memory = memory_arguments(args)
+    check_scheduler(args.scheduler)
     run = record(trace, args.policy, ratio=args.ratio, budget_bytes=args.budget, overhead_limit=args.overhead_limit,
                  candidate_scores=False, **memory, **params)
     result = run.result
+    overhead = f"overhead {result.overhead:.4f}, " if result.passed else ""  # a failed run has none
     print(f"{trace.name} under {result.policy} at {result.budget_bytes:,} bytes: {result.status} "
-          f"(overhead {result.overhead:.4f}, {result.evictions} evictions, {result.remats} remats)")
+          f"({overhead}{result.evictions} evictions, {result.remats} remats)")
     if result.passed:
         print("the run passes; nothing to explain")
         return 0

@@ -24,7 +24,10 @@ def run(args) -> int:
         if not path.exists():
             raise FileNotFoundError(f"no sweep parquet at {path} (write one with dtrlab sweep LOG --out FILE)")
         files += sorted(path.glob("*.parquet")) if path.is_dir() else [path]
-    frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    if not files:
+        raise FileNotFoundError(f"no .parquet files in {', '.join(args.paths)} "
+                                "(write one with dtrlab sweep LOG --out FILE)")
+    frame = pd.concat([read_sweep(f) for f in files], ignore_index=True)
     table = census_table(frame)
     print_table(table.where(table.notna(), None).to_dict("records"))
     if args.list:
@@ -36,3 +39,23 @@ def run(args) -> int:
         print()
         print_table(listed[columns].to_dict("records"))
     return 0
+
+
+#: Columns every sweep frame has (older frames lack the memory columns, which are filled in).
+SWEEP_COLUMNS = ("trace", "policy", "overhead_limit", "withhold", "ratio", "budget_bytes", "status")
+
+
+def read_sweep(path: Path):
+    """A sweep frame from a parquet file; another file (damaged, or a frontier's) is an error naming it."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise ValueError(f"{path}: not a readable parquet file ({' '.join(str(exc).split())})") from None
+    missing = [c for c in SWEEP_COLUMNS if c not in frame.columns]
+    if missing:
+        kind = " (a dtrlab frontier file?)" if "kind" in frame.columns and "overhead_bound" in frame.columns else ""
+        raise ValueError(f"{path} is not a sweep frame{kind}: it lacks column(s) {', '.join(missing)}; "
+                         "write one with dtrlab sweep LOG --out FILE")
+    return frame

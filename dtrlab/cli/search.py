@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import load_traces, print_table
+from .common import jobs_count, load_traces, output_file, positive_float, positive_int, print_table, ratio_grid
 
 
 def register(subparsers) -> None:
@@ -10,19 +10,20 @@ def register(subparsers) -> None:
         "search", help="search score policies for fewest holes, then lowest threshold, then lowest overhead "
                        "(Optuna, resumable SQLite storage)")
     parser.add_argument("logs", metavar="LOG", nargs="+", help="tuning traces: log files, directories or zips")
-    parser.add_argument("--storage", default="search.db",
+    parser.add_argument("--storage", default="search.db", type=output_file,
                         help="SQLite file of the study (default search.db); rerun with the same file to resume")
     parser.add_argument("--study", default="score_search", help="study name inside the storage")
-    parser.add_argument("--trials", type=int, help="total completed trials to reach (a resumed search runs the rest)")
-    parser.add_argument("--time", type=float, metavar="SECONDS", help="stop starting new trials after SECONDS")
+    parser.add_argument("--trials", type=positive_int,
+                        help="total completed trials to reach (a resumed search runs the rest)")
+    parser.add_argument("--time", type=positive_float, metavar="SECONDS", help="stop starting new trials after SECONDS")
     parser.add_argument("--ratios", default="0.05:1.0:0.002",
                         help="START:STOP:STEP or comma-separated ratios (default 0.05:1.0:0.002)")
-    parser.add_argument("--jobs", type=int, default=1, help="parallel processes per sweep (-1: all cores)")
+    parser.add_argument("--jobs", type=jobs_count, default=1, help="parallel processes per sweep (-1: all cores)")
     parser.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
     parser.add_argument("--no-cache", action="store_true", help="do not reuse or store sweep results")
     parser.add_argument("--export", metavar="PATH",
                         help="write the best Pareto policies as a searched-policies JSON file to PATH")
-    parser.add_argument("--top", type=int, default=3, help="how many policies --export writes (default 3)")
+    parser.add_argument("--top", type=positive_int, default=3, help="how many policies --export writes (default 3)")
     parser.set_defaults(handler=search)
 
 
@@ -31,7 +32,7 @@ def search(args) -> int:
 
     if args.trials is None and args.time is None:
         raise ValueError("give a budget: --trials N (total completed trials) and/or --time SECONDS")
-    ratios = args.ratios if ":" in args.ratios else [float(r) for r in args.ratios.split(",")]
+    ratios = ratio_grid(args.ratios)
     result = run_search(load_traces(args.logs), args.storage, study_name=args.study, n_trials=args.trials,
                         timeout=args.time, ratios=ratios, jobs=args.jobs, cache=not args.no_cache, seed=args.seed)
     print(f"\n{result.ran} trials run in {result.seconds:.0f} s ({result.retried} interrupted trials retried); "

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import add_policy_arguments, load_traces, memory_arguments, policy_params, print_table
+from .common import (add_policy_arguments, check_scheduler, jobs_count, load_traces, memory_arguments, output_file,
+                     policy_params, print_table, ratio_grid)
 
 
 def add_sweep_arguments(parser) -> None:
     """Budget and parallelism options shared by ``sweep`` and ``census``."""
     parser.add_argument("--ratios", default="0.05:1.0:0.005",
                         help="START:STOP:STEP (both ends included) or comma-separated ratios (default 0.05:1.0:0.005)")
-    parser.add_argument("-j", "--jobs", type=int, default=1, help="local worker processes (-1: all cores; default 1)")
+    parser.add_argument("-j", "--jobs", type=jobs_count, default=1,
+                        help="local worker processes (-1: all cores; default 1)")
     # dtrlab.sweep.BACKENDS (not imported here: it needs pandas; tests/test_cli_startup.py checks they agree)
     parser.add_argument("--backend", choices=("sequential", "loky", "dask"), default="loky",
                         help="default loky (joblib processes)")
@@ -24,8 +26,8 @@ def add_sweep_arguments(parser) -> None:
 
 def sweep_options(args) -> dict:
     """Keyword arguments for :func:`dtrlab.sweep.sweep` from the shared options."""
-    ratios = args.ratios if ":" in args.ratios else [float(r) for r in args.ratios.split(",")]
-    return dict(ratios=ratios, jobs=args.jobs, backend="dask" if args.scheduler else args.backend,
+    check_scheduler(args.scheduler)
+    return dict(ratios=ratio_grid(args.ratios), jobs=args.jobs, backend="dask" if args.scheduler else args.backend,
                 client=args.scheduler, overhead_limit=args.overhead_limit,
                 cache=False if args.no_cache else (args.cache or True), progress=not args.quiet,
                 **memory_arguments(args), **policy_params(args.param))
@@ -36,7 +38,8 @@ def register(subparsers) -> None:
     parser.add_argument("logs", nargs="+", metavar="LOG", help="log file, directory of logs, or logs.zip")
     add_policy_arguments(parser)
     add_sweep_arguments(parser)
-    parser.add_argument("--out", metavar="PARQUET", help="write all rows here (one row per trace and budget)")
+    parser.add_argument("--out", metavar="PARQUET", type=output_file,
+                        help="write all rows here (one row per trace and budget)")
     parser.set_defaults(handler=run)
 
 

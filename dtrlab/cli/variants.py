@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .common import add_memory_arguments, load_traces, memory_arguments, print_table
+from .common import (add_memory_arguments, check_scheduler, jobs_count, load_traces, memory_arguments, output_file,
+                     overhead_limit, print_table, ratio_grid)
 
 
 def register(subparsers) -> None:
@@ -14,16 +15,18 @@ def register(subparsers) -> None:
                              "score variant; `dtrlab run --help` lists every name)")
     parser.add_argument("--ratios", default="0.05:1.0:0.01",
                         help="START:STOP:STEP (both ends included) or comma-separated ratios (default 0.05:1.0:0.01)")
-    parser.add_argument("--overhead-limit", type=float, default=2.0,
+    parser.add_argument("--overhead-limit", type=overhead_limit, default=2.0,
                         help="thrash once total compute exceeds this multiple of the baseline (default 2.0)")
-    parser.add_argument("--jobs", type=int, default=1, help="parallel processes (-1: all cores)")
+    parser.add_argument("--jobs", type=jobs_count, default=1, help="parallel processes (-1: all cores)")
     parser.add_argument("--backend", default="loky", choices=["sequential", "loky", "dask"],
                         help="how to run the sweeps (default loky; dask needs --scheduler)")
     parser.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://127.0.0.1:8786")
     parser.add_argument("--no-cache", action="store_true", help="simulate every budget again instead of reusing "
                                                                 "the sweep cache")
-    parser.add_argument("--save", metavar="PATH", help="write the census table to PATH (.parquet or .csv)")
-    parser.add_argument("--save-samples", metavar="PATH", help="write every sweep row to PATH (.parquet or .csv)")
+    parser.add_argument("--save", metavar="PATH", type=output_file,
+                        help="write the census table to PATH (.parquet or .csv)")
+    parser.add_argument("--save-samples", metavar="PATH", type=output_file,
+                        help="write every sweep row to PATH (.parquet or .csv)")
     add_memory_arguments(parser)
     parser.set_defaults(handler=variants)
 
@@ -36,7 +39,8 @@ def variants(args) -> int:
             raise ValueError(f"--save and --save-samples write .parquet or .csv files, got {path}")
     policies = ([name.strip() for name in args.policies.split(",") if name.strip()] if args.policies
                 else list(DEFAULT_POLICIES))
-    ratios = args.ratios if ":" in args.ratios else [float(r) for r in args.ratios.split(",")]
+    ratios = ratio_grid(args.ratios)
+    check_scheduler(args.scheduler)
     census = variant_census(load_traces(args.logs), policies, ratios=ratios, jobs=args.jobs, backend=args.backend,
                             client=args.scheduler, overhead_limit=args.overhead_limit, cache=not args.no_cache,
                             **memory_arguments(args))

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..suggest import did_you_mean
+
 
 @dataclass(frozen=True)
 class Block:
@@ -167,7 +169,8 @@ def get_memory_model(spec: str | MemoryModel, capacity_bytes: int | None = None,
                              f"capacity_bytes={spec.capacity_bytes}")
         return spec
     if not isinstance(spec, str) or spec not in MEMORY_MODELS:
-        raise ValueError(f"unknown memory model {spec!r}; valid models: {', '.join(available_memory_models())}")
+        raise ValueError(f"unknown memory model {spec!r}{did_you_mean(spec, MEMORY_MODELS)}; valid models: "
+                         f"{', '.join(available_memory_models())}")
     if capacity_bytes is None:
         raise ValueError(f"memory model {spec!r} needs capacity_bytes")
     return MEMORY_MODELS[spec](capacity_bytes, **options)

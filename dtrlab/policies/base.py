@@ -25,6 +25,8 @@ import math
 from collections.abc import Callable, Iterable
 from typing import ClassVar
 
+from ..suggest import did_you_mean
+
 FEATURES = frozenset({"e_star", "eq_class"})
 
 
@@ -233,7 +235,8 @@ def policy_class(name: str) -> type[Policy]:
     try:
         return _REGISTRY[key]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; available: {', '.join(available_policies())}") from None
+        raise ValueError(f"unknown policy {name!r}{did_you_mean(key, [*_REGISTRY, *_ALIASES])}; available: "
+                         f"{', '.join(available_policies())}") from None
 
 
 def get_policy(policy: str | Policy | type[Policy], **params) -> Policy:

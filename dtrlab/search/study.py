@@ -1,6 +1,14 @@
 """The policy search: an Optuna study in a SQLite file, resumable after Ctrl-C or SIGKILL.
 
 * **Storage**: every finished trial is committed to the SQLite file as it ends.
+  dtrlab writes only into a SQLite file that is new, empty or an Optuna storage
+  whose studies dtrlab made; anything else is refused, unchanged.
+* **One search at a time**: a search holds an exclusive lock (``STORAGE.lock``,
+  released by the system when the process ends, however it ends); a second search
+  on the same storage is refused with the first one's process id.
+* **Same question**: a study records its traces (names and content hashes) and
+  ratios; resuming it with other traces or ratios is refused (its trials would not
+  be comparable), naming what differs.
 * **Resume**: a trial left ``RUNNING`` by a killed process, or ``FAIL`` by an
   interrupted one, is marked failed and its parameters are enqueued once, so the
   next run evaluates exactly those parameters; its simulations that had finished are
@@ -16,15 +24,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ..sweep.budget_sweep import parse_ratios
 from .evaluate import SEARCH_RATIOS, evaluate, objective_value, summarize
 from .space import DTR_POINT, SPACE, make_policy, suggest
 
@@ -54,15 +67,75 @@ class SearchResult:
     pareto: pd.DataFrame
 
 
+#: Tables every Optuna RDB storage has; a SQLite file without them is not one.
+OPTUNA_TABLES = {"studies", "trials", "version_info"}
+#: The study user attribute that marks a study dtrlab made (older dtrlab studies have "tuning_traces").
+MADE_BY = "made_by"
+
+
 def _rdb(path: str | os.PathLike):
     return _optuna().storages.RDBStorage(f"sqlite:///{Path(path).resolve()}")
 
 
+def check_storage(path: str | os.PathLike) -> None:
+    """Refuse, before anything is written, a file that is not a new, empty or dtrlab-made Optuna storage."""
+    path = Path(path)
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("rb") as handle:
+        if handle.read(16) != b"SQLite format 3\x00":
+            raise ValueError(f"{path} is not a SQLite file; give a new --storage (or the file of an earlier search)")
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, timeout=30)) as db:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not tables:
+                return
+            missing = OPTUNA_TABLES - tables
+            if missing:
+                raise ValueError(f"{path} is a SQLite database of something else (tables: "
+                                 f"{', '.join(sorted(tables))}); dtrlab leaves it alone: give a new --storage")
+            foreign = [name for (name,) in db.execute(
+                "SELECT study_name FROM studies s WHERE NOT EXISTS (SELECT 1 FROM study_user_attributes a "
+                "WHERE a.study_id = s.study_id AND a.key IN (?, 'tuning_traces'))", (MADE_BY,))]
+    except sqlite3.DatabaseError as exc:
+        raise ValueError(f"{path}: damaged SQLite file ({exc}); give a new --storage") from None
+    if foreign:
+        raise ValueError(f"{path} holds Optuna studies dtrlab did not make ({', '.join(foreign)}); dtrlab leaves it "
+                         "alone: give a new --storage")
+
+
+@contextlib.contextmanager
+def storage_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold the exclusive lock of the storage ``path`` (``PATH.lock`` beside it) for one search."""
+    lock_path = Path(f"{path}.lock")
+    with open(lock_path, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "unknown"
+            raise ValueError(f"{path} is in use by PID {holder} (another dtrlab search); wait for it to end, "
+                             "or give another --storage") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        yield  # the lock goes with the file's closing, or with the process
+
+
 def open_study(storage: str | os.PathLike, study_name: str = "score_search", seed: int = 0):
-    """Create or load the study in the SQLite file ``storage``."""
+    """Create or load the study in the SQLite file ``storage`` (see :func:`check_storage`)."""
     optuna = _optuna()
-    study = optuna.create_study(study_name=study_name, storage=_rdb(storage), load_if_exists=True,
-                                direction="minimize")
+    import sqlalchemy.exc
+
+    check_storage(storage)
+    try:
+        study = optuna.create_study(study_name=study_name, storage=_rdb(storage), load_if_exists=True,
+                                    direction="minimize")
+        if MADE_BY not in study.user_attrs:
+            study.set_user_attr(MADE_BY, "dtrlab")
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        raise ValueError(f"{storage}: the Optuna storage cannot be used ({_first_line(exc)})") from None
     completed = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
     study.sampler = optuna.samplers.TPESampler(seed=seed + completed, n_startup_trials=8)
     return study
@@ -72,7 +145,7 @@ def _recover(study, path) -> int:
     """Mark trials a dead process left RUNNING as failed; enqueue failed trials' parameters once."""
     optuna = _optuna()
     state = optuna.trial.TrialState
-    # Single-process use: a RUNNING trial at start-up belongs to a process that died.
+    # The storage lock makes one search at a time: a RUNNING trial at start-up belongs to a process that died.
     storage = _rdb(path)
     study_id = storage.get_study_id_from_name(study.study_name)
     trials = study.get_trials(deepcopy=False)
@@ -110,11 +183,55 @@ def run_search(traces, storage: str | os.PathLike, *, study_name: str = "score_s
     """
     if n_trials is None and timeout is None:
         raise ValueError("give a budget: n_trials= (total completed trials) or timeout= (seconds), or both")
-    optuna = _optuna()
+    if n_trials is not None and n_trials < 1:
+        raise ValueError(f"n_trials is the number of finished trials to reach (>= 1), got {n_trials}")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout is seconds (> 0), got {timeout}")
     traces = list(traces.values()) if isinstance(traces, dict) else list(traces)
+    parse_ratios(ratios)  # checked before the storage is touched
+    import sqlalchemy.exc
+
+    with storage_lock(storage):
+        try:
+            return _search(traces, storage, study_name, n_trials, timeout, ratios, jobs, cache, seed, prune_margin,
+                           progress)
+        except sqlalchemy.exc.SQLAlchemyError as exc:  # a storage damaged where opening it did not look
+            raise ValueError(f"{storage}: the Optuna storage failed ({_first_line(exc)}); give a new --storage") \
+                from None
+
+
+def _first_line(exc) -> str:
+    """An SQLAlchemy error's cause on one line (its message runs to many lines of SQL)."""
+    return " ".join(str(getattr(exc, "orig", None) or exc).split())
+
+
+def _check_same_question(study, storage, traces, ratios) -> None:
+    """Record the study's traces and ratios, or refuse those that differ from what it recorded."""
+    names = sorted(t.name for t in traces)
+    hashes = {t.name: t.content_hash for t in traces}
+    ratio_list = ratios if isinstance(ratios, str) else list(ratios)
+    stored = study.user_attrs if study.trials else {}  # a study without trials asks nothing yet
+    where = f"{storage} (study {study.study_name!r})"
+    if "tuning_traces" in stored and stored["tuning_traces"] != names:
+        raise ValueError(f"{where} was searched on traces {', '.join(stored['tuning_traces'])}, not "
+                         f"{', '.join(names)}; its trials are not comparable: give another --storage or --study")
+    changed = [n for n, h in stored.get("trace_hashes", {}).items() if hashes.get(n) != h]
+    if changed:
+        raise ValueError(f"{where} was searched on other contents of {', '.join(changed)} (the logs changed); "
+                         "give another --storage or --study")
+    if "ratios" in stored and parse_ratios(stored["ratios"]) != parse_ratios(ratio_list):
+        raise ValueError(f"{where} was searched at ratios {stored['ratios']}, not {ratio_list}; its trials are "
+                         "not comparable: give the same --ratios, or another --storage or --study")
+    for key, value in (("tuning_traces", names), ("trace_hashes", hashes), ("ratios", ratio_list)):
+        if key not in stored:  # a new study, or one made before dtrlab recorded this
+            study.set_user_attr(key, value)
+
+
+def _search(traces, storage, study_name, n_trials, timeout, ratios, jobs, cache, seed, prune_margin,
+            progress) -> SearchResult:
+    optuna = _optuna()
     study = open_study(storage, study_name, seed)
-    study.set_user_attr("tuning_traces", sorted(t.name for t in traces))
-    study.set_user_attr("ratios", ratios if isinstance(ratios, str) else list(ratios))
+    _check_same_question(study, storage, traces, ratios)
     retried = _recover(study, storage)
     complete = optuna.trial.TrialState.COMPLETE
     finished_states = (complete, optuna.trial.TrialState.PRUNED)

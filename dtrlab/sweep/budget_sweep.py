@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import pandas as pd
@@ -32,31 +33,54 @@ _RESULT_COLUMNS = ["budget_bytes", "status", "overhead", "clock", "evictions", "
                    "remat_compute", "model_compute", "eviction_sha256", "wall_seconds", "simulator_version"]
 
 
+#: The most budgets one ratio grid (or census fill) may make: a grid beyond it is a
+#: typo (a step of 1e-9) that would allocate until memory runs out or run for ever.
+MAX_BUDGETS = 10**6
+
+
 def parse_ratios(ratios) -> list[float]:
-    """A list of ratios, or ``"start:stop:step"`` (both ends included).
+    """A list of ratios, ``"start:stop:step"`` (both ends included) or ``"0.25,0.5"``.
 
     The range gives ``start + (stop - start) * i / n`` for ``i = 0..n`` with
     ``n = round((stop - start) / step)``, so ``"0.05:1.0:0.005"`` is exactly the
-    reference's ``0.05 + 0.95 * i / 190``.
+    reference's ``0.05 + 0.95 * i / 190``. Every value must be finite and positive, and
+    a range may make at most :data:`MAX_BUDGETS` ratios.
     """
-    if isinstance(ratios, str):
+    if isinstance(ratios, str) and ":" in ratios:
         try:
             start, stop, step = (float(x) for x in ratios.split(":"))
         except ValueError:
             raise ValueError(f"ratios must look like START:STOP:STEP, e.g. 0.05:1.0:0.005; got {ratios!r}") from None
-        if not (step > 0 and stop > start):
-            raise ValueError(f"ratios {ratios!r}: need STOP > START and STEP > 0, e.g. 0.05:1.0:0.005")
-        n = round((stop - start) / step)
+        if not all(map(math.isfinite, (start, stop, step))):
+            raise ValueError(f"ratios {ratios!r}: START, STOP and STEP must be finite numbers")
+        if not (step > 0 and stop > start and start > 0):
+            raise ValueError(f"ratios {ratios!r}: need STOP > START > 0 and STEP > 0, e.g. 0.05:1.0:0.005")
+        steps = (stop - start) / step
+        if not steps < MAX_BUDGETS or round(steps) + 1 > MAX_BUDGETS:  # `not <`: also an infinite quotient
+            raise ValueError(f"ratios {ratios!r} make {_count(steps)} budgets, more than the "
+                             f"{MAX_BUDGETS:,} allowed; take a larger STEP")
+        n = round(steps)
         if n < 1:
             raise ValueError(f"ratios {ratios!r}: STEP is larger than STOP - START")
         return [start + (stop - start) * i / n for i in range(n + 1)]
-    values = [float(r) for r in ratios]
+    if isinstance(ratios, str):
+        ratios = [r for r in ratios.split(",") if r.strip()]
+    try:
+        values = [float(r) for r in ratios]
+    except (TypeError, ValueError):
+        raise ValueError(f"ratios must be numbers such as 0.25,0.5 or a range 0.05:1.0:0.005; got {ratios!r}") \
+            from None
     if not values:
         raise ValueError("no ratios given; pass a list such as [0.25, 0.5] or a range '0.05:1.0:0.005'")
-    bad = [r for r in values if not r > 0]
+    bad = [r for r in values if not (r > 0 and math.isfinite(r))]
     if bad:
-        raise ValueError(f"ratios must be positive fractions of the baseline peak, got {bad[:5]}")
+        raise ValueError(f"ratios must be finite positive fractions of the baseline peak, got {bad[:5]}")
     return values
+
+
+def _count(steps: float) -> str:
+    """The number of budgets ``steps + 1`` for a message: exact when it can be, else as a power of ten."""
+    return f"{round(steps) + 1:,}" if steps < 1e15 else ("infinitely many" if math.isinf(steps) else f"{steps:.3g}")
 
 
 def resolve_trace(trace: Trace | str | os.PathLike) -> Trace:
@@ -110,7 +134,12 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
         ratio_list = parse_ratios(ratios)
         budget_list = [budget_for(trace, r) for r in ratio_list]
     else:
-        budget_list = [int(b) for b in budgets]
+        budgets = list(budgets)
+        try:
+            budget_list = [int(b) for b in budgets]  # inf raises OverflowError, nan ValueError
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"budgets must be finite byte counts, e.g. [500_000_000, 10**9]; got {budgets[:5]}") \
+                from None
         if not budget_list or min(budget_list) < 0:
             raise ValueError("budgets must be a non-empty list of byte counts >= 0, e.g. [500_000_000, 10**9]")
         ratio_list = [b / peak for b in budget_list]

@@ -13,7 +13,7 @@ __all__ = [
 
 def __getattr__(name):
     # The recorder needs torch, an optional extra: import it on first use only.
-    if name in ("record", "capture_main", "Recording"):
+    if name in ("record", "Recording"):
         from . import capture
         return getattr(capture, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

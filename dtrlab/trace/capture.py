@@ -25,7 +25,11 @@ they do not.
 
 Independently of the log, the recorder accounts the bytes of live storages (a
 finalizer on each storage object) and reports their peak, which a replay of the log
-without a memory budget should reproduce.
+without a memory budget should reproduce. It also accounts the bytes no budget can
+evict (:attr:`Recording.pinned_bytes`): the constants' storages (parameters, buffers,
+inputs, optimizer state), which simrd pins while they live, and at the step's end
+every storage still live (the outputs, which the replay pins then). Below
+``pinned_bytes / peak_live_bytes`` of the peak DTR has nothing to evict and fails.
 
 Costs are either median wall time in nanoseconds over ``repeats`` runs of each
 operator (``cost="time"``, the artifact's unit), FLOPs (``cost="flops"``):
@@ -48,12 +52,10 @@ This module imports torch; the rest of dtrlab does not.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import gzip
 import json
 import statistics
-import sys
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -98,6 +100,14 @@ class Recording:
     #: lifetimes (independently of the log's RELEASE lines).
     peak_live_bytes: int
     meta: dict = field(default_factory=dict)
+    #: The most bytes pinned at once: constants' storages while they live, and every
+    #: storage live at the step's end (the outputs). No budget below it can pass.
+    pinned_bytes: int = 0
+
+    @property
+    def pinned_fraction(self) -> float:
+        """``pinned_bytes`` over the peak: the budget ratio below which DTR has nothing to evict."""
+        return self.pinned_bytes / self.peak_live_bytes if self.peak_live_bytes else 0.0
 
     @property
     def op_count(self) -> int:
@@ -143,9 +153,12 @@ class _Recorder(TorchDispatchMode):
         self._name_storage: dict[str, int] = {}
         # Independent accounting of live storage bytes.
         self._live_storages: dict[int, int] = {}  # storage key -> bytes
+        self._constant_storages: set[int] = set()
         self._storage_finalizers: list[weakref.finalize] = []
         self.live_bytes = 0
         self.peak_live_bytes = 0
+        self.constant_bytes = 0  # live bytes of constants' storages (pinned)
+        self.pinned_bytes = 0
         self.skipped_ops: dict[str, int] = {}
 
     # -- names and lifetimes -------------------------------------------------------
@@ -184,7 +197,7 @@ class _Recorder(TorchDispatchMode):
         while self._pending_releases:
             self._emit(INSTRUCTION="RELEASE", NAME=self._pending_releases.pop(0))
 
-    def _track_storage(self, t: torch.Tensor) -> None:
+    def _track_storage(self, t: torch.Tensor, constant: bool = False) -> None:
         storage = t.untyped_storage()
         key = storage._cdata
         if key in self._live_storages:
@@ -193,10 +206,18 @@ class _Recorder(TorchDispatchMode):
         self._storage_finalizers.append(weakref.finalize(storage, self._on_storage_death, key))
         self.live_bytes += storage.nbytes()
         self.peak_live_bytes = max(self.peak_live_bytes, self.live_bytes)
+        if constant:
+            self._constant_storages.add(key)
+            self.constant_bytes += storage.nbytes()
+            self.pinned_bytes = max(self.pinned_bytes, self.constant_bytes)
 
     def _on_storage_death(self, key: int) -> None:
         if not self.closed:
-            self.live_bytes -= self._live_storages.pop(key)
+            size = self._live_storages.pop(key)
+            self.live_bytes -= size
+            if key in self._constant_storages:
+                self._constant_storages.remove(key)
+                self.constant_bytes -= size
 
     def name_of(self, t: torch.Tensor) -> str:
         """The tensor's log name, declaring it first if the log has not met it yet."""
@@ -213,7 +234,7 @@ class _Recorder(TorchDispatchMode):
             self._emit(INSTRUCTION="ALIAS", NAME=name, ALIAS="0")
         else:
             constant, name = self._fresh(), self._fresh()
-            self._track_storage(t)
+            self._track_storage(t, constant=True)
             self._emit(INSTRUCTION="CONSTANT", NAME=constant)
             self._emit(INSTRUCTION="MEMORY", NAME=constant, MEMORY=str(t.untyped_storage().nbytes()))
             self._emit(INSTRUCTION="COPY", DST=name, SRC=constant)
@@ -224,6 +245,7 @@ class _Recorder(TorchDispatchMode):
     def close(self) -> None:
         """Stop logging; tensors that die from now on are not part of the step."""
         self.flush_releases()
+        self.pinned_bytes = max(self.pinned_bytes, self.live_bytes)  # the outputs, pinned at the end
         self.closed = True
         for finalizer in list(self._tensor_finalizers.values()) + self._storage_finalizers:
             finalizer.detach()
@@ -414,7 +436,7 @@ def record(module: torch.nn.Module, inputs, *, loss_fn: Callable | None = None,
         "ops": sum(1 for line in recorder.lines if line["INSTRUCTION"] in ("CALL", "MUTATE")),
         "skipped_ops": recorder.skipped_ops,
     }
-    return Recording(recorder.lines, recorder.peak_live_bytes, meta)
+    return Recording(recorder.lines, recorder.peak_live_bytes, meta, pinned_bytes=recorder.pinned_bytes)
 
 
 def _leaf_tensors(module: torch.nn.Module, inputs: Sequence) -> Iterable[torch.Tensor]:
@@ -422,6 +444,10 @@ def _leaf_tensors(module: torch.nn.Module, inputs: Sequence) -> Iterable[torch.T
     yield from module.parameters()
     yield from module.buffers()
     yield from (t for t in tree_flatten(list(inputs))[0] if isinstance(t, torch.Tensor))
+
+
+#: Numeric options of :func:`capture` that count something (so must be >= 1).
+_COUNTS = ("repeats", "batch", "seq", "image", "layers", "hidden", "heads", "kv_heads", "intermediate", "vocab")
 
 
 def capture(source: str, *, real: bool = False, cost: str = "flops", repeats: int = 5, **build_options) -> Recording:
@@ -433,6 +459,9 @@ def capture(source: str, *, real: bool = False, cost: str = "flops", repeats: in
     from .models import ModelSourceError, build, meta_patches
 
     check_cost_model(cost)
+    for key, value in {"repeats": repeats, **build_options}.items():
+        if key in _COUNTS and value is not None and not (isinstance(value, int) and value >= 1):
+            raise ValueError(f"{key} must be a whole number >= 1, got {value!r}")
     if cost == "time" and not real:
         raise ValueError("cost 'time' times real operators: add --real (or choose flops or roofline:GPU)")
     device = "cpu" if real else "meta"
@@ -460,48 +489,3 @@ def _versions() -> dict:
         except PackageNotFoundError:
             pass
     return found
-
-
-def capture_main(argv: Sequence[str] | None = None) -> int:
-    """Record one training step of a model as a simrd log (``dtrlab capture``)."""
-    from .models import SIZE_KEYS, ModelSourceError, describe_sources
-
-    parser = argparse.ArgumentParser(
-        prog="dtrlab capture", description="Record one training step of a model as a simrd log. Models are built "
-        "from configurations (random initialisation, nothing downloaded) on the meta device: no tensor data, so "
-        "memory does not grow with the model.")
-    parser.add_argument("model", help=f"model source: {describe_sources()}")
-    parser.add_argument("--out", required=True, help="output log; gzip-compressed if it ends in .gz")
-    parser.add_argument("--batch", type=int, default=None, help="batch size (default: the model's)")
-    parser.add_argument("--seq", type=int, default=None, help="sequence length (hf: models, user functions)")
-    parser.add_argument("--image", type=int, default=224, help="image side in pixels (torchvision:)")
-    for key in SIZE_KEYS:
-        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int, default=None,
-                            help=f"override the hf: config's {key.replace('_', ' ')}")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
-                        help="cast parameters and floating inputs (default: the model's, float32)")
-    parser.add_argument("--cost", choices=COST_MODELS, default="flops",
-                        help="flops: FLOP counts; roofline:GPU: roofline time in ns on that GPU "
-                             "(dtrlab.trace.costs); time: median wall time in ns (needs --real)")
-    parser.add_argument("--real", action="store_true", help="real CPU tensors instead of the meta device")
-    parser.add_argument("--repeats", type=int, default=5, help="timing repeats per operator (cost=time)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-
-    sizes = {key: getattr(args, key) for key in SIZE_KEYS}
-    try:
-        recording = capture(args.model, real=args.real, cost=args.cost, repeats=args.repeats, batch=args.batch,
-                            seq=args.seq, image=args.image, seed=args.seed,
-                            dtype=getattr(torch, args.dtype) if args.dtype else None, **sizes)
-    except ModelSourceError as exc:
-        print(f"dtrlab capture: {exc}", file=sys.stderr)
-        return 2
-    recording.write(args.out)
-    summary = {"model": args.model, "batch": recording.meta["batch"], "out": args.out,
-               "peak_live_bytes": recording.peak_live_bytes, "versions": _versions(), **recording.meta}
-    print(json.dumps(summary))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(capture_main())

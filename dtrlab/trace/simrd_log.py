@@ -13,7 +13,9 @@ builds, with outputs rematerialized and pinned at the end:
 * ``COPY_FROM dst src``: release what ``dst`` named, ``dst`` now names ``src``; a get;
 * ``ANNOTATE START`` / ``BACKWARD``: the start of the step and of the backward pass.
 
-Every problem is reported as a :class:`TraceFormatError` that names the file and line.
+Every problem is reported as a :class:`TraceFormatError` that names the file and line:
+malformed lines, negative sizes or times, a file that is not (or no longer) the gzip
+or zip it claims to be, a manifest entry without its log, a zip without logs.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import io
 import json
 import os
 import zipfile
-from collections.abc import Iterable
+import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .model import COMPUTE, CONSTANT_OP, GET, PIN, RELEASE, Operator, Trace
@@ -101,11 +104,42 @@ def _field(record: dict, key: str, source: str, line_number: int):
         raise TraceFormatError(source, line_number, f"{record.get('INSTRUCTION')} lacks field {key!r}") from None
 
 
-def _integer(value, what: str, source: str, line_number: int) -> int:
+def _integer(value, what: str, source: str, line_number: int, minimum: int | None = None) -> int:
     try:
-        return int(value)
+        number = int(value)
     except (TypeError, ValueError):
         raise TraceFormatError(source, line_number, f"{what} is not an integer: {value!r}") from None
+    if minimum is not None and number < minimum:
+        raise TraceFormatError(source, line_number, f"{what} must be >= {minimum}, got {number}")
+    return number
+
+
+#: What reading a damaged file raises: a cut gzip stream (EOFError), bad compressed
+#: data (zlib.error, gzip.BadGzipFile, zipfile.BadZipFile), bytes that are not UTF-8.
+_UNREADABLE = (EOFError, OSError, zlib.error, zipfile.BadZipFile, UnicodeDecodeError)
+
+
+def _numbered_lines(lines: Iterable[str], source: str) -> Iterator[tuple[int, str]]:
+    """``(line number, line)``; a file that cannot be read on is an error at the line it stopped."""
+    iterator = iter(lines)
+    line_number = 0
+    while True:
+        try:
+            line = next(iterator)
+        except StopIteration:
+            return
+        except _UNREADABLE as exc:
+            raise TraceFormatError(source, line_number + 1, f"cannot be read ({_reason(exc)})") from None
+        line_number += 1
+        yield line_number, line
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, EOFError):
+        return "the compressed stream ends early: a cut or partly copied file?"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text: {exc.reason} at byte {exc.start} of the line"
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def parse_lines(lines: Iterable[str], source: str = "<log>", name: str | None = None, start: bool = True) -> Trace:
@@ -115,7 +149,7 @@ def parse_lines(lines: Iterable[str], source: str = "<log>", name: str | None = 
     artifact's evaluation does for its logs.
     """
     records: list[tuple[int, dict]] = []
-    for line_number, line in enumerate(lines, start=1):
+    for line_number, line in _numbered_lines(lines, source):
         line = line.strip()
         if not line:
             continue
@@ -162,7 +196,7 @@ def parse_lines(lines: Iterable[str], source: str = "<log>", name: str | None = 
         if instruction == "CONSTANT":
             name_ = get("NAME")
             memory_line, memory = take("MEMORY", name_, line_number)
-            size = _integer(_field(memory, "MEMORY", source, memory_line), "MEMORY", source, memory_line)
+            size = _integer(_field(memory, "MEMORY", source, memory_line), "MEMORY", source, memory_line, 0)
             (tensor,) = build.add_operator(CONSTANT_OP, 0, (), (size,), (-1,), (name_,), line_number)
             build.schedule.append((PIN, tensor))
             build.names[name_] = tensor
@@ -187,7 +221,7 @@ def parse_lines(lines: Iterable[str], source: str = "<log>", name: str | None = 
                 memory_line, memory = take("MEMORY", result_name, line_number)
                 alias_line, alias = take("ALIAS", result_name, line_number)
                 alias_index = _integer(_field(alias, "ALIAS", source, alias_line), "ALIAS", source, alias_line)
-                size = _integer(_field(memory, "MEMORY", source, memory_line), "MEMORY", source, memory_line)
+                size = _integer(_field(memory, "MEMORY", source, memory_line), "MEMORY", source, memory_line, 0)
                 sizes.append(0 if alias_index != -1 else size)
                 aliases.append(alias_index)
             args = [build.lookup(arg, line_number) for arg in get("ARGS")]
@@ -197,7 +231,7 @@ def parse_lines(lines: Iterable[str], source: str = "<log>", name: str | None = 
             for result_name in results:
                 if result_name in build.names:
                     raise build.error(line_number, f"CALL result {result_name!r} is already defined")
-            cost = _integer(get("TIME"), "TIME", source, line_number)
+            cost = _integer(get("TIME"), "TIME", source, line_number, 0)
             outputs = build.add_operator(op_name, cost, args, sizes, aliases, list(results), line_number)
             build.names.update(zip(results, outputs))
         elif instruction == "MUTATE":
@@ -209,7 +243,7 @@ def parse_lines(lines: Iterable[str], source: str = "<log>", name: str | None = 
                     raise build.error(line_number, f"MUTATE index {index} out of range for {len(args)} arguments")
             sizes = [build.storage_size(args[index]) for index in mutated]
             new_names = [build.tensor_names[args[index]] + "$" for index in mutated]
-            cost = _integer(get("TIME"), "TIME", source, line_number)
+            cost = _integer(get("TIME"), "TIME", source, line_number, 0)
             outputs = build.add_operator(op_name, cost, args, sizes, [-1] * len(mutated), new_names, line_number)
             for index, new_tensor in zip(mutated, outputs):
                 old_tensor = build.names[arg_names[index]]
@@ -289,11 +323,23 @@ def _parse_bytes(data: bytes, path: Path, name: str, start: bool) -> Trace:
         return parse_lines(handle, source=str(path), name=name, start=start)
 
 
-def _manifest_entries(manifest: dict, where: str) -> list[dict]:
+def _read_manifest(data: bytes, where: str) -> dict[str, dict]:
+    """The entries of a manifest.json (``{"models": [{"log": ..., "has_start": ...}, ...]}``), by log file name."""
     try:
-        return list(manifest["models"])
-    except (KeyError, TypeError):
-        raise TraceFormatError(where, None, "manifest.json must have a 'models' list") from None
+        manifest = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        line = getattr(exc, "lineno", None)
+        raise TraceFormatError(where, line, f"not valid JSON ({getattr(exc, 'msg', None) or exc.reason})") from None
+    models = manifest.get("models") if isinstance(manifest, dict) else None
+    if not isinstance(models, list):
+        raise TraceFormatError(where, None, "manifest.json must have a 'models' list")
+    entries = {}
+    for number, entry in enumerate(models, start=1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("log"), str):
+            label = f" ({entry['name']!r})" if isinstance(entry, dict) and "name" in entry else ""
+            raise TraceFormatError(where, None, f"model {number}{label} has no \"log\" file name")
+        entries[Path(entry["log"]).name] = entry
+    return entries
 
 
 def load_directory(directory: str | os.PathLike) -> dict[str, Trace]:
@@ -306,10 +352,11 @@ def load_directory(directory: str | os.PathLike) -> dict[str, Trace]:
     directory = Path(directory)
     manifest_path = directory / "manifest.json"
     if manifest_path.is_file():
-        manifest = json.loads(manifest_path.read_text())
         traces = {}
-        for entry in _manifest_entries(manifest, str(manifest_path)):
-            log_path = directory / Path(entry["log"]).name
+        for file_name, entry in _read_manifest(manifest_path.read_bytes(), str(manifest_path)).items():
+            log_path = directory / file_name
+            if not log_path.is_file():
+                raise FileNotFoundError(f"{manifest_path} lists {entry['log']!r}, but there is no {log_path}")
             trace = load_log(log_path, start=entry.get("has_start", True))
             trace.meta.update({"manifest_name": entry.get("name"), "title": entry.get("title")})
             traces[trace.name] = trace
@@ -323,22 +370,34 @@ def load_directory(directory: str | os.PathLike) -> dict[str, Trace]:
 def load_zip(path: str | os.PathLike) -> dict[str, Trace]:
     """Load the logs inside a zip archive such as the DTR artifact's ``logs.zip``."""
     traces = {}
-    with zipfile.ZipFile(path) as archive:
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        raise TraceFormatError(str(path), None, "not a zip archive (or a damaged one)") from None
+    with archive:
         members = {Path(m).name: m for m in archive.namelist() if not m.endswith("/")}
-        has_start = {}
+        entries = {}
         if "manifest.json" in members:
-            manifest = json.loads(archive.read(members["manifest.json"]))
-            has_start = {Path(e["log"]).name: e.get("has_start", True)
-                         for e in _manifest_entries(manifest, f"{path}!manifest.json")}
+            where = f"{path}!{members['manifest.json']}"
+            entries = _read_manifest(_read_member(archive, members["manifest.json"], where), where)
         for file_name, member in sorted(members.items()):
             if not file_name.endswith((".log", ".jsonl")):
                 continue
             with archive.open(member) as raw:
                 lines = io.TextIOWrapper(raw, encoding="utf-8")
                 trace = parse_lines(lines, source=f"{path}!{member}", name=trace_name(file_name),
-                                    start=has_start.get(file_name, True))
+                                    start=entries.get(file_name, {}).get("has_start", True))
             traces[trace.name] = trace
+    if not traces:
+        raise TraceFormatError(str(path), None, "the zip holds no .log or .jsonl file")
     return traces
+
+
+def _read_member(archive: zipfile.ZipFile, member: str, where: str) -> bytes:
+    try:
+        return archive.read(member)
+    except _UNREADABLE as exc:
+        raise TraceFormatError(where, None, f"cannot be read ({_reason(exc)})") from None
 
 
 def load(path: str | os.PathLike) -> Trace | dict[str, Trace]:
