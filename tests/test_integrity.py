@@ -356,12 +356,11 @@ def test_a_full_disk_while_compacting_keeps_the_parts(tmp_path, monkeypatch):
     directory.mkdir(parents=True)
     for name, data in files["parts"].items():
         (directory / name).write_bytes(data)
-    full_disk(monkeypatch)
     store = SweepCache(tmp_path, unet, get_policy("dtr"), 2.0)
-    with pytest.warns(UserWarning, match="running uncached"):
+    with monkeypatch.context() as patch, pytest.warns(UserWarning, match="running uncached"):
+        full_disk(patch)
         store.compact()
     assert sorted(p.name for p in directory.iterdir()) == sorted(files["parts"])
-    monkeypatch.undo()
     with Simulated() as simulated:
         same_results(sweep(unet, "dtr", ratios=list(RATIOS), cache=tmp_path, progress=False), frame)
     assert simulated.budgets == []

@@ -120,6 +120,7 @@ def test_an_edited_log_is_parsed_again(tmp_path):
     assert after != before and after.operators == load_log(other, cache=False).operators
 
 
+@pytest.mark.filterwarnings("ignore:ignoring damaged trace cache entry")
 @pytest.mark.parametrize("keep", [0, 1, 100, 0.5, -1])
 def test_a_truncated_entry_is_rebuilt(tmp_path, keep):
     log = ROOT / "traces" / "transformer-b4.jsonl.gz"
@@ -131,6 +132,7 @@ def test_a_truncated_entry_is_rebuilt(tmp_path, keep):
     rebuilt(log, tmp_path)
 
 
+@pytest.mark.filterwarnings("ignore:ignoring damaged trace cache entry")
 def test_flipped_bytes_are_never_used(tmp_path):
     # A flip in an array's data fails the zip member's CRC-32; a flip in the zip structure fails
     # to open; either way the entry is rebuilt, so every load equals the parsed trace.
