@@ -1,12 +1,14 @@
-# The commands of README.md: `make figures` (the main job), `make test` (the quick suite) and
-# `make test-all` (everything, slow-marked checks included; .ci/run runs it).
-# Both create an isolated environment in .venv and install dtrlab into it first.
+# The commands of README.md: `make figures` (the main job), `make test` (the quick suite),
+# `make test-all` (everything, slow-marked checks included; .ci/run runs it) and `make lab`
+# (JupyterLab on 127.0.0.1 with the notebooks; `make lab PORT=9000`).
+# Each creates an isolated environment in .venv and installs dtrlab into it first.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+PORT ?= 8888
 export MPLBACKEND := agg
 
-.PHONY: setup figures test test-all bench clean
+.PHONY: setup figures test test-all lab bench clean
 
 setup: $(VENV)/.installed
 
@@ -24,6 +26,9 @@ test: setup
 
 test-all: setup
 	$(BIN)/python -m pytest
+
+lab: setup
+	$(BIN)/python scripts/lab.py --port $(PORT)
 
 bench: setup
 	$(BIN)/python benchmarks/bench_replay.py

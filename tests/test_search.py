@@ -114,10 +114,9 @@ def test_interrupted_search_resumes_with_no_trial_lost_or_repeated(small_resnet,
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DTRLAB_CACHE": str(tmp_path / "cache")}
     process = subprocess.Popen([sys.executable, "-c", SEARCH, str(TRACE), str(storage)], env=env,
                                stdout=subprocess.DEVNULL, stderr=(tmp_path / "stderr").open("w"))
-    deadline = time.monotonic() + 180
+    # No wall-clock limit: the search ends by itself (5 trials), which fails the test if it was not killed first.
     while True:  # kill it while a trial runs, after two have completed
         assert process.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
-        assert time.monotonic() < deadline, "the search did not get going"
         try:
             states = _polled_states(storage) if storage.exists() else []
         except sqlite3.Error:  # the database is being created
@@ -127,7 +126,7 @@ def test_interrupted_search_resumes_with_no_trial_lost_or_repeated(small_resnet,
             break
         time.sleep(0.02)
     process.send_signal(sig)
-    assert process.wait(timeout=60) == (130 if sig == signal.SIGINT else -signal.SIGKILL)
+    assert process.wait() == (130 if sig == signal.SIGINT else -signal.SIGKILL)  # it ends by itself if SIGINT is lost
     before = {t.number: (t.state, t.value, t.params) for t in _states(storage)}
     interrupted = [n for n, (state, _, _) in before.items() if not state.is_finished()
                    or state == optuna.trial.TrialState.FAIL]

@@ -28,31 +28,37 @@ def plot_model_strips(samples: pd.DataFrame, *, titles: dict[str, str] | None = 
     use_style()
     traces = list(dict.fromkeys(samples["trace"]))
     configs = list(configs or dict.fromkeys(samples["config"]))
-    fig, axes = plt.subplots(len(traces), 1, figsize=(9, 0.36 * len(configs) * len(traces) + 0.9 * len(traces)),
-                             squeeze=False, constrained_layout=True)
-    for ax, trace in zip(axes[:, 0], traces):
+    height = 0.3 * len(configs) * len(traces) + 0.55 * len(traces)
+    fig = plt.figure(figsize=(9, height + 0.9))
+    # Fixed margins (in inches) for the legend on top and the axis label at the bottom.
+    outer = fig.add_gridspec(len(traces), 1, left=0.3, right=0.9, top=1 - 0.5 / (height + 0.9),
+                             bottom=0.55 / (height + 0.9), hspace=0.55)
+    for t, trace in enumerate(traces):
         rows = samples[samples["trace"] == trace]
+        inner = outer[t].subgridspec(len(configs), 1, hspace=0.45)
         for i, config in enumerate(configs):
+            strip = fig.add_subplot(inner[i])
             frame = rows[rows["config"] == config]
-            if frame.empty:
-                continue
-            strip = ax.inset_axes([0, 1 - (i + 1) / len(configs), 1, 0.7 / len(configs)])
-            plot_strip(frame, strip, legend=False)
+            if not frame.empty:
+                plot_strip(frame, strip, legend=False)
             strip.set_xlim(0, 1.02)
+            strip.set_yticks([])
             strip.set_xlabel("")
-            strip.set_xticks([] if i < len(configs) - 1 else np.linspace(0, 1, 11))
+            strip.set_xticks(np.linspace(0, 1, 11))
+            strip.tick_params(axis="x", labelbottom=i == len(configs) - 1, length=2 if i == len(configs) - 1 else 0)
             strip.text(-0.01, 0.5, config, transform=strip.transAxes, ha="right", va="center", fontsize=8)
             if holes is not None:
                 _mark_holes(strip, holes[(holes["trace"] == trace) & (holes["config"] == config)])
-        ax.axis("off")
-        ax.set_title((titles or {}).get(trace, trace), loc="left", fontsize=10)
-    axes[-1, 0].text(0.5, -0.9 / len(configs) - 0.25, "budget ratio (budget / unbounded peak memory)",
-                     transform=axes[-1, 0].transAxes, ha="center", fontsize=9)
+            if i == 0:
+                strip.set_title((titles or {}).get(trace, trace), loc="left", fontsize=10, pad=7)
+    fig.supxlabel("budget ratio (budget / unbounded peak memory)", x=0.6, y=0.05 / (height + 0.9), fontsize=9,
+                  va="bottom")
     handles = [Patch(color=c, label=STATUS_LABELS[s]) for s, c in STATUS_COLORS.items()]
     if holes is not None:
         handles.append(Line2D([], [], color=HOLE_COLOR, marker="v", linestyle="none",
                               label="hole (fails between passing budgets); count at the right"))
-    fig.legend(handles=handles, loc="upper right", ncols=len(handles), frameon=False, fontsize=8)
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.6, 1.0), ncols=len(handles), frameon=False,
+               fontsize=8)
     return fig
 
 
