@@ -1,8 +1,11 @@
 """Exact solvers on hand-built graphs whose optimum is derived by hand, and their replay in the simulator.
 
 Every graph has a constant ``x`` of 10 bytes that stays pinned; budgets below count it.
+Solves of these tiny models run without a time limit and with one worker (``EXACT``), so
+every verdict is the solver's proof, whatever the machine's speed or load.
 """
 
+import math
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,10 @@ pytest.importorskip("highspy", reason="the exact solvers need the optional extra
 from dtrlab.solvers import SOLVERS, build_problem, replay, solve_optimal  # noqa: E402
 from dtrlab.trace import load_log  # noqa: E402
 from dtrlab.trace.builder import LogBuilder  # noqa: E402
+
+
+#: No wall-clock limit, one worker: a tiny model's solve ends with a proof, deterministically.
+EXACT = dict(time_limit_s=math.inf, workers=1)
 
 
 def chain():
@@ -136,7 +143,7 @@ def test_hand_built_optimum(graph, solver):
     assert problem.lower_bound() == minimal
     for budget, expected in [(minimal - 1, None), (minimal, recompute), (free_from - 1, recompute),
                              (free_from, 0), (free_from + 20, 0)]:
-        result = solve_optimal(problem, budget, solver=solver, time_limit_s=10)
+        result = solve_optimal(problem, budget, solver=solver, **EXACT)
         if expected is None:
             assert result.status == "infeasible" and result.schedule is None
             assert "lower bound" in result.message
@@ -154,9 +161,9 @@ def test_overhead_limit_makes_a_budget_infeasible():
     """The chain at 40 bytes needs recompute 5 of its 10 units of compute: fine at 1.5, not at 1.4."""
     trace = chain()
     assert trace.model_compute == 10
-    assert solve_optimal(trace, 40, overhead_limit=1.5, time_limit_s=10).remat_compute == 5
+    assert solve_optimal(trace, 40, overhead_limit=1.5, **EXACT).remat_compute == 5
     for solver in SOLVERS:
-        result = solve_optimal(trace, 40, overhead_limit=1.4, solver=solver, time_limit_s=10)
+        result = solve_optimal(trace, 40, overhead_limit=1.4, solver=solver, **EXACT)
         assert result.status == "infeasible" and result.schedule is None
 
 
@@ -164,7 +171,7 @@ def test_replay_catches_a_schedule_that_does_not_fit():
     """A schedule is checked by the simulator, not by the solver's accounting: the same
     schedule that fits 40 bytes fails at 39."""
     trace = chain()
-    result = solve_optimal(trace, 40, time_limit_s=10)
+    result = solve_optimal(trace, 40, **EXACT)
     assert replay(trace, result).passed
     tight = replay(trace, result.schedule, 39)
     assert not tight.passed and tight.status == "oom"
@@ -174,7 +181,7 @@ def test_replay_reports_a_wrong_compute_claim():
     """Dropping the schedule's recompute makes the simulator recompute a1 on demand: reported."""
     from dataclasses import replace
     trace = chain()
-    result = solve_optimal(trace, 40, time_limit_s=10)
+    result = solve_optimal(trace, 40, **EXACT)
     stripped = replace(result.schedule, remat=tuple(() for _ in result.schedule.remat))
     check = replay(trace, stripped, 40)
     assert not check.passed
@@ -201,28 +208,32 @@ def test_optimum_never_costs_more_than_dtr(graph, solver):
     for budget in range(minimal, free_from + 11):
         dtr = simulate(trace, "dtr", budget_bytes=budget)
         if dtr.passed:
-            assert solve_optimal(trace, budget, solver=solver, time_limit_s=10).objective + 1 <= dtr.clock, budget
+            assert solve_optimal(trace, budget, solver=solver, **EXACT).objective + 1 <= dtr.clock, budget
 
 
 def test_shipped_unet_schedules_replay_and_beat_dtr(small_unet):
-    """The shipped U-Net at three budgets: every schedule replays in the simulator, and
-    where DTR passes a proven optimum is no more compute than DTR's."""
+    """The shipped U-Net at three budgets: every schedule replays in the simulator, and where
+    DTR passes a proven optimum is no more compute than DTR's. The solves have a time limit,
+    so only what they return is checked, except at 1.5 x peak: there keeping everything is a
+    point of the model with no recompute, returned even if the time runs out, so a schedule
+    with recompute 0 comes back whatever the machine's speed. (At the peak itself the stage
+    model needs recompute 17: it holds each storage until its last need stage.)"""
     from dtrlab.runtime import baseline, simulate
     problem = build_problem(small_unet)
-    seen = 0
     for ratio in (0.9, 1.0, 1.5):
         budget = int(baseline(small_unet).peak_memory * ratio)
         result = solve_optimal(problem, budget, solver="milp", time_limit_s=10)
-        assert result.solve_seconds < 30
+        assert "fault" not in result.message, result.message
+        if ratio == 1.5:
+            assert result.schedule is not None and result.remat_compute == 0, result.status
         if result.schedule is None:
+            assert result.status == "unknown", (ratio, result)  # DTR passes: never "infeasible"
             continue
-        seen += 1
         check = replay(problem, result)
         assert check.passed, check.summary()
         dtr = simulate(small_unet, "dtr", budget_bytes=budget)
         if dtr.passed and result.status == "optimal":
             assert result.objective + 1 <= dtr.clock
-    assert seen >= 2
 
 
 @pytest.fixture(scope="module")
@@ -232,8 +243,10 @@ def small_unet():
 
 @pytest.mark.slow
 def test_every_returned_schedule_replays_on_the_shipped_traces():
-    """Every shipped trace at three budgets: each schedule a solver returns passes in the simulator
-    (feasibility solves of at most 3 s each, so the test is bounded: about a minute in all)."""
+    """Every shipped trace at three budgets from the peak up: each schedule a solver returns passes
+    in the simulator (feasibility solves of at most 3 s each, so the test is bounded: about a
+    minute in all). Keeping everything is a point of the model there and the solver's start, so
+    a schedule comes back even when the time runs out."""
     from dtrlab.runtime import baseline
     from dtrlab.trace import load_directory
     for name, trace in load_directory(Path(__file__).resolve().parent.parent / "traces").items():

@@ -3,9 +3,10 @@
 from .baseline import Baseline, baseline
 from .run import DEFAULT_OVERHEAD_LIMIT, FLAT, RunResult, budget_for, memory_label, memory_spec, simulate
 from .simulator import (SIMULATOR_VERSION, Failure, Intervention, OutOfMemory, PlacementRequest, SimulationError,
-                        Simulator, Thrash)
+                        Simulator, Thrash, recompute_allowance, remat_allowance)
 
 __all__ = [
     "Baseline", "baseline", "DEFAULT_OVERHEAD_LIMIT", "RunResult", "budget_for", "simulate", "SIMULATOR_VERSION",
     "FLAT", "memory_label", "memory_spec", "PlacementRequest", "Failure", "Intervention", "OutOfMemory", "SimulationError", "Simulator", "Thrash",
+    "recompute_allowance", "remat_allowance",
 ]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ..policies.builtin import DTR, LRU, MSPS, DTREqClass, DTRLocal, LargestStorage, RandomStorage
 from ..trace.model import Trace
 from .per_trace import cache_per_trace
-from .simulator import Failure, Intervention
+from .simulator import Failure, Intervention, remat_allowance
 
 try:
     from . import _core
@@ -117,11 +117,11 @@ def _exceeded_at(limit: float) -> int:
     """The largest integer not above ``limit`` (an int exceeds ``limit`` exactly when it exceeds this).
 
     NaN (e.g. an infinite overhead limit times a trace's zero compute) is never exceeded
-    by the reference, whose ``>`` against NaN is always false: no limit, like infinity.
+    by the reference, whose ``>`` against NaN is always false: no limit, like infinity
+    (:func:`~dtrlab.runtime.simulator.remat_allowance`, shared with the solvers).
     """
-    if limit == math.inf or math.isnan(limit):
-        return _INT64_MAX
-    return min(math.floor(limit), _INT64_MAX)
+    allowance = remat_allowance(limit)
+    return _INT64_MAX if allowance is None else min(allowance, _INT64_MAX)
 
 
 def run(trace: Trace, policy, budget_bytes: float, remat_limit: float = math.inf,

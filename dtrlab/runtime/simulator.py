@@ -19,7 +19,8 @@ The semantics that decide which storage gets evicted, all kept from simrd:
   ones in argument order, recursively;
 * a release that drops the last external reference frees the storage at once
   (eager eviction), which is not counted as a policy eviction;
-* thrash is checked after every (re)materialization against ``remat_limit``.
+* thrash is checked after every (re)materialization against ``remat_limit``, as the
+  integer allowance :func:`remat_allowance` (the same comparison for integer recompute).
 
 Memory is simrd's byte counter unless a :class:`~dtrlab.memory.MemoryModel` is
 given (``memory_model=``); then every storage also holds one block of that model
@@ -45,6 +46,25 @@ except ImportError:  # not built (e.g. running from a source tree without `pip i
 
 #: Bump when a change can alter any simulation outcome; caches key on it.
 SIMULATOR_VERSION = 1
+
+
+def remat_allowance(remat_limit: float) -> int | None:
+    """The largest integer recompute the thrash check accepts under ``remat_limit``; None: no limit.
+
+    Recompute is an integer, so ``remat_compute > remat_limit`` holds exactly when it
+    exceeds ``floor(remat_limit)``. Infinity and NaN (an infinite overhead limit times a
+    zero compute) are never exceeded: simrd's ``>`` against NaN is always false.
+    """
+    if remat_limit == math.inf or math.isnan(remat_limit):
+        return None
+    return math.floor(remat_limit)
+
+
+def recompute_allowance(base_compute: int, overhead_limit: float) -> int | None:
+    """The largest recompute a run may do under ``overhead_limit`` (None: unlimited): the
+    simulator's thrash allowance ``floor(base_compute * (overhead_limit - 1))``, which every
+    solver model uses too, so that no model accepts a run the simulator calls thrash."""
+    return remat_allowance(base_compute * (overhead_limit - 1))
 
 
 class OutOfMemory(Exception):
@@ -148,6 +168,8 @@ class Simulator:
         self.memory_model = memory_model
         self.request: PlacementRequest | None = None  # set while a policy chooses under a model
         self.remat_limit = remat_limit
+        allowance = remat_allowance(remat_limit)
+        self._remat_allowance = math.inf if allowance is None else allowance
         self.intervention = intervention or Intervention()
         self.recorder = recorder
 
@@ -384,7 +406,7 @@ class Simulator:
         self._pending.pop()
         for p in parents:
             self.unlock(storage[p])
-        if self.remat_compute > self.remat_limit:
+        if self.remat_compute > self._remat_allowance:
             self._fail("thrash", t, 0)
             raise Thrash()
 

@@ -8,11 +8,11 @@
 The solver packages are the optional extra ``dtrlab[solvers]``. See docs/solvers.md.
 """
 
-from .problem import Problem, UnsupportedTrace, build_problem
+from .problem import SCOPE_NOTE, Problem, Schedule, SolveResult, UnsupportedTrace, build_problem
 from .replay import ReplayResult, ScriptedPolicy, replay
-from .solve import (DEFAULT_TIME_LIMIT_S, SOLVERS, Schedule, SolverUnavailable, SolveResult, solve_optimal)
+from .solve import DEFAULT_TIME_LIMIT_S, SOLVERS, SolverUnavailable, checked, solve_optimal
 
 __all__ = [
-    "Problem", "UnsupportedTrace", "build_problem", "ReplayResult", "ScriptedPolicy", "replay",
+    "SCOPE_NOTE", "Problem", "UnsupportedTrace", "checked", "build_problem", "ReplayResult", "ScriptedPolicy", "replay",
     "DEFAULT_TIME_LIMIT_S", "SOLVERS", "Schedule", "SolverUnavailable", "SolveResult", "solve_optimal",
 ]

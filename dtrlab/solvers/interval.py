@@ -94,10 +94,11 @@ def check_interval_size(problem: Problem) -> None:
                                     f"(limit {MAX_INTERVAL_PAIRS:,}): the interval model is not built")
 
 
-def build_interval_model(problem: Problem, budget_bytes: int, remat_limit: float, *, copies: int = DEFAULT_COPIES,
+def build_interval_model(problem: Problem, budget_bytes: int, allowance: int | None, *, copies: int = DEFAULT_COPIES,
                          slots: int = DEFAULT_SLOTS, min_copies: dict[int, int] | None = None,
                          min_slots: dict[int, int] | None = None) -> IntervalModel:
-    """The interval formulation of ``problem`` (built with ``chain=None``) at one budget.
+    """The interval formulation of ``problem`` (built with ``chain=None``) at one budget;
+    ``allowance``: the largest recompute (:func:`~dtrlab.runtime.recompute_allowance`; None: no limit).
 
     ``min_copies`` (operator -> computations) and ``min_slots`` (stage -> recomputations
     in its gap) raise the two bounds where a known run needs more: given DTR's run
@@ -258,8 +259,8 @@ def build_interval_model(problem: Problem, budget_bytes: int, remat_limit: float
     cp.AddCumulative(intervals, demands, int(budget_bytes))
     if slot_events:
         cp.AddNoOverlap(slot_events)
-    if model.cost_terms:
-        cp.Add(sum(cost * present for present, cost in model.cost_terms) <= int(remat_limit))
+    if model.cost_terms and allowance is not None:
+        cp.Add(sum(cost * present for present, cost in model.cost_terms) <= allowance)
     return model
 
 

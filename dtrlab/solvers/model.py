@@ -70,8 +70,22 @@ class LinearModel:
         return len(self.names)
 
 
-def build_model(problem: Problem, budget_bytes: int, remat_limit: float) -> LinearModel:
-    """The stage formulation of ``problem`` at one budget (variables per need stage, not per stage)."""
+def violations(model: LinearModel, values: list[float], tolerance: float = 1e-9) -> list[str]:
+    """The rows and bounds of ``model`` that ``values`` break (empty: the point is feasible)."""
+    broken = []
+    for var, value in enumerate(values):
+        if not model.lower[var] - tolerance <= value <= model.upper[var] + tolerance:
+            broken.append(f"{model.names[var]} = {value} outside [{model.lower[var]}, {model.upper[var]}]")
+    for terms, lo, hi in model.rows:
+        lhs = sum(c * values[v] for v, c in terms.items())
+        if not lo - tolerance <= lhs <= hi + tolerance:
+            broken.append(f"row {[model.names[v] for v in list(terms)[:4]]}: {lhs} not in [{lo}, {hi}]")
+    return broken
+
+
+def build_model(problem: Problem, budget_bytes: int, allowance: int | None) -> LinearModel:
+    """The stage formulation of ``problem`` at one budget (variables per need stage, not per stage);
+    ``allowance``: the largest recompute (:func:`~dtrlab.runtime.recompute_allowance`; None: no limit)."""
     m = LinearModel()
     trace = problem.trace
     ops = trace.operators
@@ -191,8 +205,8 @@ def build_model(problem: Problem, budget_bytes: int, remat_limit: float) -> Line
             m.infeasible = m.infeasible or f"the pinned constants ({problem.constant_bytes[t]} bytes) exceed the budget"
         if terms:
             m.row(terms, 0, max(room, 0))
-    if R:
-        m.row({var: ops[op_index].cost for (t, op_index), var in R.items()}, 0, remat_limit)
+    if R and allowance is not None:
+        m.row({var: ops[op_index].cost for (t, op_index), var in R.items()}, 0, allowance)
     m.cover = cover
     return m
 

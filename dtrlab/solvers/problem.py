@@ -23,10 +23,16 @@ What the model keeps from the runtime (see docs/solvers.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..runtime import baseline
 from ..trace.model import COMPUTE, PIN, RELEASE, GET, Trace
+
+
+#: What every optimum, bound and bracket of this package is about; printed with results.
+SCOPE_NOTE = ("optima, bounds and brackets are for on-demand schedules (an operator is recomputed only when "
+              "a later operator needs its output, as in DTR); schedules that recompute ahead of demand "
+              "(Checkmate's) can do better: docs/solvers.md gives the measured gap")
 
 
 class UnsupportedTrace(ValueError):
@@ -111,6 +117,57 @@ class Schedule:
     @property
     def remat_count(self) -> int:
         return sum(len(ops) for ops in self.remat)
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """One solve. Compute is in the trace's cost units; ``objective`` and ``best_bound``
+    are total compute (the trace's own compute plus recompute)."""
+
+    trace: str
+    solver: str
+    budget_bytes: int
+    overhead_limit: float
+    status: str  # "optimal", "feasible", "infeasible" or "unknown" (also: a solver fault, said in ``message``)
+    objective: int | None
+    best_bound: float | None
+    base_compute: int
+    solve_seconds: float
+    time_limit_s: float
+    n_vars: int = 0
+    n_rows: int = 0
+    message: str = ""
+    schedule: Schedule | None = field(default=None, repr=False)
+
+    @property
+    def remat_compute(self) -> int | None:
+        return None if self.objective is None else self.objective - self.base_compute
+
+    @property
+    def gap(self) -> float | None:
+        """(objective - best bound) / objective; 0 when optimal, None without a solution."""
+        if self.objective is None or self.best_bound is None:
+            return None
+        return max(0.0, (self.objective - self.best_bound) / self.objective) if self.objective else 0.0
+
+    @property
+    def overhead(self) -> float | None:
+        """The simulator's overhead measure for this schedule: (1 + total compute) / trace compute."""
+        return None if self.objective is None else (1 + self.objective) / self.base_compute
+
+    @property
+    def has_schedule(self) -> bool:
+        return self.schedule is not None
+
+    def to_dict(self) -> dict:
+        return {
+            "trace": self.trace, "solver": self.solver, "budget_bytes": self.budget_bytes,
+            "overhead_limit": self.overhead_limit, "status": self.status, "objective": self.objective,
+            "best_bound": self.best_bound, "gap": self.gap, "remat_compute": self.remat_compute,
+            "overhead": self.overhead, "base_compute": self.base_compute, "solve_seconds": self.solve_seconds,
+            "time_limit_s": self.time_limit_s, "n_vars": self.n_vars, "n_rows": self.n_rows,
+            "message": self.message,
+        }
 
 
 def _storages(trace: Trace) -> list[int]:

@@ -39,11 +39,12 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
-from ..runtime import DEFAULT_OVERHEAD_LIMIT, Simulator, baseline
+from ..runtime import DEFAULT_OVERHEAD_LIMIT, Simulator, baseline, recompute_allowance
 from ..trace.model import Trace
-from .model import LinearModel
+from .model import LinearModel, violations
 from .problem import Problem, build_problem
 from .solve import load_highs
 
@@ -113,8 +114,9 @@ def check_size(problem: Problem) -> None:
                                  f"(limit {MAX_NEED_PAIRS:,}, 2-4 variables each): the unbounded closure is O(n^2)")
 
 
-def build_relaxation(problem: Problem, budget_bytes: int, remat_limit: float) -> LinearModel:
+def build_relaxation(problem: Problem, budget_bytes: int, allowance: int | None) -> LinearModel:
     """The relaxation of ``problem`` (unbounded closure) at one budget; see the module docstring.
+    ``allowance``: the largest recompute (:func:`~dtrlab.runtime.recompute_allowance`; None: no limit).
 
     Memory rows are divided by the room they bound (bytes ~1e9 beside 0/1 variables
     would strain the LP tolerances); ``P`` is measured in units of the budget.
@@ -128,7 +130,9 @@ def build_relaxation(problem: Problem, budget_bytes: int, remat_limit: float) ->
     if min(room, default=0) < 0:
         m.infeasible = "the pinned constants exceed the budget"
         return m
-    unit = [max(r, 1) for r in room]  # memory rows are measured in units of their room
+    # Memory rows are measured in a power of two near their room: dividing integers by a
+    # power of two is exact in floating point, so HiGHS gets the exact rows.
+    unit = [2.0 ** round(math.log2(max(r, 1))) for r in room]
     fresh = {op: [x for x, alias in zip(ops[op].outputs, ops[op].aliases) if alias == -1] for op in op_stage}
     R = {(t, op): m.var("R", t, op, ops[op].cost) for op in op_stage if fresh[op] for t in need[op]}
     memory = [dict() for _ in range(n)]  # stage t's allocation: resident storages
@@ -191,7 +195,10 @@ def build_relaxation(problem: Problem, budget_bytes: int, remat_limit: float) ->
         outputs = set(fresh[op_index])
         arguments = {storage[a] for a in op.args if storage[a] not in pinned} - outputs
         if t not in P:
-            P[t] = m.var("P", t, -1, continuous=True, upper=math.inf)
+            # P <= room is implied by the gap's memory row; stated as a bound, because with P
+            # unbounded HiGHS's presolve proved the 0/1 relaxation infeasible where DTR's run
+            # satisfies every row (and HiGHS without presolve finds it feasible).
+            P[t] = m.var("P", t, -1, continuous=True, upper=room[t] / unit[t])
         footprint = {P[t]: 1}
         footprint[remat] = -(op.total_size + sum(_size(trace, s) for s in arguments)) / unit[t]
         for s in arguments:
@@ -209,8 +216,8 @@ def build_relaxation(problem: Problem, budget_bytes: int, remat_limit: float) ->
             m.row({var: size / unit[t] for var, size in memory[t].items()}, -math.inf, room[t] / unit[t])
         if t in P:
             m.row({**{var: size / unit[t] for var, size in held[t].items()}, P[t]: 1}, -math.inf, room[t] / unit[t])
-    if R:
-        m.row({var: ops[op_index].cost for (_, op_index), var in R.items()}, -math.inf, remat_limit)
+    if R and allowance is not None:
+        m.row({var: ops[op_index].cost for (_, op_index), var in R.items()}, -math.inf, allowance)
     m.cover = cover
     return m
 
@@ -220,9 +227,17 @@ def _size(trace: Trace, s: int) -> int:
 
 
 def solve_relaxation(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
-                     method: str = "lp", time_limit_s: float = 60.0) -> RelaxResult:
+                     method: str = "lp", time_limit_s: float = 60.0, workers: int = 2,
+                     check_policies: Sequence[str] = ("dtr",)) -> RelaxResult:
     """Solve the relaxation at ``budget_bytes`` with HiGHS: "lp" (the linear relaxation) or
-    "mip" (A, K, R binary; stronger, and its dual bound is valid when the time runs out)."""
+    "mip" (A, K, R binary; stronger, and its dual bound is valid when the time runs out).
+
+    Every claim is checked against the runs of ``check_policies`` at this budget before it
+    is returned: a passing run must satisfy every row (:func:`run_point`), and no such run
+    may refute the claim (be "infeasible" or below the bound). A refuted claim comes back
+    as "unknown" with the fault in ``message``, never as a proof. :func:`checked_relaxation`
+    does the same against any other real runs (e.g. the frontier's).
+    """
     if method not in RELAX_METHODS:
         raise ValueError(f"unknown relaxation method {method!r}; choose one of {', '.join(RELAX_METHODS)}")
     if not overhead_limit >= 1:
@@ -241,27 +256,67 @@ def solve_relaxation(trace: Trace | Problem, budget_bytes: int, *, overhead_limi
                            solve_seconds=0.0, n_vars=0, n_rows=0, n_nonzeros=0,
                            message=f"budget {budget_bytes} is below the lower bound {bound} bytes (the largest "
                                    "stage footprint: arguments, outputs and pinned bytes); no schedule fits", **common)
-    model = build_relaxation(problem, int(budget_bytes), base * (overhead_limit - 1))
+    model = build_relaxation(problem, int(budget_bytes), recompute_allowance(base, overhead_limit))
     built = time.perf_counter()
     sizes = dict(n_vars=model.n_vars, n_rows=len(model.rows), n_nonzeros=sum(len(terms) for terms, _, _ in model.rows))
     if model.infeasible:
-        return RelaxResult(status="infeasible", bound=None, build_seconds=built - started, solve_seconds=0.0,
-                           message=model.infeasible, **common, **sizes)
-    status, objective = _solve(model, method == "mip", time_limit_s)
+        status, objective = "infeasible", None
+        message = model.infeasible
+    else:
+        status, objective = _solve(model, method == "mip", time_limit_s, workers)
+        message = {"infeasible": "HiGHS proved the relaxation infeasible: no simulator run fits this budget",
+                   "unknown": "the time limit ran out without a bound"}.get(status, "")
     solved = time.perf_counter()
-    messages = {"infeasible": "HiGHS proved the relaxation infeasible: no simulator run fits this budget",
-                "unknown": "the time limit ran out without a bound"}
-    return RelaxResult(status=status, bound=None if objective is None else base + max(0.0, objective),
-                       build_seconds=built - started, solve_seconds=solved - built,
-                       message=messages.get(status, ""), **common, **sizes)
+    result = RelaxResult(status=status, bound=None if objective is None else base + max(0.0, objective),
+                         build_seconds=built - started, solve_seconds=solved - built,
+                         message=message, **common, **sizes)
+    runs = []
+    for policy in check_policies:
+        passed, recompute, values = run_point(problem, model, policy, int(budget_bytes), overhead_limit)
+        if passed != "pass":
+            continue
+        broken = violations(model, values, tolerance=1e-7)
+        if broken:  # the model does not hold a real run: nothing it says is a proof
+            return replace(result, status="unknown", bound=None,
+                           message=f"model fault: {policy}'s passing run (recompute {recompute}) breaks "
+                                   f"{len(broken)} rows of the relaxation ({broken[0]})")
+        runs.append((policy, int(budget_bytes), recompute))
+    return checked_relaxation(result, runs)
 
 
-def _solve(model: LinearModel, integer: bool, time_limit_s: float):
+def checked_relaxation(result: RelaxResult, runs: Iterable[tuple[str, int, int]]) -> RelaxResult:
+    """``result``, or the same solve as "unknown" if a real run refutes its claim.
+
+    ``runs``: ``(what, budget_bytes, recompute)`` of runs that passed in the simulator
+    (policy runs, replayed schedules) at ``result``'s overhead limit or a smaller one. A run
+    at a budget no larger than ``result.budget_bytes`` fits that budget too, so it refutes
+    "infeasible", and a bound above its compute. A refuted claim is a solver fault.
+    """
+    reason = refuting_run(result, runs)
+    if reason is None:
+        return result
+    return replace(result, status="unknown", bound=None, message=f"solver fault: {reason}")
+
+
+def refuting_run(result: RelaxResult, runs: Iterable[tuple[str, int, int]]) -> str | None:
+    """Why one of ``runs`` (see :func:`checked_relaxation`) refutes ``result``'s claim, or None."""
+    for what, budget, recompute in runs:
+        if budget > result.budget_bytes:
+            continue
+        if result.status == "infeasible":
+            return (f"the relaxation was claimed infeasible at {result.budget_bytes} bytes, but {what} passes "
+                    f"{budget} bytes with recompute {recompute}")
+        if result.status == "bound" and result.bound > result.base_compute + recompute + 1e-6 * max(1, result.bound):
+            return (f"the relaxation's bound {result.bound:g} at {result.budget_bytes} bytes is above the compute "
+                    f"{result.base_compute + recompute} of {what}'s run at {budget} bytes")
+    return None
+
+
+def _solve(model: LinearModel, integer: bool, time_limit_s: float, workers: int):
     """("infeasible" | "bound" | "unknown", a lower bound on the objective or None)."""
     integer_columns = [var for var in range(model.n_vars) if not model.continuous[var]] if integer else []
-    highspy, h = load_highs(model, time_limit_s, integer_columns, "the relaxation")
+    highspy, h = load_highs(model, time_limit_s, integer_columns, "the relaxation", workers)
     inf = highspy.kHighsInf
-    # HiGHS's thread count is fixed per process by its first run (solve.py's): not set here.
     if h.run() == highspy.HighsStatus.kError:
         raise RuntimeError(f"HiGHS failed on the relaxation: {h.modelStatusToString(h.getModelStatus())}")
     status = h.getModelStatus()
@@ -349,16 +404,3 @@ def run_point(problem: Problem, model: LinearModel, policy: str, budget_bytes: i
     for p, value in footprints.items():
         values[p] = value
     return status, sim.remat_compute, values
-
-
-def violations(model: LinearModel, values: list[float], tolerance: float = 1e-9) -> list[str]:
-    """The rows and bounds of ``model`` that ``values`` break (empty: the point is feasible)."""
-    broken = []
-    for var, value in enumerate(values):
-        if not model.lower[var] - tolerance <= value <= model.upper[var] + tolerance:
-            broken.append(f"{model.names[var]} = {value} outside [{model.lower[var]}, {model.upper[var]}]")
-    for terms, lo, hi in model.rows:
-        lhs = sum(c * values[v] for v, c in terms.items())
-        if not lo - tolerance <= lhs <= hi + tolerance:
-            broken.append(f"row {[model.names[v] for v in list(terms)[:4]]}: {lhs} not in [{lo}, {hi}]")
-    return broken

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from ..policies import Policy
 from ..runtime import DEFAULT_OVERHEAD_LIMIT, Intervention, Simulator, baseline
 from ..runtime.simulator import Failure, OutOfMemory, Thrash
-from .problem import Problem, Schedule, build_problem
-from .solve import SolveResult
+from .problem import Problem, Schedule, SolveResult, build_problem
 
 
 class ScriptedPolicy(Policy):

@@ -5,15 +5,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 
-from ..runtime import DEFAULT_OVERHEAD_LIMIT
+from ..runtime import DEFAULT_OVERHEAD_LIMIT, remat_allowance
 from ..trace.model import Trace
 from .hint import best_run, dtr_hint, interval_hint, keep_everything
 from .interval import (DEFAULT_COPIES, DEFAULT_SLOTS, IntervalModelTooLarge, build_interval_model,
                        check_interval_size, solve_interval)
-from .model import LinearModel, build_model
-from .problem import Problem, Schedule, build_problem
+from .model import LinearModel, build_model, violations
+from .problem import Problem, Schedule, SolveResult, build_problem
+from .replay import replay
 
 SOLVERS = ("cpsat", "milp", "interval")
 DEFAULT_TIME_LIMIT_S = 30.0
@@ -21,57 +22,6 @@ DEFAULT_TIME_LIMIT_S = 30.0
 
 class SolverUnavailable(ImportError):
     """The optional solver packages are not installed."""
-
-
-@dataclass(frozen=True)
-class SolveResult:
-    """One solve. Compute is in the trace's cost units; ``objective`` and ``best_bound``
-    are total compute (the trace's own compute plus recompute)."""
-
-    trace: str
-    solver: str
-    budget_bytes: int
-    overhead_limit: float
-    status: str  # "optimal", "feasible", "infeasible" or "unknown"
-    objective: int | None
-    best_bound: float | None
-    base_compute: int
-    solve_seconds: float
-    time_limit_s: float
-    n_vars: int = 0
-    n_rows: int = 0
-    message: str = ""
-    schedule: Schedule | None = field(default=None, repr=False)
-
-    @property
-    def remat_compute(self) -> int | None:
-        return None if self.objective is None else self.objective - self.base_compute
-
-    @property
-    def gap(self) -> float | None:
-        """(objective - best bound) / objective; 0 when optimal, None without a solution."""
-        if self.objective is None or self.best_bound is None:
-            return None
-        return max(0.0, (self.objective - self.best_bound) / self.objective) if self.objective else 0.0
-
-    @property
-    def overhead(self) -> float | None:
-        """The simulator's overhead measure for this schedule: (1 + total compute) / trace compute."""
-        return None if self.objective is None else (1 + self.objective) / self.base_compute
-
-    @property
-    def has_schedule(self) -> bool:
-        return self.schedule is not None
-
-    def to_dict(self) -> dict:
-        return {
-            "trace": self.trace, "solver": self.solver, "budget_bytes": self.budget_bytes,
-            "overhead_limit": self.overhead_limit, "status": self.status, "objective": self.objective,
-            "best_bound": self.best_bound, "gap": self.gap, "remat_compute": self.remat_compute,
-            "overhead": self.overhead, "base_compute": self.base_compute, "solve_seconds": self.solve_seconds,
-            "time_limit_s": self.time_limit_s, "n_vars": self.n_vars, "n_rows": self.n_rows,
-            "message": self.message,
-        }
 
 
 def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
@@ -94,6 +44,14 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
     everything; a hint guides the search only. The interval model also takes a list of
     policy names for ``hint``: it starts from the passing run with the least recompute
     among them, and raises its bounds so that it holds that run.
+
+    Every answer with a schedule is checked before it is returned (:func:`checked`): the
+    schedule replays in the simulator, its recompute is the reported objective and the
+    bound is not above it. A solve that fails a check is returned as "unknown" with the
+    solver fault in ``message``, never as "optimal" or "feasible". ``time_limit_s`` may be
+    ``math.inf`` (the tests' tiny models: a verdict that does not depend on machine speed).
+    If the time runs out before the solver reports a schedule, the start (DTR's run) or else
+    keeping everything is returned as "feasible" when it is a point of the model.
     """
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
@@ -116,11 +74,12 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
                            message=f"budget {budget_bytes} is below the lower bound {bound} bytes (the largest "
                                    "stage footprint: arguments, outputs and pinned bytes); no schedule fits",
                            **common)
-    remat_limit = problem.base_compute * (overhead_limit - 1)
+    remat_limit = problem.base_compute * (overhead_limit - 1)  # the simulator's, for the policy runs of the hints
+    allowance = remat_allowance(remat_limit)  # the models': the same thrash check, in integers
     if solver == "interval":
-        return _solve_interval(problem, int(budget_bytes), remat_limit, time_limit_s, workers, feasibility_only,
-                               copies, slots, hint, started, common)
-    model = build_model(problem, int(budget_bytes), remat_limit)
+        return checked(problem, _solve_interval(problem, int(budget_bytes), remat_limit, allowance, time_limit_s,
+                                                workers, feasibility_only, copies, slots, hint, started, common))
+    model = build_model(problem, int(budget_bytes), allowance)
     sizes = dict(n_vars=model.n_vars, n_rows=len(model.rows))
     if model.infeasible:
         return SolveResult(status="infeasible", objective=None, best_bound=None,
@@ -130,27 +89,86 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
     start = (dtr_hint(problem, model, int(budget_bytes), remat_limit) if hint else None) or keep_everything(model)
     backend = _solve_cpsat if solver == "cpsat" else _solve_highs
     status, values, objective, best = backend(model, start, time_limit_s, workers)
+    if values is None and status == "unknown":
+        # Out of time before the solver reported a schedule: a start that is a point of the
+        # model (the replay checks it like any other) is the incumbent.
+        point = next((p for p in (start, keep_everything(model)) if not violations(model, p)), None)
+        if point is not None:
+            status, values, best = "feasible", point, None
+            objective = sum(c * v for c, v in zip(_recompute_costs(problem, model), point))
+    fault = ""
+    if values is not None:
+        # The solver's point, read by us: its recompute is the objective we report, and it
+        # must satisfy the model it came from (HiGHS once reported objective 0 and a bound
+        # of 0 with a point that recomputes 5).
+        claimed = sum(c * v for c, v in zip(_recompute_costs(problem, model), values))
+        broken = violations(model, values)
+        if broken:
+            fault = f"the solver's point breaks {len(broken)} rows of its own model ({broken[0]})"
+        elif not feasibility_only and abs(objective - claimed) > 1e-6 * max(1, claimed):
+            fault = f"the solver reported recompute {objective:g} for a schedule that recomputes {claimed}"
+        elif not feasibility_only and best is not None and best > claimed + 1e-6 * max(1, claimed):
+            fault = f"the solver's bound {best:g} is above its own schedule's recompute {claimed}"
+        objective = claimed
     if feasibility_only and values is not None:
-        claimed = sum(problem.trace.operators[item].cost for (kind, _, item), value in zip(model.names, values)
-                      if value and kind == "R")
-        status, objective, best = "feasible", claimed, None
+        status, best = "feasible", None
     seconds = time.perf_counter() - started
+    if fault:
+        return SolveResult(status="unknown", objective=None, best_bound=None, solve_seconds=seconds,
+                           message=f"solver fault: {fault}", **common, **sizes)
     schedule = _schedule(problem, model, values) if values is not None else None
     if status == "optimal":
         best = objective
     elif best is not None and not math.isfinite(best):
         best = None  # HiGHS reports -inf when it has no bound yet
-    return SolveResult(
+    return checked(problem, SolveResult(
         status=status,
-        objective=None if objective is None else problem.base_compute + int(round(objective)),
+        objective=None if objective is None else problem.base_compute + objective,
         best_bound=None if best is None else problem.base_compute + best,
         solve_seconds=seconds, schedule=schedule,
         message="" if status != "infeasible" else "the solver proved that no schedule of the stage model fits",
         **common, **sizes,
-    )
+    ))
 
 
-def _solve_interval(problem: Problem, budget_bytes: int, remat_limit: float, time_limit_s: float, workers: int,
+def _recompute_costs(problem: Problem, model: LinearModel) -> list[int]:
+    """Each variable's recompute cost (the operator's cost for an ``R`` variable, else 0)."""
+    ops = problem.trace.operators
+    return [ops[item].cost if kind == "R" else 0 for kind, _, item in model.names]
+
+
+def checked(problem: Problem, result: SolveResult) -> SolveResult:
+    """``result`` if what it claims holds, else the same solve as "unknown" with the fault.
+
+    A schedule must replay in the simulator (:func:`.replay.replay`) with exactly the
+    reported recompute, and the bound must not be above the objective ("optimal": equal
+    to it). Only the solver's own claims are checked here: an "optimal" of a restricted
+    model is optimal within that model.
+    """
+    if result.schedule is None:
+        if result.status in ("optimal", "feasible"):
+            return replace(result, status="unknown", objective=None, best_bound=None,
+                           message=f"solver fault: status {result.status!r} without a schedule")
+        return result
+    faults = []
+    claimed = sum(problem.trace.operators[op].cost for gap in result.schedule.remat for op in gap)
+    if claimed != result.remat_compute:
+        faults.append(f"objective recompute {result.remat_compute} but the schedule recomputes {claimed}")
+    check = replay(problem, result)
+    if not check.passed:
+        faults.append(f"the replay disagrees ({check.summary()})")
+    if result.best_bound is not None and result.best_bound > result.objective + 1e-6 * max(1, result.objective):
+        faults.append(f"bound {result.best_bound:g} above the objective {result.objective}")
+    if result.status == "optimal" and result.best_bound != result.objective:
+        faults.append(f"'optimal' with bound {result.best_bound} != objective {result.objective}")
+    if not faults:
+        return result
+    return replace(result, status="unknown", objective=None, best_bound=None, schedule=None,
+                   message="solver fault: " + "; ".join(faults))
+
+
+def _solve_interval(problem: Problem, budget_bytes: int, remat_limit: float, allowance: int | None,
+                    time_limit_s: float, workers: int,
                     feasibility_only: bool, copies: int, slots: int, hint, started: float,
                     common: dict) -> SolveResult:
     try:
@@ -164,7 +182,7 @@ def _solve_interval(problem: Problem, budget_bytes: int, remat_limit: float, tim
                            solve_seconds=time.perf_counter() - started, message=str(error), **common)
     policies = ("dtr",) if hint is True else tuple(hint or ())
     run = best_run(problem, budget_bytes, remat_limit, policies)
-    model = build_interval_model(problem, budget_bytes, remat_limit, copies=copies, slots=slots,
+    model = build_interval_model(problem, budget_bytes, allowance, copies=copies, slots=slots,
                                  min_copies=run and run.copies, min_slots=run and run.recomputations)
     sizes = dict(n_vars=len(model.cp.Proto().variables), n_rows=len(model.cp.Proto().constraints))
     if model.infeasible:
@@ -231,9 +249,13 @@ def _solve_cpsat(model: LinearModel, start: list[int], time_limit_s: float, work
     return "unknown", None, None, None
 
 
-def load_highs(model: LinearModel, time_limit_s: float, integer_columns, needed_for: str):
-    """``(highspy, Highs)`` holding ``model`` (bounds, costs, rows), quiet and time-limited;
-    ``integer_columns`` lists the variables HiGHS must keep integral."""
+_highs_threads: int | None = None  # the thread count HiGHS's global scheduler was started with
+
+
+def load_highs(model: LinearModel, time_limit_s: float, integer_columns, needed_for: str, workers: int = 2):
+    """``(highspy, Highs)`` holding ``model`` (bounds, costs, rows), quiet and time-limited,
+    with ``workers`` threads; ``integer_columns`` lists the variables HiGHS must keep integral."""
+    global _highs_threads
     try:
         import highspy
         import numpy as np
@@ -242,6 +264,14 @@ def load_highs(model: LinearModel, time_limit_s: float, integer_columns, needed_
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit_s))
+    # HiGHS starts one thread scheduler per process, at its first run; a run asking for
+    # another thread count fails (it answered "unknown" to every later solve with other
+    # workers), so the scheduler is restarted when the count changes.
+    threads = max(1, int(workers))
+    if _highs_threads is not None and threads != _highs_threads:
+        highspy.Highs.resetGlobalScheduler(True)
+    _highs_threads = threads
+    h.setOptionValue("threads", threads)
     n = model.n_vars
     inf = highspy.kHighsInf
     upper_bounds = np.array([inf if math.isinf(u) else u for u in model.upper], dtype=float)
@@ -264,9 +294,8 @@ def load_highs(model: LinearModel, time_limit_s: float, integer_columns, needed_
 
 
 def _solve_highs(model: LinearModel, start: list[int], time_limit_s: float, workers: int):
-    highspy, h = load_highs(model, time_limit_s, range(model.n_vars), "solver='milp'")
+    highspy, h = load_highs(model, time_limit_s, range(model.n_vars), "solver='milp'", workers)
     h.setOptionValue("mip_rel_gap", 0.0)
-    h.setOptionValue("threads", max(1, int(workers)))
     hint = highspy.HighsSolution()
     hint.col_value = [float(v) for v in start]
     hint.value_valid = True
