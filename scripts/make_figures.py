@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.recompute:
         os.environ["DTRLAB_RECOMPUTE"] = "1"  # the notebooks' kernels inherit it
+    # Parsed traces and monotone's calibration runs use the default cache: keep them beside the sweeps.
+    os.environ["DTRLAB_CACHE"] = str(args.cache.resolve())
 
     if not args.traces.is_dir():
         parser.error(f"--traces {args.traces} is not a directory; give traces/ or a directory of DTR logs "
