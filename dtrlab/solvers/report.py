@@ -118,21 +118,21 @@ def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: 
     cols = min(3, n)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
-    colors = {}
+    # Policies get colours the solver markers do not use (stars black, diamonds green, triangles blue).
+    palette = iter(["tab:cyan", "tab:olive", "tab:brown", "tab:pink", "tab:purple", "tab:gray", "tab:orange"] * 9)
+    colors = {"dtr": "tab:red"}
     for ax, (name, frontier) in zip(axes.flat, frontiers.items()):
         peak, limit = frontier.peak_bytes, frontier.overhead_limit
         for policy, frame in sweeps[sweeps.trace == name].groupby("policy"):
             frame = frame.sort_values("ratio")
             passed = frame.status == "pass"
             overhead = frame.overhead.where(passed)
-            style = dict(lw=2, color="tab:red", zorder=3) if policy == "dtr" else dict(lw=0.8, alpha=0.7)
-            if policy in colors:
-                style["color"] = colors[policy]
-            (line,) = ax.plot(frame.ratio, overhead, label=policy, **style)
-            colors[policy] = line.get_color()
+            color = colors[policy] if policy in colors else colors.setdefault(policy, next(palette))
+            style = dict(lw=2, zorder=3) if policy == "dtr" else dict(lw=0.9, alpha=0.8)
+            ax.plot(frame.ratio, overhead, label=policy, color=color, **style)
             # a pass between two failures draws no line: show it as a dot
             alone = passed & ~passed.shift(1, fill_value=False) & ~passed.shift(-1, fill_value=False)
-            ax.plot(frame.ratio[alone], frame.overhead[alone], ".", color=line.get_color(), ms=5, zorder=3)
+            ax.plot(frame.ratio[alone], frame.overhead[alone], ".", color=color, ms=6, zorder=3)
             if policy == "dtr":
                 failed = frame[~passed]
                 ax.plot(failed.ratio, [0.97] * len(failed), "|", color="tab:red", ms=8, label="dtr fails")
@@ -163,9 +163,9 @@ def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: 
     for ax in list(axes.flat)[:n]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(label, handle)
-    ncol = min(len(legend), 2 * cols)
+    ncol = max(1, min(len(legend), int(fig.get_figwidth() / 3.4)))  # a long label takes ~3.4 inches at 10 pt
     legend_rows = math.ceil(len(legend) / ncol)
-    fig.set_figheight(fig.get_figheight() + 0.32 * legend_rows)
+    fig.set_figheight(fig.get_figheight() + 0.25 * legend_rows + 0.1)
     fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=ncol, fontsize=10, frameon=False)
-    fig.tight_layout(rect=(0, 0.32 * legend_rows / fig.get_figheight() + 0.01, 1, 1))
+    fig.tight_layout(rect=(0, (0.25 * legend_rows + 0.1) / fig.get_figheight(), 1, 1))
     return fig
