@@ -6,6 +6,7 @@
   ``OSError`` such as ``ENOSPC`` or ``PermissionError``) propagates, so a reader
   sees the old file or the whole new one, never a 0-byte or half file.
 * :func:`sha256_bytes`, :func:`sha256_file`: hex digests.
+* :func:`read_json`: a JSON file, or :class:`IntegrityError` when it is not whole (a 0-byte or cut file).
 * :func:`write_hashed` / :func:`read_hashed`: content-addressed files whose name
   carries the sha256 of their bytes (``part-<sha256>.parquet``); a read verifies it.
 * :func:`write_manifest` / :func:`verify_in_manifest`: a directory's ``MANIFEST.json``

@@ -13,14 +13,12 @@ import errno
 import functools
 import json
 import os
-import shutil
 import tempfile
 import warnings
 from pathlib import Path
 from unittest import mock
 
 import pandas as pd
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

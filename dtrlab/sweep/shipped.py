@@ -151,7 +151,7 @@ def bundle_table(rows: pd.DataFrame, *, trace: str, trace_hash: str, configs: di
 
 
 def write_bundle_file(table: pa.Table, path: Path) -> None:
-    """Write one bundle file atomically (record it in the manifest afterwards: :func:`dtrlab.integrity.write_manifest`)."""
+    """Write one bundle file atomically (then record it: :func:`dtrlab.integrity.write_manifest`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd", compression_level=19)
