@@ -31,6 +31,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 import pyarrow as pa
@@ -41,7 +42,8 @@ from ..runtime import DEFAULT_OVERHEAD_LIMIT, baseline, simulate
 from ..suggest import did_you_mean
 from ..trace.model import Trace
 from .problem import build_problem
-from .relax import RELAX_METHODS, RelaxationTooLarge, check_size, relaxation_problem, solve_relaxation
+from .relax import (RELAX_METHODS, RelaxationTooLarge, RelaxResult, check_size, refuting_run, relaxation_problem,
+                    solve_relaxation)
 from .replay import replay
 from .solve import DEFAULT_TIME_LIMIT_S, solve_optimal
 
@@ -51,9 +53,6 @@ MODEL_OF = {"cpsat": "stage model", "milp": "stage model", "interval": "interval
 #: Bump when the formulation, the replay or the file layout changes what a file means.
 FRONTIER_VERSION = 3
 _METADATA_KEY = b"dtrlab.frontier"
-#: A relaxation bound above a real run's compute by more than this (relative) is a fault;
-#: below it, HiGHS's feasibility tolerances (~1e-7 of the scaled rows) could explain it.
-BOUND_TOLERANCE = 1e-6
 
 #: ``kind``: "sample" (optimized at a sampled budget), "bisect" (a feasibility probe below the
 #: best real run), both by the stage model (``solver`` cpsat or milp) or the interval model
@@ -231,6 +230,7 @@ class Frontier:
     plan: FrontierPlan
     relax_status: str
     peak_bytes: int
+    base_compute: int
     lower_bound_bytes: int
     resolution_bytes: int
     min_feasible_bytes: int | None
@@ -269,15 +269,15 @@ class Frontier:
     def max_infeasible_ratio(self) -> float:
         return self.max_infeasible_bytes / self.peak_bytes
 
-    def real_runs(self) -> list[tuple[int, float, str]]:
-        """(budget, overhead, source) of every real run in the rows (:func:`real_runs`)."""
-        return real_runs(_records(self.rows))
+    def real_runs(self) -> list[RealRun]:
+        """Every real run in the rows (:func:`real_runs`)."""
+        return real_runs(_records(self.rows), self.base_compute)
 
     def metadata(self) -> dict:
         return {
             "version": FRONTIER_VERSION, "trace": self.trace, "trace_hash": self.trace_hash,
             "plan": self.plan.to_dict(), "relax_status": self.relax_status, "peak_bytes": self.peak_bytes,
-            "lower_bound_bytes": self.lower_bound_bytes, "resolution_bytes": self.resolution_bytes,
+            "base_compute": self.base_compute, "lower_bound_bytes": self.lower_bound_bytes, "resolution_bytes": self.resolution_bytes,
             "min_feasible_bytes": self.min_feasible_bytes, "min_feasible_source": self.min_feasible_source,
             "max_infeasible_bytes": self.max_infeasible_bytes, "unresolved_bytes": list(self.unresolved_bytes),
             "stage_min_feasible_bytes": self.stage_min_feasible_bytes,
@@ -348,50 +348,58 @@ def _verdict(row: dict) -> str:
     return "unknown"
 
 
-def real_runs(rows: list[dict]) -> list[tuple[int, float, str]]:
-    """Every real run the rows hold, as (budget, overhead, source): each policy's lowest
-    passing budget, each replayed solver schedule (its replayed overhead) and DTR's passing
-    run at each solved budget. A run that fits a budget fits every larger one (replaying its
-    decisions), so each is evidence against a proof at or above its budget."""
+class RealRun(NamedTuple):
+    """A run that passed in the simulator: its budget, overhead, recompute and who made it."""
+
+    budget: int
+    overhead: float
+    recompute: int
+    source: str
+
+
+def real_runs(rows: list[dict], base_compute: int) -> list[RealRun]:
+    """Every real run the rows hold: each policy's lowest passing budget, each replayed solver
+    schedule (as replayed, whatever the solver reported) and DTR's passing run at each solved
+    budget. A run that fits a budget fits every larger one (replaying its decisions), so each
+    refutes a proof at or above its budget. ``base_compute``: the trace's compute (a run's
+    clock is 1 + its total compute; overhead is clock / base_compute)."""
     runs = []
     for row in rows:
+        budget = int(row["budget_bytes"])
         if row["kind"] == "policy":
-            runs.append((row["budget_bytes"], row["overhead"], row["solver"]))
-        elif row["replay_passed"] is True:  # its overhead as replayed, whatever the solver reported
-            base = row["objective"] - row["remat_compute"]
-            overhead = (1 + base + row["replay_remat_compute"]) / base
-            runs.append((row["budget_bytes"], overhead, MODEL_OF.get(row["solver"], row["solver"])))
-        if row["dtr_status"] == "pass" and row["kind"] != "policy":
-            runs.append((row["budget_bytes"], row["dtr_overhead"], "dtr"))
-    return [(int(b), o, s) for b, o, s in runs if b is not None]
+            clock = round(row["overhead"] * base_compute)
+            runs.append(RealRun(budget, row["overhead"], clock - 1 - base_compute, row["solver"]))
+            continue
+        if row["replay_passed"] is True:
+            recompute = int(row["replay_remat_compute"])
+            runs.append(RealRun(budget, (1 + base_compute + recompute) / base_compute, recompute,
+                                MODEL_OF.get(row["solver"], row["solver"])))
+        if row["dtr_status"] == "pass":
+            runs.append(RealRun(budget, row["dtr_overhead"], int(row["dtr_clock"]) - 1 - base_compute, "dtr"))
+    return runs
 
 
-def audit_rows(rows: list[dict], lower_bound_bytes: int | None = None) -> list[str]:
+def audit_rows(rows: list[dict], base_compute: int, lower_bound_bytes: int | None = None) -> list[str]:
     """Check every claim of ``rows`` against every real run they hold; set each row's
     ``fault`` (why it is not believed, else "") and return the faults, one line each.
 
-    * a relaxation "infeasible" at B is contradicted by any real run at a budget <= B;
-    * a relaxation bound at B by any real run at a budget <= B with less overhead
-      (beyond :data:`BOUND_TOLERANCE`);
+    * a relaxation's "infeasible" or bound at B, by a real run at a budget <= B
+      (:func:`.relax.refuting_run`: it fits B too, so it refutes "infeasible", and a bound
+      above its compute);
     * a solver's reported recompute, by its schedule's replay if that differs (a reported
       optimum must be its schedule's), and a reported optimum by a replay that fails;
+    * any row whose solver found a fault in its own answer ("solver fault: ..." in its message);
     * the footprint bound, by any real run below it (a frontier-level fault).
     """
-    runs = real_runs(rows)
+    runs = real_runs(rows, base_compute)
+    evidence = [(f"{run.source}'s run", run.budget, run.recompute) for run in runs]
     faults = []
     for row in rows:
-        budget, problem = int(row["budget_bytes"]), ""
-        below = [run for run in runs if run[0] <= budget]
-        if row["kind"] == "relax" and row["status"] == "infeasible" and below:
-            b, overhead, source = min(below)
-            problem = f"the relaxation ({row['solver']}) claims no run fits {budget} bytes, but {source} runs at {b}"
-        elif row["kind"] == "relax" and row["status"] == "bound" and row["overhead_bound"] is not None:
-            better = [run for run in below if run[1] is not None
-                      and row["overhead_bound"] > run[1] * (1 + BOUND_TOLERANCE)]
-            if better:
-                b, overhead, source = min(better, key=lambda run: run[1])
-                problem = (f"the relaxation ({row['solver']}) bounds overhead at {budget} bytes by "
-                           f"{row['overhead_bound']:.6f}, but {source} runs at {b} with {overhead:.6f}")
+        problem = ""
+        if str(row["message"] or "").startswith("solver fault:"):
+            problem = row["message"][len("solver fault:"):].strip()
+        elif row["kind"] == "relax" and row["status"] in ("infeasible", "bound"):
+            problem = refuting_run(_relax_claim(row, base_compute), evidence) or ""
         elif row["kind"] in ("sample", "bisect") and row["replay_remat_compute"] is not None \
                 and row["remat_compute"] is not None and row["remat_compute"] != row["replay_remat_compute"]:
             problem = (f"{row['solver']} reported recompute {row['remat_compute']:g} ({row['status']}), "
@@ -400,18 +408,37 @@ def audit_rows(rows: list[dict], lower_bound_bytes: int | None = None) -> list[s
             problem = f"{row['solver']} reported an optimum whose schedule fails its replay"
         row["fault"] = problem
         if problem:
-            faults.append(f"{row['kind']} at {budget} bytes: {problem}")
+            faults.append(f"{row['kind']} {row['solver']} at {int(row['budget_bytes'])} bytes: {problem}")
     if lower_bound_bytes is not None:
-        faults.extend(f"the footprint bound {lower_bound_bytes} bytes is contradicted: {source} runs at {b}"
-                      for b, _, source in runs if b < lower_bound_bytes)
+        faults.extend(f"the footprint bound {lower_bound_bytes} bytes is contradicted: {run.source} runs at "
+                      f"{run.budget}" for run in runs if run.budget < lower_bound_bytes)
     return faults
 
 
-def _bracket(rows: list[dict], lower: int) -> dict:
+def _relax_claim(row: dict, base_compute: int) -> RelaxResult:
+    """A relaxation row's claim, as the result :func:`.relax.refuting_run` checks."""
+    return RelaxResult(trace=row["trace"], method=row["solver"], budget_bytes=int(row["budget_bytes"]),
+                       overhead_limit=0.0, status=row["status"], bound=row["best_bound"], base_compute=base_compute,
+                       build_seconds=0.0, solve_seconds=0.0, time_limit_s=0.0, n_vars=0, n_rows=0, n_nonzeros=0)
+
+
+def _base_compute(rows: list[dict]) -> int:
+    """The trace's compute, read off rows (files before it was recorded): a solve's objective
+    less its recompute, else a relaxation bound over its overhead bound."""
+    for row in rows:
+        if row["objective"] is not None and row["remat_compute"] is not None:
+            return int(round(row["objective"] - row["remat_compute"]))
+    for row in rows:
+        if row["best_bound"] is not None and row["overhead_bound"]:
+            return int(round((1 + row["best_bound"]) / row["overhead_bound"]))
+    raise KeyError("base_compute (no row to read it from)")
+
+
+def _bracket(rows: list[dict], base_compute: int, lower: int) -> dict:
     """The bracket the (audited) rows support: the Frontier fields derived from rows."""
-    runs = real_runs(rows)
-    footprint_holds = not any(b < lower for b, _, _ in runs)
-    min_feasible, source = min(((b, s) for b, _, s in runs), default=(None, None))
+    runs = real_runs(rows, base_compute)
+    footprint_holds = not any(run.budget < lower for run in runs)
+    min_feasible, source = min(((run.budget, run.source) for run in runs), default=(None, None))
     proofs = [r["budget_bytes"] for r in rows if r["kind"] == "relax" and _verdict(r) == "infeasible"]
     max_infeasible = max(proofs + [lower - 1 if footprint_holds else 0])
     unresolved = tuple(sorted({r["budget_bytes"] for r in rows if r["kind"] == "relax" and r["status"] == "unknown"
@@ -427,15 +454,16 @@ def _bracket(rows: list[dict], lower: int) -> dict:
 
 
 def assemble(trace_name: str, trace_hash: str, plan: FrontierPlan, *, relax_status: str, peak_bytes: int,
-             lower_bound_bytes: int, resolution_bytes: int, rows: list[dict]) -> Frontier:
+             base_compute: int, lower_bound_bytes: int, resolution_bytes: int, rows: list[dict]) -> Frontier:
     """The :class:`Frontier` of ``rows``: audited (:func:`audit_rows`), and the bracket derived from them."""
     rows = [dict(r) for r in rows]
-    faults = audit_rows(rows, lower_bound_bytes)
+    faults = audit_rows(rows, base_compute, lower_bound_bytes)
     frame = pd.DataFrame(rows, columns=COLUMNS).sort_values(["budget_bytes", "kind"], kind="stable")
     return Frontier(trace=trace_name, trace_hash=trace_hash, plan=plan, relax_status=relax_status,
-                    peak_bytes=int(peak_bytes), lower_bound_bytes=int(lower_bound_bytes),
-                    resolution_bytes=int(resolution_bytes), faults=tuple(faults),
-                    rows=frame.reset_index(drop=True), **_bracket(rows, lower_bound_bytes))
+                    peak_bytes=int(peak_bytes), base_compute=int(base_compute),
+                    lower_bound_bytes=int(lower_bound_bytes), resolution_bytes=int(resolution_bytes),
+                    faults=tuple(faults), rows=frame.reset_index(drop=True),
+                    **_bracket(rows, base_compute, lower_bound_bytes))
 
 
 # ---------------------------------------------------------------------------- one frontier, step by step
@@ -458,7 +486,7 @@ class _Solving:
     def record(self, row: dict) -> dict:
         """Add a row, audited against the runs so far (a contradicted proof never steers a search)."""
         self.rows.append(row)
-        audit_rows(self.rows)
+        audit_rows(self.rows, self.problem.base_compute)
         if self.journal is not None and row["kind"] != "policy":
             self.journal.add(row)
         if self.progress is not None:
@@ -510,7 +538,7 @@ class _Solving:
 
     def best_real(self) -> int | None:
         """The smallest budget with a real run so far."""
-        return min((b for b, _, _ in real_runs(self.rows)), default=None)
+        return min((run.budget for run in real_runs(self.rows, self.problem.base_compute)), default=None)
 
 
 def compute_frontier(trace: Trace, plan: FrontierPlan | None = None, *, cache=True, reuse=None, progress=None,
@@ -536,7 +564,7 @@ def compute_frontier(trace: Trace, plan: FrontierPlan | None = None, *, cache=Tr
     probe_interval_model(run, samples)
     prove_lower_side(run, samples)
     frontier = assemble(trace.name, trace.content_hash, plan, relax_status=run.relax_status, peak_bytes=run.peak,
-                        lower_bound_bytes=run.lower, resolution_bytes=run.step, rows=run.rows)
+                        base_compute=run.problem.base_compute, lower_bound_bytes=run.lower, resolution_bytes=run.step, rows=run.rows)
     for fault in frontier.faults:
         warnings.warn(f"{trace.name}: solver fault, not used: {fault}", SolverFaultWarning, stacklevel=2)
     return frontier
@@ -761,7 +789,8 @@ def read_frontier(path: str | os.PathLike, trace: Trace | None = None) -> Fronti
     try:
         plan = FrontierPlan.from_dict(meta["plan"]) if "plan" in meta else _plan_of_v3(meta)
         return assemble(meta["trace"], meta["trace_hash"], plan, relax_status=meta["relax_status"],
-                        peak_bytes=meta["peak_bytes"], lower_bound_bytes=meta["lower_bound_bytes"],
+                        peak_bytes=meta["peak_bytes"], base_compute=meta.get("base_compute") or _base_compute(records),
+                        lower_bound_bytes=meta["lower_bound_bytes"],
                         resolution_bytes=meta["resolution_bytes"], rows=records)
     except (KeyError, TypeError, ValueError) as error:
         raise StaleFrontier(f"{path} has damaged metadata ({type(error).__name__}: {error})") from None

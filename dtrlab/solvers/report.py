@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from ..analysis.holes import find_holes
-from .frontier import MODEL_OF, Frontier
+from .frontier import MODEL_OF, Frontier, RealRun
 
 
 def _solved(frontier: Frontier) -> pd.DataFrame:
@@ -29,9 +29,9 @@ def _bounds(frontier: Frontier) -> pd.DataFrame:
                 ].sort_values("budget_bytes")
 
 
-def smallest_real_run(frontier: Frontier) -> tuple[int, float, str] | None:
-    """(budget, overhead, source) of the real run at the upper side of the bracket."""
-    return min(frontier.real_runs(), key=lambda run: (run[0], run[1]), default=None)
+def smallest_real_run(frontier: Frontier) -> RealRun | None:
+    """The real run at the upper side of the bracket (the least overhead at that budget)."""
+    return min(frontier.real_runs(), key=lambda run: (run.budget, run.overhead), default=None)
 
 
 def threshold_table(frontiers: dict[str, Frontier], sweeps: pd.DataFrame) -> pd.DataFrame:
@@ -149,9 +149,8 @@ def plot_frontier(frontiers: dict[str, Frontier], sweeps: pd.DataFrame, titles: 
         ax.axvspan(0, frontier.max_infeasible_ratio, color="grey", alpha=0.2, label="no on-demand run fits (proven)")
         smallest = smallest_real_run(frontier)
         if smallest is not None:
-            budget, overhead, _ = smallest
-            ax.axvline(budget / peak, color="black", ls="-", lw=0.8, label="smallest real run (circled)")
-            ax.plot(budget / peak, overhead, "o", mfc="none", mec="black", ms=11, mew=1.2, zorder=5)
+            ax.axvline(smallest.budget / peak, color="black", ls="-", lw=0.8, label="smallest real run (circled)")
+            ax.plot(smallest.budget / peak, smallest.overhead, "o", mfc="none", mec="black", ms=11, mew=1.2, zorder=5)
         ax.set_xlim(max(0.0, frontier.lower_bound_bytes / peak - 0.1), 1.05)
         ax.set_ylim(0.94, limit + 0.05)
         ax.set_title(titles.get(name, name))
