@@ -101,6 +101,33 @@ def test_cli_captures_on_meta_and_writes_a_loadable_log(tmp_path, capsys):
     assert baseline(load_log(out)).peak_memory == summary["peak_live_bytes"]
 
 
+def test_pinned_bytes_by_hand():
+    # The constants W (32x64) and x (8x64), float32: 8192 + 2048 bytes; at the step's end W, x and
+    # W.grad (8192) are live: the outputs, pinned then. The peak adds the 4-byte loss and the
+    # 4-byte seed of its gradient.
+    rec = record(nn.Linear(64, 32, bias=False, device="meta"), torch.randn(8, 64, device="meta"), cost="flops")
+    assert rec.pinned_bytes == 8192 + 2048 + 8192
+    assert rec.peak_live_bytes == rec.pinned_bytes + 8
+    assert rec.pinned_fraction == rec.pinned_bytes / rec.peak_live_bytes
+
+
+def test_capture_warns_when_pinned_storages_dominate(tmp_path, capsys):
+    # A linear layer with a small batch: its weight and gradient are almost the whole peak.
+    assert main(["capture", "test_capture:wide_linear", "--batch", "2", "--out", str(tmp_path / "w.jsonl")]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["pinned_fraction"] > 0.9 and summary["pinned_bytes"] == 2 * 256 * 256 * 4 + 2 * 256 * 4
+    assert captured.err.count("\n") == 1 and "warning: " in captured.err and "is pinned" in captured.err
+    assert main(["capture", "test_capture:wide_linear", "--batch", "4096", "--out", str(tmp_path / "w.jsonl")]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["pinned_fraction"] < 0.5 and captured.err == ""
+
+
+def wide_linear(batch: int = 2):
+    """A user source (``test_capture:wide_linear``): one 256x256 layer with ReLU."""
+    return nn.Sequential(nn.Linear(256, 256, bias=False), nn.ReLU()), torch.randn(batch, 256), None
+
+
 def test_time_cost_needs_real_tensors(tmp_path, capsys):
     with pytest.raises(ValueError, match="--real"):
         capture("lstm", batch=2, cost="time")

@@ -150,6 +150,76 @@ def test_interrupted_search_resumes_with_no_trial_lost_or_repeated(small_resnet,
         assert retries[0].params == before[killed][2]
 
 
+def test_a_storage_answers_one_question(tmp_path):
+    from dtrlab.trace import LogBuilder
+    from test_handbuilt import chain, chain_log
+
+    storage = tmp_path / "study.db"
+    options = dict(cache=False, progress=False)
+    run_search([chain()], storage, n_trials=1, ratios=[0.5, 1.0], **options)
+    with pytest.raises(ValueError, match=r"study\.db \(study 'score_search'\) was searched at ratios \[0\.5, 1\.0\], "
+                                         r"not \[0\.5, 0\.75\]"):
+        run_search([chain()], storage, n_trials=2, ratios=[0.5, 0.75], **options)
+    with pytest.raises(ValueError, match="was searched on traces chain, not other"):
+        run_search([chain_log().trace("other")], storage, n_trials=2, ratios=[0.5, 1.0], **options)
+    edited = LogBuilder()  # the same name, another log
+    edited.constant("x", 10)
+    edited.call("f", ["x"], [("a", 20)], time=5)
+    with pytest.raises(ValueError, match="was searched on other contents of chain"):
+        run_search([edited.trace("chain")], storage, n_trials=2, ratios=[0.5, 1.0], **options)
+    # The same question asked in other words, or in another study of the file, is fine.
+    assert run_search([chain()], storage, n_trials=2, ratios="0.5,1.0", **options).completed == 2
+    assert run_search([edited.trace("chain")], storage, study_name="edited", n_trials=1, ratios=[0.5], **options).ran == 1
+
+
+def test_search_writes_only_into_its_own_storages(tmp_path):
+    from test_handbuilt import chain
+
+    foreign = tmp_path / "foreign.db"  # an Optuna storage of another project
+    optuna.create_study(study_name="theirs", storage=f"sqlite:///{foreign}")
+    before = foreign.read_bytes()
+    with pytest.raises(ValueError, match=r"foreign\.db holds Optuna studies dtrlab did not make \(theirs\)"):
+        run_search([chain()], foreign, n_trials=1, ratios=[0.5], cache=False, progress=False)
+    assert foreign.read_bytes() == before
+
+
+CONCURRENT = """
+import sys
+from dtrlab.cli import main
+sys.exit(main(["search", *sys.argv[1:], "--trials", "1000", "--ratios", "0.3:0.9:0.01"]))
+"""
+
+
+def test_a_second_search_on_a_storage_in_use_is_refused(tmp_path):
+    from dtrlab.search.study import storage_lock
+
+    storage = tmp_path / "study.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DTRLAB_CACHE": str(tmp_path / "cache")}
+    first = subprocess.Popen([sys.executable, "-c", CONCURRENT, str(TRACE), "--storage", str(storage)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=(tmp_path / "stderr").open("w"))
+    try:
+        while True:  # until the first search evaluates a trial (it would run for many minutes)
+            assert first.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+            try:
+                states = _polled_states(storage) if storage.exists() else []
+            except sqlite3.Error:  # the database is being created
+                states = []
+            if states and states[-1] == ("RUNNING", len(SPACE)):
+                break
+            time.sleep(0.02)
+        second = subprocess.run([sys.executable, "-m", "dtrlab", "search", str(TRACE), "--storage", str(storage),
+                                 "--trials", "1000", "--ratios", "0.3:0.9:0.01"], env=env, capture_output=True,
+                                text=True, cwd=ROOT)
+        assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+        assert f"{storage} is in use by PID {first.pid} (another dtrlab search)" in second.stderr
+        assert first.poll() is None  # the first search runs on
+    finally:
+        first.kill()
+        first.wait()
+    with storage_lock(storage):  # a killed search leaves no lock behind
+        pass
+
+
 @pytest.fixture
 def restore_shipped_policies():
     yield

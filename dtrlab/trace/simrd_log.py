@@ -119,18 +119,21 @@ def _integer(value, what: str, source: str, line_number: int, minimum: int | Non
 _UNREADABLE = (EOFError, OSError, zlib.error, zipfile.BadZipFile, UnicodeDecodeError)
 
 
-def _numbered_lines(lines: Iterable[str], source: str) -> Iterator[tuple[int, str]]:
-    """``(line number, line)``; a file that cannot be read on is an error at the line it stopped."""
+def _numbered_lines(lines: Iterable[str | bytes], source: str) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of text or UTF-8 byte lines; a file that cannot be read on is an
+    error at the line where it stopped."""
     iterator = iter(lines)
     line_number = 0
     while True:
+        line_number += 1
         try:
             line = next(iterator)
+            if isinstance(line, bytes):
+                line = line.decode("utf-8")
         except StopIteration:
             return
         except _UNREADABLE as exc:
-            raise TraceFormatError(source, line_number + 1, f"cannot be read ({_reason(exc)})") from None
-        line_number += 1
+            raise TraceFormatError(source, line_number, f"cannot be read ({_reason(exc)})") from None
         yield line_number, line
 
 
@@ -138,12 +141,13 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, EOFError):
         return "the compressed stream ends early: a cut or partly copied file?"
     if isinstance(exc, UnicodeDecodeError):
-        return f"not UTF-8 text: {exc.reason} at byte {exc.start} of the line"
+        return f"not UTF-8 text: {exc.reason} at byte {exc.start + 1} of the line"
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def parse_lines(lines: Iterable[str], source: str = "<log>", name: str | None = None, start: bool = True) -> Trace:
-    """Build a :class:`Trace` from the lines of a simrd log.
+def parse_lines(lines: Iterable[str | bytes], source: str = "<log>", name: str | None = None,
+                start: bool = True) -> Trace:
+    """Build a :class:`Trace` from the lines of a simrd log (text, or UTF-8 bytes).
 
     With ``start=True`` everything before ``ANNOTATE START`` is skipped, as the DTR
     artifact's evaluation does for its logs.
@@ -319,8 +323,8 @@ def load_log(path: str | os.PathLike, start: bool = True, cache: bool | str | os
 def _parse_bytes(data: bytes, path: Path, name: str, start: bool) -> Trace:
     """Parse a log file's bytes read once (so the cache key is the content parsed)."""
     raw = gzip.GzipFile(fileobj=io.BytesIO(data)) if path.suffix == ".gz" else io.BytesIO(data)
-    with io.TextIOWrapper(raw, encoding="utf-8") as handle:
-        return parse_lines(handle, source=str(path), name=name, start=start)
+    with raw:  # byte lines, decoded one at a time so that an error names its line
+        return parse_lines(raw, source=str(path), name=name, start=start)
 
 
 def _read_manifest(data: bytes, where: str) -> dict[str, dict]:
@@ -384,8 +388,7 @@ def load_zip(path: str | os.PathLike) -> dict[str, Trace]:
             if not file_name.endswith((".log", ".jsonl")):
                 continue
             with archive.open(member) as raw:
-                lines = io.TextIOWrapper(raw, encoding="utf-8")
-                trace = parse_lines(lines, source=f"{path}!{member}", name=trace_name(file_name),
+                trace = parse_lines(raw, source=f"{path}!{member}", name=trace_name(file_name),
                                     start=entries.get(file_name, {}).get("has_start", True))
             traces[trace.name] = trace
     if not traces:
