@@ -16,9 +16,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dtrlab"
 
-#: Lowest first. ``execute`` runs simulations for the sweep (it imports the runtime, the
-#: sweep imports it); ``calibrated`` holds policies that simulate to decide (``monotone``),
-#: so it sits above the runtime and the sweep, whose cache it reads.
+#: Lowest first. ``execute`` runs a captured step under the runtime's decisions: it imports
+#: the runtime and the trace layer, nothing above (placed below the sweep so that a sweep may
+#: use it); ``calibrated`` holds policies that simulate to decide (``monotone``), so it sits
+#: above the runtime and the sweep, whose cache it reads.
 LAYERS = ["trace", "memory", "policies", "runtime", "execute", "sweep", "calibrated", "analysis", "solvers",
           "search", "plots", "widgets", "cli"]
 UTILITY = -1  # a top-level module: below every layer

@@ -61,7 +61,9 @@ def _bytes_log_axis(axis, values) -> None:
     axis.set_major_locator(mticker.LogLocator(base=10, subs=subs))
     axis.set_major_formatter(mticker.FuncFormatter(lambda x, _: _decimal_bytes(x)))
     axis.set_minor_formatter(mticker.NullFormatter())
-    axis.axes.set_xlim(low / 1.6, high * 1.6)
+    # Over many decades only powers of ten are labelled: reach down to the one below the narrowest hole.
+    floor = 10.0 ** np.floor(np.log10(low)) if len(subs) == 1 else low / 1.6
+    axis.axes.set_xlim(min(low / 1.6, floor), high * 1.6)
 
 
 def _decimal_bytes(value: float) -> str:
