@@ -136,7 +136,8 @@ def test_holes_refuses_what_is_not_a_sweep(capsys, chain, tmp_path):
 
 
 def test_output_paths_that_are_directories(capsys, chain, tmp_path):
-    refused(capsys, ["sweep", chain, "--ratios", "0.5", "--out", tmp_path], "argument --out", f"{tmp_path} is a directory")
+    refused(capsys, ["sweep", chain, "--ratios", "0.5", "--out", tmp_path], "argument --out",
+            f"{tmp_path} is a directory")
     refused(capsys, ["variants", chain, "--save", tmp_path], "argument --save")
     refused(capsys, ["search", chain, "--trials", "1", "--storage", tmp_path], "argument --storage")
 

@@ -73,6 +73,51 @@ def test_errors_name_file_and_line(lines, line_number, message):
     assert error.value.line_number == line_number
 
 
+@pytest.mark.parametrize("line, message", [
+    ('{"INSTRUCTION":"MEMORY","NAME":"a","MEMORY":"-8"}', "MEMORY must be >= 0, got -8"),
+    ('{"INSTRUCTION":"MEMORY","NAME":"a","MEMORY":"8"}', None),
+])
+def test_negative_sizes_and_times_are_refused(line, message):
+    lines = ['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION":"CONSTANT","NAME":"a"}', line,
+             '{"INSTRUCTION":"CALL","NAME":"f","ARGS":["a"],"RESULT":["b"],"TIME":"-1"}',
+             '{"INSTRUCTION":"MEMORY","NAME":"b","MEMORY":"4"}', '{"INSTRUCTION":"ALIAS","NAME":"b","ALIAS":"-1"}']
+    expected = f"bad.log:3: {message}" if message else "bad.log:4: TIME must be >= 0, got -1"
+    with pytest.raises(TraceFormatError, match=expected):
+        parse_lines(lines, source="bad.log")
+
+
+def test_damaged_containers_name_the_file_and_line(tmp_path):
+    log = small_log()
+    text = "\n".join(log.lines()).encode()
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress(text)[:-12])  # the end of the stream is missing
+    with pytest.raises(TraceFormatError, match=r"cut\.jsonl\.gz:\d+: cannot be read \(the compressed stream ends"):
+        load_log(cut, cache=False)
+    not_gzip = tmp_path / "plain.jsonl.gz"
+    not_gzip.write_bytes(text)
+    with pytest.raises(TraceFormatError, match=r"plain\.jsonl\.gz:1: cannot be read \(Not a gzipped file"):
+        load_log(not_gzip, cache=False)
+    assert parse_lines(text.splitlines(keepends=True), source="bytes").schedule == log.trace("x").schedule
+    (tmp_path / "notzip.zip").write_text("PK? no")
+    zipfile.ZipFile(tmp_path / "empty.zip", "w").close()
+    for name in ("notzip.zip", "empty.zip"):
+        with pytest.raises(TraceFormatError, match=rf"{name}: (not a zip archive|the zip holds no \.log)"):
+            load(tmp_path / name)
+
+
+@pytest.mark.parametrize("manifest, message", [
+    ({"models": [{"name": "Small", "has_start": True}]}, "manifest.json: model 1 ('Small') has no \"log\" file name"),
+    ({"models": "small.log"}, "manifest.json: manifest.json must have a 'models' list"),
+    ({"models": [{"log": "logs/absent.log"}]}, "manifest.json lists 'logs/absent.log', but there is no"),
+])
+def test_bad_manifests_name_the_file(tmp_path, manifest, message):
+    small_log().write(tmp_path / "small.log")
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises((TraceFormatError, FileNotFoundError)) as error:
+        load(tmp_path)
+    assert str(error.value).startswith(str(tmp_path / "manifest.json")) and message in str(error.value)
+
+
 def test_missing_start_is_explained():
     with pytest.raises(TraceFormatError, match="no ANNOTATE START"):
         parse_lines(['{"INSTRUCTION":"CONSTANT","NAME":"a"}'], source="nostart.log")

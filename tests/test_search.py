@@ -169,7 +169,8 @@ def test_a_storage_answers_one_question(tmp_path):
         run_search([edited.trace("chain")], storage, n_trials=2, ratios=[0.5, 1.0], **options)
     # The same question asked in other words, or in another study of the file, is fine.
     assert run_search([chain()], storage, n_trials=2, ratios="0.5,1.0", **options).completed == 2
-    assert run_search([edited.trace("chain")], storage, study_name="edited", n_trials=1, ratios=[0.5], **options).ran == 1
+    other_study = run_search([edited.trace("chain")], storage, study_name="edited", n_trials=1, ratios=[0.5], **options)
+    assert other_study.ran == 1
 
 
 def test_search_writes_only_into_its_own_storages(tmp_path):
