@@ -1,0 +1,14 @@
+"""Real execution: one training step on real tensors, under a budget, with the simulator's decisions.
+
+A layer above ``runtime`` (it imports trace, memory, policies and runtime, and needs torch).
+See docs/execute.md.
+"""
+
+from .runtime import Divergence, ExecutionError, Recomputation, UnsupportedOperator
+from .step import (BudgetBelowMinimum, CapturedStep, ExecuteResult, MinimumBudget, capture_step, minimum_budget,
+                   reference_step, run_step)
+
+__all__ = [
+    "BudgetBelowMinimum", "CapturedStep", "Divergence", "ExecuteResult", "ExecutionError", "MinimumBudget",
+    "Recomputation", "UnsupportedOperator", "capture_step", "minimum_budget", "reference_step", "run_step",
+]
