@@ -132,7 +132,7 @@ def open_study(storage: str | os.PathLike, study_name: str = "score_search", see
     try:
         study = optuna.create_study(study_name=study_name, storage=_rdb(storage), load_if_exists=True,
                                     direction="minimize")
-        if MADE_BY not in study.user_attrs:
+        if not study.trials and MADE_BY not in study.user_attrs:  # a new study (an old one is only read)
             study.set_user_attr(MADE_BY, "dtrlab")
     except sqlalchemy.exc.SQLAlchemyError as exc:
         raise ValueError(f"{storage}: the Optuna storage cannot be used ({_first_line(exc)})") from None
