@@ -87,11 +87,10 @@ def test_first_cell_names_only_real_parameters(notebook):
         f"{notebook.name} names {sorted(set(named) - _parameter_names(parameters))}, not parameters"
 
 
-@pytest.mark.parametrize("notebook", [p for p in NOTEBOOKS if not p.name.startswith("09")],
-                         ids=[p.stem for p in NOTEBOOKS if not p.name.startswith("09")])
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_figures_follow_the_traces_they_ran_on(notebook):
     # figures_dir is empty by default and derived from traces_dir, as make_figures.py derives it, so
-    # traces_dir = "../../shared/dtr-logs" cannot overwrite figures/traces/. (09: its owner's change.)
+    # traces_dir = "../../shared/dtr-logs" cannot overwrite figures/traces/.
     _, parameters, code = _cells(notebook)
     assert 'figures_dir = ""' in parameters
     assert any("figure_directory(traces_dir" in source for source in code)
