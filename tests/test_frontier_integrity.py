@@ -247,3 +247,36 @@ def test_an_interrupted_frontier_resumes_with_no_solve_lost_or_repeated(tmp_path
     assert whole.metadata() == frontier.metadata()
     assert whole.rows.drop(columns=["solve_seconds", "build_seconds"]).equals(
         frontier.rows.drop(columns=["solve_seconds", "build_seconds"]))
+
+
+# ------------------------------------------------------------------ the shipped files
+SHIPPED = sorted((ROOT / "results" / "frontier").glob("*.parquet"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem[:24] for p in SHIPPED])
+def test_shipped_frontier_claims_no_proof_a_real_run_refutes(path):
+    """Every shipped frontier file: its checksum holds; no relaxation proof lies at or above a
+    budget where a real run (policy run, replayed schedule, DTR's run) passed, and no bound is
+    above such a run's overhead; every reported optimum is its schedule's replayed recompute;
+    the bracket in the file is the one its rows support; faults are only answers the solver
+    itself gave up on ("unknown")."""
+    import pyarrow.parquet as pq
+
+    frontier = read_frontier(path)
+    stored = json.loads(pq.read_table(path).schema.metadata[b"dtrlab.frontier"])
+    assert "sha256" in stored, "shipped files carry their checksum"
+    runs = frontier.real_runs()
+    rows = frontier.rows
+    for row in rows[rows.kind == "relax"].itertuples():
+        below = [run for run in runs if run.budget <= row.budget_bytes]
+        if row.status == "infeasible":
+            assert not below, (row.budget_bytes, below[:1])
+        if row.status == "bound":
+            assert all(row.overhead_bound <= run.overhead * (1 + 1e-6) for run in below), row.budget_bytes
+    optimal = rows[rows.status == "optimal"]
+    assert (optimal.replay_passed == True).all()  # noqa: E712
+    assert (optimal.remat_compute == optimal.replay_remat_compute).all()
+    assert frontier.max_infeasible_bytes < min(run.budget for run in runs) == frontier.min_feasible_bytes
+    derived = frontier.metadata()
+    assert {k: stored[k] for k in derived} == derived
+    assert set(rows[rows.fault != ""].status) <= {"unknown"}
