@@ -242,6 +242,13 @@ def test_capture_checks_its_numbers(capsys, tmp_path, option):
     assert not (tmp_path / "x.jsonl").exists()
 
 
+def test_capture_refuses_a_directory_and_unknown_options(capsys, tmp_path):
+    pytest.importorskip("torch", reason="dtrlab capture needs the torch extra")
+    refused(capsys, ["capture", "unet", "--out", tmp_path], "argument --out", f"{tmp_path} is a directory")
+    refused(capsys, ["capture", "--out", tmp_path / "x.jsonl", "unet", "--bacth", "2"],
+            "unrecognized arguments: --bacth 2 (did you mean '--batch'?)")
+
+
 def test_capture_library_checks_its_numbers():
     pytest.importorskip("torch", reason="dtrlab capture needs the torch extra")
     from dtrlab.trace.capture import capture

@@ -20,11 +20,10 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from ..suggest import did_you_mean
 from ..trace import TraceFormatError
 from .common import Parser
 
-COMMANDS = ["info", "run", "capture", "explain", "variants", "sweep", "holes", "census", "search", "frontier"]
+COMMANDS = ["info", "run", "capture", "explain", "variants", "sweep", "holes", "census", "search", "frontier", "execute"]
 
 #: Failures that come from the input (files, options, logs, storages) rather than from
 #: a bug: a ValueError (TraceFormatError, IntegrityError, ...), a TypeError from a
@@ -59,9 +58,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if getattr(args, "passthrough", False):
         args.arguments = argv[argv.index(args.command) + 1:]
     elif unknown:
-        subparser = parser.commands[args.command]
-        options = [o for o in subparser._option_string_actions if o.startswith("--")]
-        subparser.error(f"unrecognized arguments: {' '.join(unknown)}{did_you_mean(unknown[0].split('=')[0], options)}")
+        parser.commands[args.command].unrecognized(unknown)
     return args
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import Parser, positive_int
+from .common import Parser, output_file, positive_int
 
 #: Above this fraction of the peak pinned, capture warns: DTR has little to evict. (On the
 #: zoo's traces DTR's threshold lies above it: hf:gpt2 --batch 2 --seq 128 pins 0.76 and
@@ -32,7 +32,7 @@ def capture_parser() -> Parser:
         "from configurations (random initialisation, nothing downloaded) on the meta device: no tensor data, so "
         "memory does not grow with the model.")
     parser.add_argument("model", help=f"model source: {describe_sources()}")
-    parser.add_argument("--out", required=True, help="output log; gzip-compressed if it ends in .gz")
+    parser.add_argument("--out", required=True, type=output_file, help="output log; gzip-compressed if it ends in .gz")
     parser.add_argument("--batch", type=positive_int, default=None, help="batch size (default: the model's)")
     parser.add_argument("--seq", type=positive_int, default=None, help="sequence length (hf: models, user functions)")
     parser.add_argument("--image", type=positive_int, default=224, help="image side in pixels (torchvision:)")
@@ -55,7 +55,6 @@ def run(args) -> int:
     try:
         import torch
 
-        from ..trace.capture import _versions, capture
         from ..trace.models import SIZE_KEYS
     except ImportError as exc:
         if {"-h", "--help"} & set(args.arguments):
@@ -66,6 +65,8 @@ def run(args) -> int:
             from None
     options = capture_parser().parse_args(args.arguments)
     args.debug = args.debug or options.debug
+    from ..trace.capture import _versions, capture  # imports torch._dynamo: after --help and usage errors
+
     sizes = {key: getattr(options, key) for key in SIZE_KEYS}
     recording = capture(options.model, real=options.real, cost=options.cost, repeats=options.repeats,
                         batch=options.batch, seq=options.seq, image=options.image, seed=options.seed,

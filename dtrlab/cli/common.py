@@ -21,6 +21,17 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def parse_args(self, args=None, namespace=None):
+        namespace, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            self.unrecognized(unknown)
+        return namespace
+
+    def unrecognized(self, unknown: list[str]):
+        """Refuse words no option takes, suggesting the option closest to the first."""
+        options = [o for o in self._option_string_actions if o.startswith("--")]
+        self.error(f"unrecognized arguments: {' '.join(unknown)}{did_you_mean(unknown[0].split('=')[0], options)}")
+
     def _check_value(self, action, value):
         if action.choices is not None and value not in action.choices:
             listed = ", ".join(map(str, action.choices))
