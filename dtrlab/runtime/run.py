@@ -92,8 +92,9 @@ class RunResult:
 
 def budget_for(trace: Trace, ratio: float) -> int:
     """simrd's budget for a ratio: ``int(baseline peak * ratio)``."""
-    if not ratio > 0:
-        raise ValueError(f"budget ratio must be positive (a fraction of the baseline peak, e.g. 0.5), got {ratio}")
+    if not (ratio > 0 and math.isfinite(ratio)):
+        raise ValueError(f"budget ratio must be finite and positive (a fraction of the baseline peak, e.g. 0.5), "
+                         f"got {ratio}")
     return int(baseline(trace).peak_memory * ratio)
 
 
