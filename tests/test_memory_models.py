@@ -45,7 +45,8 @@ def test_unknown_model_lists_the_valid_ones():
 
 def test_unknown_option_lists_the_valid_ones():
     with pytest.raises(ValueError, match="unknown memory option 'garbage_collection_threshold'; valid options for "
-                                         "'caching': expandable_segments, max_split_size, roundup_power2_divisions"):
+                                         "'caching': address_policy, expandable_segments, limit_check, max_split_size, "
+                                         "roundup_power2_divisions"):
         caching(garbage_collection_threshold=0.5)
 
 

@@ -78,6 +78,9 @@ class MemoryModel:
     name: ClassVar[str] = ""
     address_aware: ClassVar[bool] = False
     option_specs: ClassVar[dict[str, tuple[Any, OptionValidator]]] = {}
+    #: Options added after results were shipped: :meth:`options` lists them only when they
+    #: differ from their default, so the records and cache keys of older configurations stay as they were.
+    later_options: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, capacity_bytes: int, **options):
         self.capacity_bytes = check_int("capacity_bytes", capacity_bytes, minimum=0)
@@ -93,8 +96,10 @@ class MemoryModel:
         return effective
 
     def options(self) -> dict:
-        """The effective options (defaults filled in), for records and cache keys."""
-        return dict(self._options)
+        """The effective options (defaults filled in, except :attr:`later_options` at their default),
+        for records and cache keys."""
+        return {k: v for k, v in self._options.items()
+                if k not in self.later_options or v != self.option_specs[k][0]}
 
     def request_bytes(self, size: int) -> int:
         """What a request of ``size`` bytes counts against the capacity."""

@@ -27,10 +27,17 @@ function or constant it models (docs/memory.md lists them and what is left out):
   ``try_allocate_expandable_block``, ``map_block``); releasing the cache unmaps
   the free whole pages (``unmap_block``).
 
-The capacity plays the device memory (or ``set_per_process_memory_fraction``):
-reserved bytes (segments, mapped pages) never exceed it. Addresses are
-deterministic: new segments are placed by a bump pointer from 0 and an address
-range is never reused, unlike real ``cudaMalloc``.
+The capacity plays the device memory: reserved bytes (segments, mapped pages)
+never exceed it (``limit_check="mapped"``, the default). With
+``limit_check="allocation_size"`` it plays ``set_per_process_memory_fraction``
+instead, checked as ``alloc_block`` checks it: reserved + ``get_allocation_size``
+of the request against the limit *before* a segment is reserved or pages are
+mapped; the pages then mapped may pass the limit by less than one page.
+
+Addresses are deterministic: with ``address_policy="bump"`` (the default) new
+segments are placed by a bump pointer from 0 and an address range is never
+reused; with ``"reuse"`` a new segment takes the lowest released range that holds
+it (real ``cudaMalloc`` addresses are the driver's and may be either).
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ K_MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc: from here on a request gets its 
 K_ROUND_LARGE = 2 * MiB  # kRoundLarge: rounding of those segments
 ROUNDUP_INTERVALS = 16  # kRoundUpPowerOfTwoIntervals: 1 MiB, 2 MiB, ..., >= 32 GiB
 NO_SPLIT_LIMIT = (1 << 64) - 1  # max_split_size's default: SIZE_MAX, i.e. no limit
+LIMIT_CHECKS = ("mapped", "allocation_size")
+ADDRESS_POLICIES = ("bump", "reuse")
 
 
 class _Blk:
@@ -92,6 +101,14 @@ def _max_split_size(key, value):
         raise ValueError(f"{key} must be None (no limit) or a whole number of MiB above {K_LARGE_BUFFER // MiB} MiB "
                          f"({K_LARGE_BUFFER + MiB} bytes or more, as max_split_size_mb in PyTorch), got {value}")
     return value
+
+
+def _choice(choices):
+    def validate(key, value):
+        if value not in choices:
+            raise ValueError(f"{key} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+        return value
+    return validate
 
 
 def _is_power_of_2(n):
@@ -153,7 +170,10 @@ class CachingModel(MemoryModel):
         "max_split_size": (None, _max_split_size),
         "expandable_segments": (False, check_bool),
         "roundup_power2_divisions": (0, _roundup_power2_divisions),
+        "limit_check": ("mapped", _choice(LIMIT_CHECKS)),
+        "address_policy": ("bump", _choice(ADDRESS_POLICIES)),
     }
+    later_options = frozenset({"limit_check", "address_policy"})
 
     def __init__(self, capacity_bytes: int, **options):
         super().__init__(capacity_bytes, **options)
@@ -173,6 +193,9 @@ class CachingModel(MemoryModel):
         self._owned: dict[int, _Blk | None] = {}  # block_id -> its block (None for a 0-byte request)
         self._segments: dict[int, _Seg] = {}  # address -> segment
         self._next_address = 0
+        self._check_before_mapping = opts["limit_check"] == "allocation_size"
+        self._reuse_addresses = opts["address_policy"] == "reuse"
+        self._released: list[list[int]] = []  # [address, size] of released ranges below the bump pointer
         self._allocated = self._reserved = 0
         self._peak_allocated = self._peak_reserved = 0
         self._mapped_runs = 0  # contiguous mapped ranges of expandable segments (snapshot segments)
@@ -270,9 +293,11 @@ class CachingModel(MemoryModel):
 
     def _alloc_block(self, pool: _Pool, size: int) -> _Blk | None:
         """A new segment for ``size`` (not yet in the pool), or None when it does not fit the capacity."""
+        alloc_size = self._allocation_size(size)
+        if self._check_before_mapping and self._reserved + alloc_size > self.capacity_bytes:
+            return None  # alloc_block's per-process limit check, before anything is reserved or mapped
         if self._expandable:
             return self._try_allocate_expandable_block(pool, size)
-        alloc_size = self._allocation_size(size)
         if self._reserved + alloc_size > self.capacity_bytes:
             return None
         seg = self._new_segment(alloc_size, pool)
@@ -308,7 +333,7 @@ class CachingModel(MemoryModel):
                     unmapped = self._unmap_block(block)
                     if unmapped is not None and unmapped.prev is None and unmapped.next is None:
                         self._remove_unmapped(unmapped)
-                        del self._segments[unmapped.seg.addr]
+                        self._drop_segment(unmapped.seg)
                 elif block.prev is None and block.next is None:
                     self._release_segment(block)
         return True
@@ -318,7 +343,7 @@ class CachingModel(MemoryModel):
         # (oversize blocks are never split and nothing is split off them).
         assert block.prev is None and block.next is None and block.seg.page == 0, "not a whole segment"
         self._remove_free(block)
-        del self._segments[block.seg.addr]
+        self._drop_segment(block.seg)
         self._reserved -= block.size
 
     # ---- expandable segments -----------------------------------------------------------
@@ -372,7 +397,7 @@ class CachingModel(MemoryModel):
         first = (block.addr - seg.addr) // seg.page
         end = -(-(block.addr + size - seg.addr) // seg.page)
         nbytes = (end - first) * seg.page
-        if nbytes == 0 or self._reserved + nbytes > self.capacity_bytes:
+        if nbytes == 0 or (not self._check_before_mapping and self._reserved + nbytes > self.capacity_bytes):
             return None
         self._remove_unmapped(block)
         if nbytes < block.size:
@@ -421,10 +446,43 @@ class CachingModel(MemoryModel):
     # ---- block bookkeeping -------------------------------------------------------------
 
     def _new_segment(self, size: int, pool: _Pool, page: int = 0) -> _Seg:
-        seg = _Seg(self._next_address, size, pool, page)
-        self._next_address += size
+        address = self._reused_address(size) if self._released else None
+        if address is None:
+            address = self._next_address
+            self._next_address += size
+        seg = _Seg(address, size, pool, page)
         self._segments[seg.addr] = seg
         return seg
+
+    def _reused_address(self, size: int) -> int | None:
+        """``address_policy="reuse"``: the low end of the lowest released range that holds ``size``."""
+        for index, (address, room) in enumerate(self._released):
+            if room >= size:
+                if room == size:
+                    del self._released[index]
+                else:
+                    self._released[index] = [address + size, room - size]
+                return address
+        return None
+
+    def _drop_segment(self, seg: _Seg) -> None:
+        """Forget a released segment; under ``address_policy="reuse"`` its range becomes reusable (merged
+        with released neighbours; a range that reaches the bump pointer lowers it)."""
+        del self._segments[seg.addr]
+        if not self._reuse_addresses:
+            return
+        released = self._released
+        index = bisect_left(released, [seg.addr, 0])
+        start, end = seg.addr, seg.addr + seg.size
+        if index < len(released) and released[index][0] == end:
+            end += released.pop(index)[1]
+        if index > 0 and sum(released[index - 1]) == start:
+            index -= 1
+            start = released.pop(index)[0]
+        if end == self._next_address:
+            self._next_address = start
+        else:
+            released.insert(index, [start, end - start])
 
     def _grow_reserved(self, nbytes: int) -> None:
         self._reserved += nbytes

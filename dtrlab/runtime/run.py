@@ -7,11 +7,13 @@ import math
 from dataclasses import dataclass, field
 
 from ..memory import MEMORY_MODELS, MemoryModel, get_memory_model
+from ..memory.device import DeviceCapacity, device_capacity as parse_device_capacity
+from ..suggest import did_you_mean
 from ..policies import Policy, get_policy
 from ..trace.model import Trace
 from . import compiled
 from .baseline import baseline
-from .simulator import Failure, Intervention, Simulator
+from .simulator import ALLOCATED, RESERVED, SEMANTICS, Failure, Intervention, Simulator
 
 FLAT = "flat"
 
@@ -50,6 +52,9 @@ class RunResult:
     fragmentation_at_peak: float | None = None
     largest_free_block: int | None = None
     segments: int | None = None
+    # The runtime semantics (docs/memory.md) and, under "allocated", the device capacity's label.
+    enforce: str = RESERVED
+    device_capacity: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -83,6 +88,8 @@ class RunResult:
                           peak_allocated_bytes=self.peak_allocated_bytes,
                           fragmentation_at_peak=self.fragmentation_at_peak,
                           largest_free_block=self.largest_free_block, segments=self.segments)
+        if self.enforce != RESERVED:
+            record.update(enforce=self.enforce, device_capacity=self.device_capacity)
         if self.failure is not None:
             record["failure"] = vars(self.failure)
         if evicted:
@@ -102,7 +109,7 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
              budget_bytes: int | None = None, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
              intervention: Intervention | None = None, recorder=None, regions: str = "auto",
              memory: str | MemoryModel = FLAT, memory_options: dict | None = None, engine: str = "auto",
-             **policy_params) -> RunResult:
+             enforce: str = RESERVED, device_capacity=None, **policy_params) -> RunResult:
     """Replay ``trace`` under a memory budget with an eviction policy.
 
     Give exactly one of ``ratio`` (a fraction of the unbounded peak; the budget is
@@ -115,6 +122,13 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
     another registered name (``"aligned"``, ``"caching"``; built with the budget as
     its capacity and ``memory_options``) or an unused :class:`~dtrlab.memory.MemoryModel`
     instance of that capacity. See docs/memory.md.
+
+    ``enforce`` is the runtime semantics under a memory model: ``"reserved"`` (the
+    default; the model's capacity is the budget and an allocation evicts until it is
+    placed) or ``"allocated"`` (the DTR prototype: the budget limits allocated block
+    bytes after each operator, the model's capacity is ``device_capacity``: bytes,
+    ``"1.25x"`` the budget, ``"80GiB"``, a GPU preset such as ``"A100-80GB"``, or None
+    for an unlimited device; a failed allocation is an OOM with cause ``"device"``).
 
     ``engine`` picks the replay: "compiled" (the C core, for the flat model, the
     built-in score policies and no recorder, timed pin or forced eviction), "python"
@@ -130,7 +144,8 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
     if not overhead_limit >= 1:
         raise ValueError(f"overhead_limit must be >= 1 (2.0 allows as much recompute as compute), got {overhead_limit}")
     policy = get_policy(policy, **policy_params)
-    model = memory_model(memory, budget_bytes, memory_options)
+    device = check_semantics(enforce, device_capacity, policy)
+    model = memory_model(memory, budget_bytes, memory_options, enforce, device)
     base = baseline(trace)
     remat_limit = base.model_compute * (overhead_limit - 1)
     if _use_compiled(engine, trace, policy, intervention, recorder, regions, model):
@@ -138,7 +153,7 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
         status = sim.status
     else:
         sim = Simulator(trace, policy, budget_bytes, remat_limit, intervention=intervention, recorder=recorder,
-                        regions=regions, memory_model=model)
+                        regions=regions, memory_model=model, enforce=enforce)
         status = sim.run()
     names = trace.tensor_names
     metrics = {} if model is None else memory_metrics(sim)
@@ -149,7 +164,25 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
         evicted_storages=tuple(names[s] for s in sim.evicted),
         baseline_memory=base.peak_memory, baseline_compute=base.model_compute,
         overhead_limit=overhead_limit, failure=sim.failure, **metrics,
+        **({} if enforce == RESERVED else {"enforce": enforce, "device_capacity": device.label}),
     )
+
+
+def check_semantics(enforce: str, device_capacity=None, policy: Policy | None = None) -> DeviceCapacity | None:
+    """The normalized device capacity of ``enforce="allocated"`` (None under ``"reserved"``, which
+    takes none); refuses an unknown semantics and policies that evict to place a block."""
+    if enforce not in SEMANTICS:
+        raise ValueError(f"unknown enforce {enforce!r}{did_you_mean(enforce, SEMANTICS)}; valid: "
+                         f"{', '.join(SEMANTICS)} (see docs/memory.md)")
+    if enforce == RESERVED:
+        if device_capacity is not None:
+            raise ValueError("device_capacity applies to enforce='allocated' only (under 'reserved' the budget is "
+                             "the device)")
+        return None
+    if policy is not None and getattr(policy, "address_aware", False):
+        raise ValueError(f"policy {policy.name!r} evicts to place a block, which enforce='allocated' never asks for "
+                         "(it evicts by allocated bytes after each operator); use enforce='reserved'")
+    return parse_device_capacity(device_capacity)
 
 
 def _use_compiled(engine: str, trace: Trace, policy: Policy, intervention, recorder, regions: str, model) -> bool:
@@ -168,17 +201,32 @@ def _use_compiled(engine: str, trace: Trace, policy: Policy, intervention, recor
     return reason is None
 
 
-def memory_spec(memory: str | MemoryModel = FLAT, options: dict | None = None) -> tuple[str, dict]:
+def memory_spec(memory: str | MemoryModel = FLAT, options: dict | None = None,
+                enforce: str = RESERVED) -> tuple[str, dict]:
     """``(name, effective options)`` of a memory model given by name and options, or by instance.
 
     Validates both (an unknown model or option is an error listing the valid ones);
     the effective options have every default filled in, so that equal
-    configurations compare (and key caches) equal.
+    configurations compare (and key caches) equal. Under ``enforce="allocated"`` the
+    defaults are that semantics' (:func:`semantics_options`).
     """
-    if memory == FLAT and not options:
+    if memory == FLAT and not options and enforce == RESERVED:
         return FLAT, {}
-    model = get_memory_model(memory, getattr(memory, "capacity_bytes", 0), **(options or {}))
+    if isinstance(memory, MemoryModel):
+        model = get_memory_model(memory, None, **(options or {}))  # options with an instance are refused
+    else:
+        model = get_memory_model(memory, 0, **semantics_options(memory, options, enforce))
     return model.name, model.options()
+
+
+def semantics_options(memory: str, options: dict | None, enforce: str) -> dict:
+    """``options`` with the defaults of ``enforce``: under ``"allocated"`` the caching model checks
+    the device limit as PyTorch's ``alloc_block`` checks a per-process limit, with
+    ``get_allocation_size`` before mapping (``limit_check="allocation_size"``), unless given."""
+    options = dict(options or {})
+    if enforce == ALLOCATED and "limit_check" in MEMORY_MODELS.get(memory, MemoryModel).option_specs:
+        options.setdefault("limit_check", "allocation_size")
+    return options
 
 
 def memory_label(name: str, options: dict | None = None) -> str:
@@ -189,15 +237,25 @@ def memory_label(name: str, options: dict | None = None) -> str:
     return name + ("(" + ", ".join(f"{k}={v!r}" for k, v in changed.items()) + ")" if changed else "")
 
 
-def memory_model(memory: str | MemoryModel, budget_bytes: int, options: dict | None = None) -> MemoryModel | None:
-    """The model a run uses: None for ``"flat"`` without options (the byte counter needs none).
+def memory_model(memory: str | MemoryModel, budget_bytes: int, options: dict | None = None,
+                 enforce: str = RESERVED, device: DeviceCapacity | None = None) -> MemoryModel | None:
+    """The model a run uses: None for ``"flat"`` without options under ``"reserved"`` (the byte
+    counter needs none). Its capacity is the budget under ``"reserved"``, the device
+    capacity under ``"allocated"``.
 
     A model instance is taken as is, but it must be unused, since a run leaves its
     blocks in it.
     """
-    if memory == FLAT and not options:
+    if memory == FLAT and not options and enforce == RESERVED:
         return None
-    model = get_memory_model(memory, budget_bytes, **(options or {}))
+    if enforce == ALLOCATED:
+        capacity = (device or DeviceCapacity()).bytes_for(budget_bytes)
+        if isinstance(memory, MemoryModel):
+            model = get_memory_model(memory, capacity)
+        else:
+            model = get_memory_model(memory, capacity, **semantics_options(memory, options, enforce))
+    else:
+        model = get_memory_model(memory, budget_bytes, **(options or {}))
     stats = model.stats()
     if stats.allocated_bytes or stats.reserved_bytes:
         raise ValueError(f"the {model.name!r} model instance already holds blocks ({stats.allocated_bytes} bytes "

@@ -24,8 +24,13 @@ The semantics that decide which storage gets evicted, all kept from simrd:
 
 Memory is simrd's byte counter unless a :class:`~dtrlab.memory.MemoryModel` is
 given (``memory_model=``); then every storage also holds one block of that model
-while it is materialized, and an allocation must both fit the (rounded) bytes and
-be placed (see :meth:`Simulator._place` and docs/memory.md). Without a model no
+while it is materialized. What the budget limits is the run's semantics
+(``enforce=``): under ``"reserved"`` an allocation must both fit the (rounded)
+bytes and be placed, evicting until it is (:meth:`Simulator._place`); under
+``"allocated"`` (the DTR prototype) the outputs are allocated one by one, a failed
+allocation is a device OOM, and after the operator the policy evicts while the
+model's allocated bytes exceed the budget (:meth:`Simulator._allocate_outputs`,
+:meth:`Simulator._evict_over_budget`). See docs/memory.md. Without a model no
 model code runs: the byte counter is exactly simrd's.
 """
 
@@ -46,6 +51,11 @@ except ImportError:  # not built (e.g. running from a source tree without `pip i
 
 #: Bump when a change can alter any simulation outcome; caches key on it.
 SIMULATOR_VERSION = 1
+
+#: The runtime semantics: what the budget limits under a memory model (docs/memory.md).
+RESERVED = "reserved"  # reserved memory <= budget; evict until a block can be placed (OneFlow's DTR, Coop)
+ALLOCATED = "allocated"  # allocated block bytes <= budget after each operator (the DTR prototype)
+SEMANTICS = (RESERVED, ALLOCATED)
 
 
 def remat_allowance(remat_limit: float) -> int | None:
@@ -117,7 +127,8 @@ class Failure:
 
     ``cause`` tells an out-of-memory apart: ``"bytes"`` when the (rounded) bytes did
     not fit the budget, ``"fragmentation"`` when they did but the memory model could
-    place no block (only address-aware models). ``largest_free_block`` is the
+    place no block (only address-aware models), ``"device"`` when the allocator ran
+    out of device memory under ``enforce="allocated"``. ``largest_free_block`` is the
     model's largest free block at the failure (None without a memory model).
     """
 
@@ -128,7 +139,7 @@ class Failure:
     requested_bytes: int
     memory_in_use: int
     candidates: int
-    cause: str | None = None  # "bytes" or "fragmentation" for an OOM, None for thrash
+    cause: str | None = None  # "bytes", "fragmentation" or "device" for an OOM, None for thrash
     largest_free_block: int | None = None
 
 
@@ -159,7 +170,7 @@ class Simulator:
 
     def __init__(self, trace: Trace, policy, budget_bytes: float, remat_limit: float = math.inf,
                  intervention: Intervention | None = None, recorder=None, regions: str = "auto",
-                 memory_model=None):
+                 memory_model=None, enforce: str = RESERVED):
         self.trace = trace
         self.policy = policy
         self.budget = budget_bytes
@@ -167,6 +178,11 @@ class Simulator:
         # capacity is the budget (checked by dtrlab.runtime.simulate).
         self.memory_model = memory_model
         self.request: PlacementRequest | None = None  # set while a policy chooses under a model
+        if enforce not in SEMANTICS:
+            raise ValueError(f"enforce must be one of {', '.join(SEMANTICS)}, got {enforce!r}")
+        if enforce == ALLOCATED and memory_model is None:
+            raise ValueError("enforce='allocated' needs a memory model (its allocated bytes are what the budget limits)")
+        self.enforce = enforce
         self.remat_limit = remat_limit
         allowance = remat_allowance(remat_limit)
         self._remat_allowance = math.inf if allowance is None else allowance
@@ -400,9 +416,14 @@ class Simulator:
             total_size = op.total_size
             if self.memory + total_size > self.budget:
                 self.free(total_size, t)
-        else:
+            self._compute(t, op, rematerialize)
+        elif self.enforce == RESERVED:
             self._place(t, op)
-        self._compute(t, op, rematerialize)
+            self._compute(t, op, rematerialize)
+        else:
+            blocks = self._allocate_outputs(t, op)
+            self._compute(t, op, rematerialize)
+            self._evict_over_budget(t, op, blocks)
         self._pending.pop()
         for p in parents:
             self.unlock(storage[p])
@@ -586,15 +607,80 @@ class Simulator:
             if bytes_fit:
                 self.fragmentation_evictions += len(chosen)
         self.charged += needed
-        stats = model.stats()
+        self._note_reserved_peak()
+        self._free_temporaries(blocks)
+
+    def _note_reserved_peak(self) -> None:
+        stats = self.memory_model.stats()
         if stats.reserved_bytes > self.peak_reserved:
             self.peak_reserved, self.allocated_at_peak = stats.reserved_bytes, stats.allocated_bytes
         elif stats.reserved_bytes == self.peak_reserved and stats.allocated_bytes > self.allocated_at_peak:
             self.allocated_at_peak = stats.allocated_bytes
+
+    def _free_temporaries(self, blocks: list[tuple[int, int]]) -> None:
+        """Drop the temporary blocks of still-resident outputs (ids above the storage ids)."""
+        model, n = self.memory_model, self.trace.n_tensors
         for block_id, size in blocks:
             if block_id >= n:
                 model.free(block_id)
                 self.charged -= model.request_bytes(size)
+
+    def _output_blocks(self, op) -> list[tuple[int, int]]:
+        """``(block_id, size)`` of ``op``'s non-alias outputs in output order; a still-resident output
+        (an operator recomputing all its outputs) gets a temporary id above the storage ids."""
+        material, n = self.material, self.trace.n_tensors
+        return [(n + u if material[u] else u, size)
+                for u, size, alias in zip(op.outputs, op.sizes, op.aliases) if size and alias == -1]
+
+    def _allocate_outputs(self, t: int, op) -> list[tuple[int, int]]:
+        """``enforce="allocated"``: allocate ``op``'s outputs one at a time, in output order, as the
+        operator's kernels ask PyTorch for them; nothing is evicted to make room. The model's
+        ``allocate`` already releases the cache and retries (``malloc``), so a failure is a device
+        OOM. The outputs placed before the failing one are freed, as unwinding the operator's
+        exception frees their tensors (back to the cache, not to the device)."""
+        model = self.memory_model
+        blocks = self._output_blocks(op)
+        for index, (block_id, size) in enumerate(blocks):
+            if not model.allocate(block_id, size):
+                for placed, _ in blocks[:index]:
+                    model.free(placed)
+                self._fail("oom", t, model.request_bytes(size), "device")
+                raise OutOfMemory()
+            self.charged += model.request_bytes(size)
+        self._note_reserved_peak()
+        return blocks
+
+    def _evict_over_budget(self, t: int, op, blocks: list[tuple[int, int]]) -> None:
+        """``enforce="allocated"``: after the operator ran, evict while the allocated bytes (block
+        sizes, PyTorch's ``allocated_bytes``) exceed the budget, as the DTR prototype's
+        ``CheckpointPool::auto_evict`` does after each operator (``make_raw``,
+        ``Rematerializer::remat``). The operator's outputs are not candidates (the prototype adds
+        them to its pool only afterwards) and its inputs are still locked. Temporary blocks of
+        recomputed resident outputs are still held then, as the operator's result tensors are."""
+        model = self.memory_model
+        if model.stats().allocated_bytes > self.budget:
+            storage = self.storage
+            outputs = {storage[u] for u in op.outputs}
+            while model.stats().allocated_bytes > self.budget:
+                candidates = [s for s in self.candidates() if s not in outputs]
+                if not candidates:
+                    self._fail("oom", t, model.stats().allocated_bytes - self.budget, "bytes")
+                    raise OutOfMemory()
+                self.request = PlacementRequest(t, tuple(blocks), model.stats().allocated_bytes - self.budget,
+                                                blocks[0] if blocks else (storage[t], 0), False)
+                try:
+                    chosen = self.policy.choose(self, candidates)
+                finally:
+                    self.request = None
+                if not chosen:
+                    raise RuntimeError(f"policy {self.policy!r} chose nothing to evict from {len(candidates)} "
+                                       "candidates")
+                if self.recorder is not None:
+                    self.recorder.on_choose(self, candidates, chosen)
+                for s in chosen:
+                    self.evicted.append(s)
+                    self.evict(s)
+        self._free_temporaries(blocks)
 
     def _try_place(self, blocks: list[tuple[int, int]]) -> int:
         """Place all blocks (-1) or none: the index of the first one that did not fit."""
