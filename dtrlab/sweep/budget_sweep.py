@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 
 import pandas as pd
@@ -129,6 +130,9 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
     memory, memory_options = memory_spec(memory, memory_options)
     if (ratios is None) == (budgets is None):
         raise ValueError("give exactly one of ratios= (e.g. '0.05:1.0:0.005' or [0.25, 0.5]) or budgets= (bytes)")
+    if not (isinstance(overhead_limit, numbers.Real) and math.isfinite(overhead_limit) and overhead_limit >= 1):
+        raise ValueError(f"overhead_limit must be a finite number >= 1 (2.0 allows as much recompute as compute), "
+                         f"got {overhead_limit!r}")
     peak = baseline(trace).peak_memory
     if ratios is not None:
         ratio_list = parse_ratios(ratios)
