@@ -38,7 +38,8 @@ from ..trace.model import Trace
 MIB = 1 << 20
 
 #: Columns that identify one swept configuration; a census is per configuration.
-CONFIGURATION = ["trace", "policy", "overhead_limit", "withhold", "memory", "memory_options"]
+CONFIGURATION = ["trace", "policy", "overhead_limit", "withhold", "memory", "memory_options", "enforce",
+                 "device_capacity"]
 
 #: Columns of :attr:`HoleCensus.holes`, one row per hole.
 HOLE_COLUMNS = [
@@ -404,7 +405,8 @@ def census_grid(trace: Trace, ratios, delta: int | float | None) -> dict:
 
 def with_memory_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with the memory columns of a sweep frame (frames saved before them were all flat)."""
-    missing = {k: v for k, v in (("memory", FLAT), ("memory_options", "")) if k not in frame}
+    missing = {k: v for k, v in (("memory", FLAT), ("memory_options", ""), ("enforce", "reserved"),
+                                 ("device_capacity", "")) if k not in frame}
     return frame.assign(**missing) if missing else frame
 
 
@@ -422,7 +424,9 @@ def _frame_memory(row: pd.Series, memory=None, memory_options: dict | None = Non
     if memory is not None and memory_spec(memory, memory_options) != (name, options):
         raise ValueError(f"the frame was swept under the {name!r} memory model with options {options}, not "
                          f"{memory!r} with {memory_options or {}}; refine it under its own model")
-    return {"memory": name, "memory_options": options}
+    semantics = {"enforce": row["enforce"], "device_capacity": row["device_capacity"] or None} \
+        if row.get("enforce", "reserved") != "reserved" else {}
+    return {"memory": name, "memory_options": options, **semantics}
 
 
 def run_census(traces: dict[str, Trace], policy: str | Policy = "dtr", *, ratios="0.05:1.0:0.005",

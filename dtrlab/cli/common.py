@@ -178,6 +178,12 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory-option", action="append", default=[], metavar="KEY=VALUE",
                         help="memory model option, e.g. --memory-option expandable_segments=true (repeatable; "
                              "values are parsed as JSON)")
+    parser.add_argument("--enforce", default="reserved", choices=("reserved", "allocated"),
+                        help="what the budget limits under a memory model: reserved (default; evict until a block "
+                             "is placed) or allocated (the DTR prototype; see docs/memory.md)")
+    parser.add_argument("--device-capacity", metavar="SPEC",
+                        help="with --enforce allocated: the device memory (bytes, 80GiB, 1.25x the budget, a GPU "
+                             "preset such as A100-80GB; default unlimited)")
 
 
 def memory_arguments(args) -> dict:
@@ -185,9 +191,17 @@ def memory_arguments(args) -> dict:
     option is an error that lists the valid ones."""
     from ..runtime import memory_spec
 
+    from ..runtime import check_semantics
+
     options = key_values(args.memory_option, "--memory-option")
-    memory_spec(args.memory, options)
-    return {"memory": args.memory, "memory_options": options}
+    memory_spec(args.memory, options, args.enforce)
+    if args.enforce == "reserved":  # the default adds no argument, so commands without semantics keep working
+        if args.device_capacity is not None:
+            raise ValueError("--device-capacity applies to --enforce allocated only")
+        return {"memory": args.memory, "memory_options": options}
+    device = args.device_capacity
+    check_semantics(args.enforce, device)
+    return {"memory": args.memory, "memory_options": options, "enforce": args.enforce, "device_capacity": device}
 
 
 def policy_params(pairs: list[str]) -> dict:

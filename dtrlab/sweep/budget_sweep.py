@@ -11,8 +11,8 @@ import pandas as pd
 
 from ..version import __version__
 from ..policies import Policy, get_policy
-from ..runtime import (DEFAULT_OVERHEAD_LIMIT, FLAT, SIMULATOR_VERSION, Intervention, RunResult, baseline, budget_for,
-                       memory_spec)
+from ..runtime import (DEFAULT_OVERHEAD_LIMIT, FLAT, RESERVED, SIMULATOR_VERSION, Intervention, RunResult, baseline,
+                       budget_for, check_semantics, memory_spec)
 from ..trace import Trace, load
 from .cache import SweepCache, default_cache_dir
 from .engine import RunSpec, iter_runs
@@ -27,7 +27,7 @@ COLUMNS = [
     "trace", "trace_hash", "policy", "policy_name", "policy_params", "ratio", "budget_bytes", "status",
     "overhead", "clock", "evictions", "remats", "peak_memory", "remat_compute", "model_compute",
     "baseline_memory", "baseline_compute", "overhead_limit", "withhold", "eviction_sha256", "wall_seconds",
-    "dtrlab_version", "simulator_version", "memory", "memory_options", *MEMORY_COLUMNS,
+    "dtrlab_version", "simulator_version", "memory", "memory_options", *MEMORY_COLUMNS, "enforce", "device_capacity",
 ]
 #: Columns that depend on the budget (the rest describe the configuration).
 _RESULT_COLUMNS = ["budget_bytes", "status", "overhead", "clock", "evictions", "remats", "peak_memory",
@@ -112,7 +112,7 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
           budgets=None, jobs: int = 1, backend: str = "loky", client=None,
           overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, intervention: Intervention | None = None,
           memory="flat", memory_options: dict | None = None, cache: bool | str | os.PathLike = True,
-          progress: bool = True, **policy_params) -> pd.DataFrame:
+          progress: bool = True, enforce: str = RESERVED, device_capacity=None, **policy_params) -> pd.DataFrame:
     """Simulate ``trace`` at many budgets; one DataFrame row per requested budget.
 
     Give ``ratios`` (a list or ``"start:stop:step"``; budgets are simrd's
@@ -123,11 +123,16 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
     False; cached budgets are not simulated again, and results are stored as they
     finish, so an interrupted sweep resumes where it stopped. ``memory`` and
     ``memory_options`` pick the memory model as in :func:`~dtrlab.simulate` (a model
-    instance stands for its name and options: every run builds its own).
+    instance stands for its name and options: every run builds its own); ``enforce`` and
+    ``device_capacity`` pick the runtime semantics as there (columns ``enforce`` and
+    ``device_capacity``, the latter's label such as ``"1.25x"``; part of the cache key
+    unless ``enforce`` is the default, ``"reserved"``).
     """
     trace = resolve_trace(trace)
     policy = get_policy(policy, **policy_params)
-    memory, memory_options = memory_spec(memory, memory_options)
+    device = check_semantics(enforce, device_capacity, policy)
+    device_label = None if device is None else device.label
+    memory, memory_options = memory_spec(memory, memory_options, enforce)
     if (ratios is None) == (budgets is None):
         raise ValueError("give exactly one of ratios= (e.g. '0.05:1.0:0.005' or [0.25, 0.5]) or budgets= (bytes)")
     if not (isinstance(overhead_limit, numbers.Real) and math.isfinite(overhead_limit) and overhead_limit >= 1):
@@ -151,7 +156,7 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
     store = None
     if cache is not False:
         store = SweepCache(default_cache_dir() if cache is True else cache, trace, policy, overhead_limit,
-                           intervention, memory, memory_options)
+                           intervention, memory, memory_options, enforce, device_label)
     cached = store.load() if store else pd.DataFrame(columns=_RESULT_COLUMNS)
     done = {row["budget_bytes"]: row for row in cached.to_dict("records")}
 
@@ -160,7 +165,8 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
         if budget not in done and budget not in todo:
             todo[budget] = ratio if ratios is not None else None
     options = tuple(sorted(memory_options.items()))
-    specs = [RunSpec(b, policy, overhead_limit, intervention, r, memory, options) for b, r in todo.items()]
+    specs = [RunSpec(b, policy, overhead_limit, intervention, r, memory, options, enforce, device_label)
+             for b, r in todo.items()]
     try:
         for i, result, seconds in iter_runs(trace, specs, jobs=jobs, backend=backend, client=client,
                                             progress=progress, desc=f"{trace.name} {policy.label}"):
@@ -178,7 +184,8 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
               "overhead_limit": float(overhead_limit),
               "withhold": json.dumps(sorted(intervention.withhold)) if intervention else "",
               "dtrlab_version": __version__, "memory": memory,
-              "memory_options": json.dumps(memory_options, sort_keys=True) if memory_options else ""}
+              "memory_options": json.dumps(memory_options, sort_keys=True) if memory_options else "",
+              "enforce": enforce, "device_capacity": device_label or ""}
     rows = [{**config, "ratio": r, **{c: done[b][c] for c in _RESULT_COLUMNS},
              **{c: done[b].get(c) for c in MEMORY_COLUMNS}} for b, r in zip(budget_list, ratio_list)]
     frame = pd.DataFrame(rows, columns=COLUMNS)

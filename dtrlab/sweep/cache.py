@@ -88,7 +88,7 @@ def _hash_function(digest, fn) -> None:
 def config_key(key: dict) -> str:
     """The configuration directory's name: a hash of the key's policy, overhead limit, intervention and memory."""
     config = {k: key[k] for k in ("policy", "overhead_limit", "withhold", "pin", "force_evict", "memory",
-                                  "memory_options") if k in key}
+                                  "memory_options", "enforce", "device_capacity") if k in key}
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:24]
 
 
@@ -96,7 +96,8 @@ class SweepCache:
     """The cached results of one (trace, policy, overhead limit, intervention)."""
 
     def __init__(self, root: str | os.PathLike, trace: Trace, policy: Policy, overhead_limit: float,
-                 intervention: Intervention | None = None, memory: str = "flat", memory_options: dict | None = None):
+                 intervention: Intervention | None = None, memory: str = "flat", memory_options: dict | None = None,
+                 enforce: str = "reserved", device_capacity: str | None = None):
         self.key = {
             "simulator_version": SIMULATOR_VERSION, "trace": trace.name, "trace_hash": trace.content_hash,
             "policy": policy_fingerprint(policy), "overhead_limit": float(overhead_limit),
@@ -111,6 +112,10 @@ class SweepCache:
         if memory != "flat" or memory_options:
             self.key["memory"] = memory
             self.key["memory_options"] = dict(memory_options or {})
+        # So does a runtime semantics other than the default "reserved" (with its device capacity's label).
+        if enforce != "reserved":
+            self.key["enforce"] = enforce
+            self.key["device_capacity"] = device_capacity
         self.config_key = config_key(self.key)
         self.directory = Path(root) / f"sim-v{SIMULATOR_VERSION}" / trace.content_hash[:24] / self.config_key
         #: Set (with one warning) when the directory cannot be written: the sweep then runs uncached.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from ..policies import Policy
-from ..runtime import DEFAULT_OVERHEAD_LIMIT, FLAT, Intervention, RunResult, simulate
+from ..runtime import DEFAULT_OVERHEAD_LIMIT, FLAT, RESERVED, Intervention, RunResult, simulate
 from ..trace.model import Trace
 
 BACKENDS = ("sequential", "loky", "dask")
@@ -29,7 +29,8 @@ class RunSpec:
     """One simulation to run: a budget and a policy instance (pickled by value).
 
     ``memory`` names the memory model; ``memory_options`` are its options as sorted
-    ``(key, value)`` pairs (every run builds its own model from them).
+    ``(key, value)`` pairs (every run builds its own model from them). ``enforce`` and
+    ``device_capacity`` are the runtime semantics, as in :func:`~dtrlab.simulate`.
     """
 
     budget_bytes: int
@@ -39,13 +40,16 @@ class RunSpec:
     ratio: float | None = None
     memory: str = FLAT
     memory_options: tuple[tuple[str, object], ...] = ()
+    enforce: str = RESERVED
+    device_capacity: str | None = None
 
 
 def run_spec(trace: Trace, spec: RunSpec) -> tuple[RunResult, float]:
     """Simulate one spec; returns the result and its wall seconds."""
     started = time.perf_counter()
     result = simulate(trace, spec.policy, budget_bytes=spec.budget_bytes, overhead_limit=spec.overhead_limit,
-                      intervention=spec.intervention, memory=spec.memory, memory_options=dict(spec.memory_options))
+                      intervention=spec.intervention, memory=spec.memory, memory_options=dict(spec.memory_options),
+                      enforce=spec.enforce, device_capacity=spec.device_capacity)
     seconds = time.perf_counter() - started
     return dataclasses.replace(result, ratio=spec.ratio), seconds
 
