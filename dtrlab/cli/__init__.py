@@ -43,10 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(subparsers)
     parser.commands = subparsers.choices  # name -> its parser
-    for name, subparser in subparsers.choices.items():
-        if "--debug" not in subparser._option_string_actions:
-            subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                                   help="show the full traceback of an unexpected error")
+    for subparser in subparsers.choices.values():  # SUPPRESS: absent, it leaves the top-level value alone
+        subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                               help="show the full traceback of an unexpected error")
     return parser
 
 
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dtrlab {args.command}: error: {_describe(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:  # a bug: one line here, the traceback in a file
-        if args.debug or os.environ.get("DTRLAB_DEBUG"):
+        if args.debug:
             traceback.print_exc()
         else:
             where = _write_traceback(argv)
