@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -86,7 +87,8 @@ def check_storage(path: str | os.PathLike) -> None:
         if handle.read(16) != b"SQLite format 3\x00":
             raise ValueError(f"{path} is not a SQLite file; give a new --storage (or the file of an earlier search)")
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, timeout=30)) as db:
+        uri = f"file:{quote(str(path.resolve()))}?mode=ro"  # read-only: nothing is written while checking
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as db:
             tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not tables:
                 return
