@@ -112,16 +112,21 @@ def test_every_passing_run_maps_into_the_relaxation_on_random_traces(log, fracti
     _check_runs_map_in(*random_budgets(log, fractions))
 
 
-@pytest.mark.parametrize("ratios", [(0.75, 0.9)])
-def test_dtr_and_the_zoo_map_into_the_relaxation_on_the_shipped_unet(ratios):
-    """The shipped U-Net (93,000-variable LP, about 10 s per solve): DTR's and the zoo's
-    passing runs satisfy every row, and the LP bound, when the solve finds one within its
-    time limit, is at most their compute."""
+def test_dtr_and_the_zoo_map_into_the_relaxation_on_the_shipped_unet():
+    """The shipped U-Net: DTR's and two-phase's passing runs satisfy every row (no solve)."""
     trace = load_log(TRACES / "unet-b2.jsonl.gz")
     peak = baseline(trace).peak_memory
-    assert _check_runs_map_in(trace, [int(peak * r) for r in ratios], policies=["dtr", "twophase"],
+    assert _check_runs_map_in(trace, [int(peak * r) for r in (0.75, 0.9)], policies=["dtr", "twophase"],
                               solve=False) >= 2
-    assert _check_runs_map_in(trace, [int(peak * 0.75)], policies=["dtr"], time_limit_s=60) == 1
+
+
+@pytest.mark.slow
+def test_the_lp_bound_on_the_shipped_unet_is_below_dtr():
+    """The shipped U-Net's LP (93,000 variables, about 10 s of CPU): its bound, when the solve
+    finds one within the time limit, is at most DTR's compute, and it never claims infeasible."""
+    trace = load_log(TRACES / "unet-b2.jsonl.gz")
+    peak = baseline(trace).peak_memory
+    assert _check_runs_map_in(trace, [int(peak * 0.75)], policies=["dtr"], time_limit_s=120) == 1
 
 
 @pytest.mark.slow

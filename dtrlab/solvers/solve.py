@@ -89,6 +89,15 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
     start = (dtr_hint(problem, model, int(budget_bytes), remat_limit) if hint else None) or keep_everything(model)
     backend = _solve_cpsat if solver == "cpsat" else _solve_highs
     status, values, objective, best = backend(model, start, time_limit_s, workers)
+    fault = _point_fault(problem, model, values, objective, best, feasibility_only)
+    note = ""
+    if fault and solver == "milp":
+        # HiGHS 1.16 given a start, with presolve, once returned the start as "optimal" with
+        # objective and bound 0 (its recompute was 4, the model's optimum 2); without the
+        # start it answers right. So HiGHS must agree with itself: solve again without it.
+        note = f"HiGHS's answer from the start was inconsistent ({fault}); solved again without the start"
+        status, values, objective, best = backend(model, None, time_limit_s, workers)
+        fault = _point_fault(problem, model, values, objective, best, feasibility_only)
     if values is None and status == "unknown":
         # Out of time before the solver reported a schedule: a start that is a point of the
         # model (the replay checks it like any other) is the incumbent.
@@ -96,26 +105,14 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
         if point is not None:
             status, values, best = "feasible", point, None
             objective = sum(c * v for c, v in zip(_recompute_costs(problem, model), point))
-    fault = ""
     if values is not None:
-        # The solver's point, read by us: its recompute is the objective we report, and it
-        # must satisfy the model it came from (HiGHS once reported objective 0 and a bound
-        # of 0 with a point that recomputes 5).
-        claimed = sum(c * v for c, v in zip(_recompute_costs(problem, model), values))
-        broken = violations(model, values)
-        if broken:
-            fault = f"the solver's point breaks {len(broken)} rows of its own model ({broken[0]})"
-        elif not feasibility_only and abs(objective - claimed) > 1e-6 * max(1, claimed):
-            fault = f"the solver reported recompute {objective:g} for a schedule that recomputes {claimed}"
-        elif not feasibility_only and best is not None and best > claimed + 1e-6 * max(1, claimed):
-            fault = f"the solver's bound {best:g} is above its own schedule's recompute {claimed}"
-        objective = claimed
+        objective = sum(c * v for c, v in zip(_recompute_costs(problem, model), values))
     if feasibility_only and values is not None:
         status, best = "feasible", None
     seconds = time.perf_counter() - started
     if fault:
         return SolveResult(status="unknown", objective=None, best_bound=None, solve_seconds=seconds,
-                           message=f"solver fault: {fault}", **common, **sizes)
+                           message=f"solver fault: {fault}" + (f" ({note})" if note else ""), **common, **sizes)
     schedule = _schedule(problem, model, values) if values is not None else None
     if status == "optimal":
         best = objective
@@ -126,9 +123,26 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
         objective=None if objective is None else problem.base_compute + objective,
         best_bound=None if best is None else problem.base_compute + best,
         solve_seconds=seconds, schedule=schedule,
-        message="" if status != "infeasible" else "the solver proved that no schedule of the stage model fits",
+        message="the solver proved that no schedule of the stage model fits" if status == "infeasible" else note,
         **common, **sizes,
     ))
+
+
+def _point_fault(problem: Problem, model: LinearModel, values, objective, best, feasibility_only: bool) -> str:
+    """Why the solver's point contradicts what the solver said about it ("" if nothing): the
+    recompute we report is the point's own, and the point must satisfy the model it came
+    from (HiGHS once reported objective 0 and bound 0 with a point that recomputes 4)."""
+    if values is None:
+        return ""
+    claimed = sum(c * v for c, v in zip(_recompute_costs(problem, model), values))
+    broken = violations(model, values)
+    if broken:
+        return f"the solver's point breaks {len(broken)} rows of its own model ({broken[0]})"
+    if not feasibility_only and abs(objective - claimed) > 1e-6 * max(1, claimed):
+        return f"the solver reported recompute {objective:g} for a schedule that recomputes {claimed}"
+    if not feasibility_only and best is not None and best > claimed + 1e-6 * max(1, claimed):
+        return f"the solver's bound {best:g} is above its own schedule's recompute {claimed}"
+    return ""
 
 
 def _recompute_costs(problem: Problem, model: LinearModel) -> list[int]:
@@ -296,10 +310,11 @@ def load_highs(model: LinearModel, time_limit_s: float, integer_columns, needed_
 def _solve_highs(model: LinearModel, start: list[int], time_limit_s: float, workers: int):
     highspy, h = load_highs(model, time_limit_s, range(model.n_vars), "solver='milp'", workers)
     h.setOptionValue("mip_rel_gap", 0.0)
-    hint = highspy.HighsSolution()
-    hint.col_value = [float(v) for v in start]
-    hint.value_valid = True
-    h.setSolution(hint)  # used only if it fits the budget
+    if start is not None:
+        hint = highspy.HighsSolution()
+        hint.col_value = [float(v) for v in start]
+        hint.value_valid = True
+        h.setSolution(hint)  # used only if it fits the budget
     h.run()
     status = h.getModelStatus()
     info = h.getInfo()
