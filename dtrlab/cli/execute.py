@@ -1,0 +1,75 @@
+"""``dtrlab execute MODEL --ratio 0.5 --policy dtr``: one real training step under a budget (needs torch)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .common import add_policy_arguments, memory_arguments, nonnegative_int, policy_params, positive_float, \
+    positive_int
+
+SIZE_KEYS = ("layers", "hidden", "heads", "kv_heads", "intermediate", "vocab")  # as dtrlab.trace.models
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "execute", help="run one real training step of a model under a budget, evicting and recomputing real "
+        "tensors as the simulator decides (the model sources of capture; pip install 'dtrlab[torch,models]')",
+        description="Capture MODEL's training step, then execute it for real under the budget: the simulator "
+        "replays the captured trace in lockstep and its evictions and rematerializations happen on real tensors. "
+        "Prints the simulator's record of the run plus wall times (docs/execute.md).")
+    parser.add_argument("model", metavar="MODEL", help="model source, as for dtrlab capture: a zoo model "
+                        "(resnet32, lstm, ...), torchvision:NAME, hf:NAME, diffusers:NAME or module:function")
+    budget = parser.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--ratio", type=positive_float,
+                        help="budget as a fraction of the captured step's unbounded peak (int(peak*ratio))")
+    budget.add_argument("--budget", type=nonnegative_int, metavar="BYTES", help="budget in bytes")
+    add_policy_arguments(parser)
+    parser.add_argument("--cost", default="flops", metavar="MODEL",
+                        help="cost model of the capture: flops (default) or roofline:GPU (e.g. roofline:A100)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda (the real caching allocator's "
+                        "peaks are reported beside the simulator's accounting)")
+    parser.add_argument("--cap-allocator", action="store_true",
+                        help="on cuda: cap the caching allocator at the budget (set_per_process_memory_fraction)")
+    parser.add_argument("--batch", type=positive_int, default=None, help="batch size (default: the model's)")
+    parser.add_argument("--seq", type=positive_int, default=None, help="sequence length (hf: models)")
+    parser.add_argument("--image", type=positive_int, default=224, help="image side in pixels (torchvision:)")
+    for key in SIZE_KEYS:
+        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, type=positive_int, default=None,
+                            help=f"override the hf: config's {key.replace('_', ' ')}")
+    parser.add_argument("--seed", type=int, default=0, help="seed of parameters and data (default 0)")
+    parser.add_argument("--json", action="store_true", help="print the record as JSON")
+    parser.add_argument("--evictions", action="store_true", help="also list the evicted storages in order")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    try:
+        from ..execute import ExecutionError, run_step
+        from ..policies import get_policy
+    except ImportError as exc:
+        raise ValueError(f"dtrlab execute needs PyTorch ({exc}); install it with `pip install 'dtrlab[torch]'`") \
+            from None
+    if args.cost == "time":
+        raise ValueError("--cost time is not deterministic; execute needs flops or roofline:GPU")
+    sizes = {key: getattr(args, key) for key in SIZE_KEYS if getattr(args, key) is not None}
+    try:
+        result = run_step(args.model, ratio=args.ratio, budget_bytes=args.budget,
+                          policy=get_policy(args.policy, **policy_params(args.param)),
+                          overhead_limit=args.overhead_limit, cost=args.cost, device=args.device,
+                          cap_allocator=args.cap_allocator, batch=args.batch, seq=args.seq, image=args.image,
+                          seed=args.seed, **sizes, **memory_arguments(args))
+    except ExecutionError as exc:
+        print(f"dtrlab execute: error: {exc}", file=sys.stderr)
+        return 2
+    record = result.to_dict(evicted=args.evictions)
+    if not result.passed:
+        record["overhead"] = None  # no overhead of a failed run
+    if args.json:
+        print(json.dumps(record, default=str))
+    else:
+        width = max(map(len, record))
+        for key, value in record.items():
+            print(f"{key.ljust(width)}  {value}")
+    return 0 if result.passed else 1
+
