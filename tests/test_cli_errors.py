@@ -140,9 +140,13 @@ def test_output_paths_that_are_directories(capsys, chain, tmp_path):
             f"{tmp_path} is a directory")
     refused(capsys, ["variants", chain, "--save", tmp_path], "argument --save")
     refused(capsys, ["search", chain, "--trials", "1", "--storage", tmp_path], "argument --storage")
+    refused(capsys, ["sweep", chain, "--ratios", "0.5", "--out", chain / "x.parquet"], "argument --out",
+            f"cannot write {chain / 'x.parquet'}: {chain} is not a writable directory")
+    refused(capsys, ["search", chain, "--trials", "1", "--export", chain / "p.json"], "argument --export")
 
 
 def test_counts_and_search_budgets(capsys, chain, tmp_path):
+    refused(capsys, ["variants", chain, "--policies", ","], "--policies ',' names no policy")
     refused(capsys, ["search", chain, "--trials", "0", "--storage", tmp_path / "s.db"], "argument --trials")
     refused(capsys, ["search", chain, "--time", "-1", "--storage", tmp_path / "s.db"], "argument --time")
     refused(capsys, ["sweep", chain, "--ratios", "0.5", "-j", "0"], "argument -j/--jobs")
@@ -175,6 +179,9 @@ def test_an_unreachable_dask_scheduler_fails_fast(capsys, chain):
     refused(capsys, ["sweep", chain, "--ratios", "0.5", "--scheduler", address, "--no-cache"],
             f"--scheduler {address}: no Dask scheduler answers there")
     refused(capsys, ["variants", chain, "--scheduler", "nonsense"], "--scheduler nonsense")
+    for command in (["sweep", chain, "--ratios", "0.5"], ["variants", chain], ["explain", chain, "--budget", "30"]):
+        refused(capsys, [*command, "--backend", "dask", "--no-cache"] if command[0] != "explain" else
+                [*command, "--backend", "dask"], "--backend dask needs --scheduler ADDRESS")
 
 
 def test_typos_get_a_suggestion(capsys, chain):

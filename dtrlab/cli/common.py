@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import socket
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -97,16 +98,23 @@ def _int_at_least(text: str, minimum: int) -> int:
 
 
 def output_file(text: str) -> str:
-    """A file to write: not an existing directory (checked before any work is done)."""
-    if Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name such as "
-                                         f"{Path(text) / 'out.parquet'}")
+    """A file to write, checked before any work is done: not a directory, and in a directory
+    that exists and is writable, or can be made."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name such as {path / 'out.parquet'}")
+    existing = next(p for p in path.absolute().parents if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {existing} is not a writable directory")
     return text
 
 
-def check_scheduler(address: str | None, timeout_s: float = 5.0) -> None:
-    """Fail fast, with the address, when a Dask scheduler does not answer (Dask itself waits 30 s)."""
+def check_scheduler(address: str | None, backend: str | None = None, timeout_s: float = 5.0) -> None:
+    """Fail fast, with the address, when a Dask scheduler does not answer (Dask itself waits 30 s),
+    or when ``--backend dask`` comes without one."""
     if not address:
+        if backend == "dask":
+            raise ValueError("--backend dask needs --scheduler ADDRESS, e.g. tcp://127.0.0.1:8786")
         return
     parts = urlsplit(address if "://" in address else f"tcp://{address}")
     try:

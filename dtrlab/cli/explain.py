@@ -30,7 +30,7 @@ def explain(args) -> int:
         raise ValueError(f"--save writes .parquet or .csv files, got {args.save}")
     params = policy_params(args.param)
     memory = memory_arguments(args)
-    check_scheduler(args.scheduler)
+    check_scheduler(args.scheduler, args.backend)
     run = record(trace, args.policy, ratio=args.ratio, budget_bytes=args.budget, overhead_limit=args.overhead_limit,
                  candidate_scores=False, **memory, **params)
     result = run.result

@@ -21,7 +21,7 @@ def register(subparsers) -> None:
     parser.add_argument("--jobs", type=jobs_count, default=1, help="parallel processes per sweep (-1: all cores)")
     parser.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
     parser.add_argument("--no-cache", action="store_true", help="do not reuse or store sweep results")
-    parser.add_argument("--export", metavar="PATH",
+    parser.add_argument("--export", metavar="PATH", type=output_file,
                         help="write the best Pareto policies as a searched-policies JSON file to PATH")
     parser.add_argument("--top", type=positive_int, default=3, help="how many policies --export writes (default 3)")
     parser.set_defaults(handler=search)

@@ -26,7 +26,7 @@ def add_sweep_arguments(parser) -> None:
 
 def sweep_options(args) -> dict:
     """Keyword arguments for :func:`dtrlab.sweep.sweep` from the shared options."""
-    check_scheduler(args.scheduler)
+    check_scheduler(args.scheduler, args.backend)
     return dict(ratios=ratio_grid(args.ratios), jobs=args.jobs, backend="dask" if args.scheduler else args.backend,
                 client=args.scheduler, overhead_limit=args.overhead_limit,
                 cache=False if args.no_cache else (args.cache or True), progress=not args.quiet,

@@ -37,10 +37,12 @@ def variants(args) -> int:
     for path in (args.save, args.save_samples):
         if path and not path.endswith((".parquet", ".csv")):
             raise ValueError(f"--save and --save-samples write .parquet or .csv files, got {path}")
-    policies = ([name.strip() for name in args.policies.split(",") if name.strip()] if args.policies
+    policies = ([name.strip() for name in args.policies.split(",") if name.strip()] if args.policies is not None
                 else list(DEFAULT_POLICIES))
+    if not policies:
+        raise ValueError(f"--policies {args.policies!r} names no policy; give names such as dtr,twophase")
     ratios = ratio_grid(args.ratios)
-    check_scheduler(args.scheduler)
+    check_scheduler(args.scheduler, args.backend)
     census = variant_census(load_traces(args.logs), policies, ratios=ratios, jobs=args.jobs, backend=args.backend,
                             client=args.scheduler, overhead_limit=args.overhead_limit, cache=not args.no_cache,
                             **memory_arguments(args))
