@@ -81,7 +81,7 @@ class RunResult:
             "baseline_memory": self.baseline_memory, "baseline_compute": self.baseline_compute,
             "overhead_limit": self.overhead_limit,
         }
-        if self.memory != FLAT:
+        if self.memory != FLAT or self.enforce != RESERVED:
             record.update(memory=self.memory, memory_options=dict(self.memory_options),
                           fragmentation_evictions=self.fragmentation_evictions,
                           peak_reserved_bytes=self.peak_reserved_bytes,
