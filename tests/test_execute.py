@@ -83,6 +83,15 @@ def explicit_generator_model(batch: int = 2):
 MIXED = "test_execute:mixed_model"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # Tiny operators on a shared machine: intra-op threads only wait for each other (10x slower).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def mixed():
     return capture_step(MIXED)
@@ -95,8 +104,11 @@ def mixed_reference():
 
 def assert_same_decisions(executed, trace, policy, budget):
     simulated = simulate(trace, policy, budget_bytes=budget)
-    for name in COMPARED:
+    if executed.run.ratio is not None:  # run with a ratio: the same budget
+        simulated = dataclasses.replace(simulated, ratio=executed.run.ratio)
+    for name in COMPARED:  # named first, for a readable failure
         assert getattr(executed.run, name) == getattr(simulated, name), name
+    assert executed.run == simulated  # and every other field of the record
     return simulated
 
 
@@ -136,6 +148,13 @@ def test_decisions_and_values_on_a_model_with_views_in_place_and_multi_output_op
     assert "pass" in statuses and recomputed > 0  # the budgets made it evict and recompute for real
 
 
+@pytest.mark.parametrize("memory", [dict(memory="caching"), dict(memory="aligned", enforce="allocated")])
+def test_decisions_under_a_memory_model(mixed, memory):
+    for ratio in (0.6, 0.9):
+        executed = run_step(mixed, ratio=ratio, **memory)
+        assert executed.run == simulate(mixed.trace, "dtr", ratio=ratio, **memory)  # the model's metrics too
+
+
 def test_real_storages_are_dropped_and_restored(mixed, mixed_reference):
     # The smallest passing ratio on a coarse grid: many evictions, every one carried out.
     ratio = next(r / 50 for r in range(10, 51) if simulate(mixed.trace, "dtr", ratio=r / 50).passed)
@@ -154,9 +173,9 @@ def test_real_storages_are_dropped_and_restored(mixed, mixed_reference):
 
 def test_quick_zoo_model_near_its_threshold():
     captured = capture_step("lstm", batch=2)
-    executed = run_step(captured, ratio=0.93)  # passes just above the feasibility threshold (0.91)
+    executed = run_step(captured, ratio=0.97)  # passes just above the feasibility threshold (0.96)
     assert_same_decisions(executed, captured.trace, "dtr", executed.run.budget_bytes)
-    assert executed.passed and executed.run.evictions > 100
+    assert executed.passed and executed.run.evictions > 10
     assert_bit_identical(executed, reference_step("lstm", batch=2))
 
 

@@ -145,6 +145,7 @@ class Executor(_Recorder):
         self.copy_source: dict[str, str] = {}  # COPY dst -> src: the name a constant is used by
         self.program: dict[int, RealStorage] = {}  # real storage key -> the program's storage
         self.place: dict[int, RealStorage] = {}  # trace storage -> where its bytes live
+        self.program_of: dict[int, RealStorage] = {}  # trace storage -> the program's storage it was made on
         self.version: dict[int, int] = {}  # trace storage -> the version of the program's storage it is
         self.layout: dict[int, TensorLayout] = {}
         self.recipes: dict[int, Recipe] = {}
@@ -212,7 +213,7 @@ class Executor(_Recorder):
             raise Divergence(f"{self.trace.tensor_names[tensor]} is a new storage in the trace but reuses the real "
                              f"storage of {self.trace.tensor_names[record.claimants[0]]}")
         record.claimants.append(tensor)
-        self.place[tensor] = record
+        self.place[tensor] = self.program_of[tensor] = record
         self.version[tensor] = record.latest
 
     # -- operators ------------------------------------------------------------------
@@ -299,7 +300,7 @@ class Executor(_Recorder):
                 record.version = record.latest
             self.layout[output] = _layout_of(written)
             record.claimants.append(output)
-            self.place[output] = record
+            self.place[output] = self.program_of[output] = record
             self.version[output] = record.latest
 
     def _names(self, storages) -> str:
@@ -377,19 +378,24 @@ class Executor(_Recorder):
         return storages
 
     def _value(self, t: int, version: int, transient: bool, any_version: bool, reader) -> torch.UntypedStorage:
-        """The storage holding tensor ``t``'s bytes at ``version`` of its program storage."""
+        """The storage holding tensor ``t``'s bytes at ``version`` of its program storage.
+
+        ``any_version``: the current values will do (an argument that a recomputation writes a copy of).
+        """
         s = self.root[t]
-        record = self.place[s]
-        if record.present and (any_version or not record.shared or record.version == version):
-            if record.shared or self.version[s] == version:
-                return record.storage
-        if any_version and record.shared and not record.present:
-            s = next(c for c in reversed(record.claimants) if self.version[c] == record.latest)
-        elif self.version[s] != version:
+        if any_version:
+            program = self.program_of[s]
+            if program.present:
+                return program.storage
+            s = next(c for c in reversed(program.claimants) if self.version[c] == program.latest)
+        else:
             index, op = reader
-            raise UnsupportedOperator(
-                f"recomputing {op.name} (operator {index}) needs {self.trace.tensor_names[t]} as it was before an "
-                "in-place write through another alias; the trace gives it no storage of its own")
+            if self.version[s] != version:
+                raise UnsupportedOperator(
+                    f"recomputing {op.name} (operator {index}) needs {self.trace.tensor_names[t]} as it was before "
+                    "an in-place write through another alias; the trace gives that version no storage of its own")
+            if self.place[s].present:
+                return self.place[s].storage
         if not transient:
             index, op = reader
             raise ExecutionError(f"recomputing {op.name} (operator {index}) reads {self.trace.tensor_names[t]}, "

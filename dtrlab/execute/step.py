@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ..memory import MemoryModel
 from ..policies import Policy, get_policy
-from ..runtime import DEFAULT_OVERHEAD_LIMIT, FLAT, RunResult, baseline, budget_for
+from ..runtime import DEFAULT_OVERHEAD_LIMIT, FLAT, RESERVED, RunResult, baseline, budget_for, check_semantics
 from ..runtime.run import memory_metrics, memory_model
 from ..runtime.simulator import OutOfMemory, Thrash
 from ..trace.capture import record
@@ -149,14 +149,15 @@ def minimum_budget(trace: Trace) -> MinimumBudget:
 
 def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_bytes: int | None = None,
              policy: str | Policy = "dtr", memory: str | MemoryModel = FLAT, memory_options: dict | None = None,
-             overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, cost: str = "flops", device: str = "cpu",
-             cap_allocator: bool = False, **build_options) -> ExecuteResult:
+             enforce: str = RESERVED, device_capacity=None, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
+             cost: str = "flops", device: str = "cpu", cap_allocator: bool = False, **build_options) -> ExecuteResult:
     """Execute one training step of ``step`` (a model source or a :class:`CapturedStep`) under a budget.
 
     Give exactly one of ``ratio`` (of the captured trace's unbounded peak, ``int(peak * ratio)`` as
     in simulate) or ``budget_bytes``; ``budget_bytes=None`` with ``ratio=None`` is an error, use
     ``ratio=1.0`` for an unbudgeted step. Evictions are decided by ``policy`` under ``memory``
-    (the simulator's memory model; ``flat`` counts storage bytes as simrd does). On CUDA,
+    (the simulator's memory model; ``flat`` counts storage bytes as simrd does) and ``enforce``
+    / ``device_capacity`` (the runtime semantics, as in :func:`dtrlab.simulate`). On CUDA,
     ``cap_allocator`` also caps the real caching allocator at the budget
     (``set_per_process_memory_fraction``); its peaks are reported either way.
 
@@ -178,12 +179,14 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
     if not overhead_limit >= 1:
         raise ValueError(f"overhead_limit must be >= 1, got {overhead_limit}")
     policy = get_policy(policy)
-    model = memory_model(memory, budget, memory_options)
+    device_spec = check_semantics(enforce, device_capacity, policy)
+    model = memory_model(memory, budget, memory_options, enforce, device_spec)
     base = baseline(trace)
     remat_limit = base.model_compute * (overhead_limit - 1)
 
     def make_simulator(executor: Executor) -> LockstepSimulator:
-        return LockstepSimulator(trace, policy, budget, remat_limit, memory_model=model, executor=executor)
+        return LockstepSimulator(trace, policy, budget, remat_limit, memory_model=model, enforce=enforce,
+                                 executor=executor)
 
     executors: list[Executor] = []
 
@@ -225,7 +228,8 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
         model_compute=sim.model_compute, remat_compute=sim.remat_compute, peak_memory=sim.peak_memory,
         evictions=len(sim.evicted), remats=sim.remats,
         evicted_storages=tuple(trace.tensor_names[s] for s in sim.evicted), baseline_memory=base.peak_memory,
-        baseline_compute=base.model_compute, overhead_limit=overhead_limit, failure=sim.failure, **metrics)
+        baseline_compute=base.model_compute, overhead_limit=overhead_limit, failure=sim.failure, **metrics,
+        **({} if enforce == RESERVED else {"enforce": enforce, "device_capacity": device_spec.label}))
     gradients = {}
     if status == "pass":
         gradients = {name: p.grad for name, p in workload.module.named_parameters() if p.grad is not None}
