@@ -162,6 +162,43 @@ def test_no_claim_beats_the_truth_on_many_traces(case):
     assert not claim_violations(*case)
 
 
+def bracket_violations(trace, limit: float) -> list[str]:
+    """compute_frontier's bracket against the true minimal budget (the least budget the search
+    fits): no proof at or above it, no real run below it, and no solver fault. A trace with no
+    compute at all is left out: the frontier reads a run's recompute from its overhead, which
+    is undefined there (NaN; an open defect of frontier.real_runs)."""
+    from hypothesis import assume
+    from dtrlab.solvers.frontier import FrontierPlan, compute_frontier
+    assume(baseline(trace).model_compute > 0)
+    lower, peak = build_problem(trace, chain=None).lower_bound(), baseline(trace).peak_memory
+    minimal = next(b for b in range(lower, peak + 1) if least_recompute(trace, b, limit).recompute is not None)
+    plan = FrontierPlan(ratios=(0.6, 0.8, 1.0), policies=("dtr", "twophase"), policy_ratios="0.3:1.0:0.05",
+                        relax_method="mip", mip_probes=2, resolution=0.05, interval_samples=True, interval_probes=2,
+                        time_limit_s=60.0, overhead_limit=limit)  # a time limit only widens a bracket
+    frontier = compute_frontier(trace, plan, cache=False)
+    found = [f"fault: {fault}" for fault in frontier.faults]
+    if frontier.max_infeasible_bytes >= minimal:
+        found.append(f"proof {frontier.max_infeasible_bytes} at or above the minimal budget {minimal}")
+    if frontier.min_feasible_bytes is not None and frontier.min_feasible_bytes < minimal:
+        found.append(f"a real run at {frontier.min_feasible_bytes} below the minimal budget {minimal}")
+    return found
+
+
+@settings(max_examples=2, **SETTINGS)
+@given(case=tiny_cases())
+def test_the_frontier_brackets_the_true_minimal_budget(case):
+    trace, _, limit = case
+    assert not bracket_violations(trace, limit)
+
+
+@pytest.mark.slow
+@settings(max_examples=100, **SETTINGS)
+@given(case=tiny_cases())
+def test_the_frontier_brackets_the_true_minimal_budget_on_many_traces(case):
+    trace, _, limit = case
+    assert not bracket_violations(trace, limit)
+
+
 # ---------------------------------------------------------------- the regressions of issue 22
 
 def relaxation_reproducer():
