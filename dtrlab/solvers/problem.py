@@ -30,9 +30,9 @@ from ..trace.model import COMPUTE, PIN, RELEASE, GET, Trace
 
 
 #: What every optimum, bound and bracket of this package is about; the CLI prints it with results.
-SCOPE_NOTE = ("optima, bounds and brackets are for on-demand schedules (an operator is recomputed only when an "
-              "operator being computed needs its output, as in DTR); schedules that recompute ahead of demand "
-              "(Checkmate's) can do better (on 6 of 500 tiny traces: docs/solvers.md, Scope)")
+SCOPE_NOTE = ("optima, bounds and brackets hold for on-demand schedules (an operator is recomputed only when one "
+              "being computed needs it, as in DTR); ahead-of-demand (Checkmate-style) schedules did better on 6 of "
+              "500 tiny traces (docs/solvers.md, Scope)")
 
 
 class UnsupportedTrace(ValueError):
