@@ -142,7 +142,7 @@ def test_decisions_and_values_on_a_model_with_views_in_place_and_multi_output_op
         executed = run_step(mixed, budget_bytes=budget, policy=policy)
         assert_same_decisions(executed, trace, policy, budget)
         statuses.add(executed.status)
-        recomputed += len([r for r in executed.recomputations if not r.transient])
+        recomputed += len(executed.recomputations)
         if executed.passed:
             assert_bit_identical(executed, mixed_reference)
     assert "pass" in statuses and recomputed > 0  # the budgets made it evict and recompute for real
@@ -160,7 +160,7 @@ def test_real_storages_are_dropped_and_restored(mixed, mixed_reference):
     ratio = next(r / 50 for r in range(10, 51) if simulate(mixed.trace, "dtr", ratio=r / 50).passed)
     executed = run_step(mixed, ratio=ratio)
     assert executed.passed and executed.run.evictions > 0
-    real = [r for r in executed.recomputations if not r.transient]
+    real = executed.recomputations
     # Views need no real work, so fewer real recomputations than the simulator's, each with fresh bytes.
     assert 0 < len(real) <= executed.run.remats
     assert sum(r.cost for r in real) <= executed.run.remat_compute

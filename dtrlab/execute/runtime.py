@@ -99,17 +99,12 @@ class Recipe:
 
 @dataclass(frozen=True)
 class Recomputation:
-    """One real rematerialization: the operator, its cost in the trace's unit, and its wall time.
-
-    ``transient``: recomputed aside for a read the trace does not log (e.g. ``.item()`` of an evicted
-    tensor); outside the simulator's clock and memory, its wall time counted in the read's recomputation.
-    """
+    """One real rematerialization: the operator, its cost in the trace's unit, and its wall time."""
 
     operator: int
     name: str
     cost: int
     wall_ns: int
-    transient: bool = False
 
 
 class LockstepSimulator(Simulator):
@@ -243,11 +238,11 @@ class Executor(_Recorder):
         index = self.next_operator
         op = self.trace.operators[index] if index < len(self.trace.operators) else None
         predicted = index if op is not None and op.name == func.overloadpacket.__name__ else None
-        if index in self.compute_step:
-            # Everything the log says happened before this operator (releases, constants met) ...
-            self.advance_to(self.compute_step[index] - 1)
-            if predicted is not None:  # ... and its computation: rematerializations and evictions
-                self.advance_to(self.compute_step[index])
+        if predicted is not None:
+            # The releases and constants logged before this operator, then its computation: rematerializations
+            # and evictions. (Before a call the log does not record, the simulator stays where the log is: the
+            # releases that precede the next logged operator may not have happened yet.)
+            self.advance_to(self.compute_step[index])
         leaves = list(flat)
         for position, (i, _) in enumerate(tensors):
             leaves[i] = position
@@ -257,15 +252,14 @@ class Executor(_Recorder):
         recipe = Recipe(func, spec, tuple(leaves), tuple(i for i, _ in tensors), read_versions,
                         frozenset(p for p, (_, a) in enumerate(tensors) if id(a) in written), rng_state)
         self._call = (recipe, predicted)
-        stale = [(i, a) for i, a in tensors if not self._readable(a)]
-        if stale:
-            if predicted is not None:
-                raise ExecutionError(f"{func} reads {self._names(self._program_storage(stale[0][1]).claimants)}, "
-                                     "which the simulator has resident but the runtime does not (a runtime bug)")
-            # A read the trace does not log (e.g. .item()): the values are recomputed aside, not made resident.
-            for i, a in stale:
-                flat[i] = self._transient_tensor(a)
-            args, kwargs = tree_unflatten(flat, spec)
+        for _, a in tensors:
+            record = self._program_storage(a)
+            if record.version != record.latest:
+                raise ExecutionError(
+                    f"{func} reads {self._names(record.claimants)}, which is evicted: "
+                    + ("the simulator has it resident (a runtime bug)" if predicted is not None else
+                       "the trace does not log this read (e.g. .item() of a tensor computed earlier), so the "
+                       "simulator cannot rematerialize it"))
         return func(*args, **kwargs), 0
 
     def _program_storage(self, a: torch.Tensor) -> RealStorage:
@@ -274,10 +268,6 @@ class Executor(_Recorder):
         if record is None:  # a constant met for the first time is declared (and bound) before its call runs
             raise ExecutionError(f"a tensor of {a.untyped_storage().nbytes()} bytes is unknown to the runtime")
         return record
-
-    def _readable(self, a: torch.Tensor) -> bool:
-        record = self._program_storage(a)
-        return record.version == record.latest
 
     def _register_mutation(self, index: int, args, kwargs) -> None:
         """A MUTATE line: its outputs are the written arguments' real storages, now holding the new values."""
@@ -331,17 +321,13 @@ class Executor(_Recorder):
         if not targets:
             return
         start = time.perf_counter_ns()
-        outputs = self._recompute(index, transient=False)
+        outputs = self._recompute(index)
         for j, t in targets:
             self._restore(t, outputs[j], op)
         self.recomputations.append(Recomputation(index, op.name, op.cost, time.perf_counter_ns() - start))
 
-    def _recompute(self, index: int, transient: bool) -> list[torch.UntypedStorage | None]:
-        """Run operator ``index`` on its recorded arguments; the storage of each output (None for a view).
-
-        ``transient``: an argument that is not resident is recomputed aside too (for reads the trace does
-        not log); otherwise the simulator has made every argument resident and anything else is an error.
-        """
+    def _recompute(self, index: int) -> list[torch.UntypedStorage | None]:
+        """Run operator ``index`` on its recorded arguments; the storage of each output (None for a view)."""
         op = self.trace.operators[index]
         recipe = self.recipes[index]
         mutated = self.mutated[index]
@@ -350,8 +336,8 @@ class Executor(_Recorder):
         for position, slot in enumerate(recipe.tensor_slots):
             t = op.args[position]
             written = position in recipe.written
-            storage = self._value(t, recipe.read_versions[position], transient,
-                                  any_version=written and mutated is None, reader=(index, op))
+            storage = self._value(t, recipe.read_versions[position], any_version=written and mutated is None,
+                                  reader=(index, op))
             if written:
                 # A recomputation never writes the program's storages: it writes a copy (which, for an
                 # in-place operator, becomes the output's bytes).
@@ -377,41 +363,21 @@ class Executor(_Recorder):
             raise UnsupportedOperator(f"recomputing {op.name} returned {len(results)} tensors, not {len(op.outputs)}")
         return storages
 
-    def _value(self, t: int, version: int, transient: bool, any_version: bool, reader) -> torch.UntypedStorage:
-        """The storage holding tensor ``t``'s bytes at ``version`` of its program storage.
-
-        ``any_version``: the current values will do (an argument that a recomputation writes a copy of).
-        """
+    def _value(self, t: int, version: int, any_version: bool, reader) -> torch.UntypedStorage:
+        """The storage holding tensor ``t``'s bytes at ``version`` of its program storage (the simulator has
+        made ``t`` resident). ``any_version``: the current values will do (an argument that the recomputation
+        writes a copy of)."""
         s = self.root[t]
-        if any_version:
-            program = self.program_of[s]
-            if program.present:
-                return program.storage
-            s = next(c for c in reversed(program.claimants) if self.version[c] == program.latest)
-        else:
-            index, op = reader
-            if self.version[s] != version:
-                raise UnsupportedOperator(
-                    f"recomputing {op.name} (operator {index}) needs {self.trace.tensor_names[t]} as it was before "
-                    "an in-place write through another alias; the trace gives that version no storage of its own")
-            if self.place[s].present:
-                return self.place[s].storage
-        if not transient:
-            index, op = reader
+        index, op = reader
+        record = self.program_of[s] if any_version else self.place[s]
+        if not any_version and self.version[s] != version:
+            raise UnsupportedOperator(
+                f"recomputing {op.name} (operator {index}) needs {self.trace.tensor_names[t]} as it was before "
+                "an in-place write through another alias; the trace gives that version no storage of its own")
+        if not record.present:
             raise ExecutionError(f"recomputing {op.name} (operator {index}) reads {self.trace.tensor_names[t]}, "
                                  "which the simulator has resident but the runtime does not (a runtime bug)")
-        operator = self.trace.tensor_op[s]
-        storage = self._recompute(operator, transient=True)[self.trace.tensor_index[s]]
-        self.recomputations.append(Recomputation(operator, self.trace.operators[operator].name, 0, 0, transient=True))
-        return storage
-
-    def _transient_tensor(self, a: torch.Tensor) -> torch.Tensor:
-        """``a``'s latest values, recomputed aside for a read the trace does not log."""
-        record = self._program_storage(a)
-        s = next(c for c in reversed(record.claimants) if self.version[c] == record.latest)
-        storage = self._value(s, record.latest, transient=True, any_version=False, reader=(-1, None))
-        view = torch.empty((0,), dtype=a.dtype, device=a.device)
-        return view.set_(storage, a.storage_offset(), a.shape, a.stride())
+        return record.storage
 
     def _tensor(self, t: int, storage: torch.UntypedStorage) -> torch.Tensor:
         layout = self.layout[t]

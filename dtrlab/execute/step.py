@@ -241,7 +241,8 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
                          gradients=gradients, allocator=dict(allocator) if allocator else None)
 
 
-def reference_step(source: str, *, device: str = "cpu", **build_options) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def reference_step(source: str, *, device: str = "cpu",
+                   **build_options) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The plain eager step (no recorder, no budget): the loss and the gradients to compare with."""
     workload = build(source, device=device, **build_options)
     workload.module.zero_grad(set_to_none=True)
