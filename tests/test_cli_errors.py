@@ -215,6 +215,26 @@ def test_a_bug_prints_one_line_and_keeps_the_traceback(capsys, chain, tmp_path, 
     assert "Traceback" in capsys.readouterr().err
 
 
+def test_a_failure_after_ctrl_c_is_the_interruption(capsys, chain, monkeypatch):
+    import signal
+
+    from dtrlab.cli import run as run_command
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is not Python's default handler here")
+
+    def interrupted_library(*args, **kwargs):  # catches the Ctrl-C, then fails cleaning up (as Optuna can)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+        except KeyboardInterrupt:
+            raise RuntimeError("cleanup failed") from None
+
+    monkeypatch.setattr(run_command, "simulate", interrupted_library)
+    assert main(["run", str(chain), "--ratio", "0.5"]) == 130
+    assert capsys.readouterr().err == "dtrlab run: interrupted (RuntimeError while stopping)\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_has_help(capsys, command):
     for flag in ("--help", "-h"):

@@ -12,12 +12,16 @@ traceback was written (``--debug`` prints it instead), exit status 70.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib
 import os
+import signal
 import sys
 import tempfile
+import threading
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..trace import TraceFormatError
@@ -67,9 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         args = parse(argv)
     except SystemExit as exit:  # --help, or a usage error argparse has printed
         return _exit_status(exit)
+    ctrl_c: list[int] = []
     try:
-        status = args.handler(args) or 0
-        sys.stdout.flush()  # a closed pipe shows here, inside the handling below
+        with _noting_ctrl_c(ctrl_c):
+            status = args.handler(args) or 0
+            sys.stdout.flush()  # a closed pipe shows here, inside the handling below
         return status
     except SystemExit as exit:  # a command that parses its own arguments
         return _exit_status(exit)
@@ -79,10 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"dtrlab {args.command}: interrupted", file=sys.stderr)
         return INTERRUPTED
-    except ANTICIPATED as exc:
-        print(f"dtrlab {args.command}: error: {_describe(exc)}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # a bug: one line here, the traceback in a file
+    except Exception as exc:
+        if ctrl_c:  # a library that caught the Ctrl-C and failed while cleaning up: still the interruption
+            print(f"dtrlab {args.command}: interrupted ({type(exc).__name__} while stopping)", file=sys.stderr)
+            return INTERRUPTED
+        if isinstance(exc, ANTICIPATED):
+            print(f"dtrlab {args.command}: error: {_describe(exc)}", file=sys.stderr)
+            return 2
+        # A bug: one line here and the traceback in a file, or the traceback with --debug.
         if args.debug:
             traceback.print_exc()
         else:
@@ -90,6 +100,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"dtrlab {args.command}: internal error: {type(exc).__name__}: {_describe(exc)} (a bug; the "
                   f"traceback is in {where}; --debug prints it)", file=sys.stderr)
         return INTERNAL_ERROR
+
+
+@contextlib.contextmanager
+def _noting_ctrl_c(seen: list[int]) -> Iterator[None]:
+    """Note every Ctrl-C in ``seen`` while raising KeyboardInterrupt as Python does (when Python's
+    own handler is in place: an ignored SIGINT stays ignored)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def note(signum, frame):
+        seen.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _exit_status(exit: SystemExit) -> int:
