@@ -31,12 +31,14 @@ ADVANCED = [
                               help="longest recompute chain the stage model admits (default 3)")),
     ("--interval-samples", "interval_samples", dict(action="store_const", const=True,
                                                     help="also optimize the interval model at the sampled budgets")),
-    ("--interval-probes", "interval_probes", dict(type=nonnegative_int, metavar="N", help="interval-model (CP-SAT) "
-                                                  "probes below the best real run, after the stage model's (default 0)")),
-    ("--interval-time-limit", "interval_time_limit_s", dict(type=positive_float, metavar="S",
-                                                            help="seconds per interval-model solve (default --time-limit)")),
-    ("--resolution", "resolution", dict(type=finite_float, metavar="FRACTION",
-                                        help="bisect the relaxation's proof to this fraction of the peak (default 0.01)")),
+    ("--interval-probes", "interval_probes",
+     dict(type=nonnegative_int, metavar="N",
+          help="interval-model (CP-SAT) probes below the best real run, after the stage model's (default 0)")),
+    ("--interval-time-limit", "interval_time_limit_s",
+     dict(type=positive_float, metavar="S", help="seconds per interval-model solve (default --time-limit)")),
+    ("--resolution", "resolution",
+     dict(type=finite_float, metavar="FRACTION",
+          help="bisect the relaxation's proof to this fraction of the peak (default 0.01)")),
     ("--no-bisect", "bisect", dict(action="store_const", const=False, help="only the sampled budgets")),
 ]
 #: The plan fields of the main options.

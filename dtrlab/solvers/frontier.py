@@ -142,7 +142,8 @@ class FrontierPlan:
         for budget in self.budgets:
             _require("budgets", budget, int, lambda v: v > 0, "positive whole numbers of bytes")
         self.policy_grid()  # checks policy_ratios
-        _require("resolution", self.resolution, float, lambda v: 0 < v < 1, "a fraction of the peak in (0, 1), e.g. 0.01")
+        _require("resolution", self.resolution, float, lambda v: 0 < v < 1,
+                 "a fraction of the peak in (0, 1), e.g. 0.01")
         _require("overhead_limit", self.overhead_limit, float, lambda v: v >= 1,
                  "a finite number >= 1 (2.0 allows as much recompute as compute)")
         for name in ("time_limit_s", "relax_time_limit_s", "interval_time_limit_s"):
@@ -154,7 +155,8 @@ class FrontierPlan:
         for name in ("solver", "probe_solver"):
             if getattr(self, name) not in STAGE_SOLVERS:
                 raise PlanError(name, f"must be a stage-model solver, one of {', '.join(STAGE_SOLVERS)}, got "
-                                f"{getattr(self, name)!r} (the interval model runs with interval_samples and interval_probes)"
+                                f"{getattr(self, name)!r} (the interval model runs with interval_samples and "
+                                "interval_probes)"
                                 f"{did_you_mean(getattr(self, name), STAGE_SOLVERS)}")
 
     def policy_grid(self) -> list[float]:
@@ -277,7 +279,8 @@ class Frontier:
         return {
             "version": FRONTIER_VERSION, "trace": self.trace, "trace_hash": self.trace_hash,
             "plan": self.plan.to_dict(), "relax_status": self.relax_status, "peak_bytes": self.peak_bytes,
-            "base_compute": self.base_compute, "lower_bound_bytes": self.lower_bound_bytes, "resolution_bytes": self.resolution_bytes,
+            "base_compute": self.base_compute, "lower_bound_bytes": self.lower_bound_bytes,
+            "resolution_bytes": self.resolution_bytes,
             "min_feasible_bytes": self.min_feasible_bytes, "min_feasible_source": self.min_feasible_source,
             "max_infeasible_bytes": self.max_infeasible_bytes, "unresolved_bytes": list(self.unresolved_bytes),
             "stage_min_feasible_bytes": self.stage_min_feasible_bytes,
@@ -564,7 +567,8 @@ def compute_frontier(trace: Trace, plan: FrontierPlan | None = None, *, cache=Tr
     probe_interval_model(run, samples)
     prove_lower_side(run, samples)
     frontier = assemble(trace.name, trace.content_hash, plan, relax_status=run.relax_status, peak_bytes=run.peak,
-                        base_compute=run.problem.base_compute, lower_bound_bytes=run.lower, resolution_bytes=run.step, rows=run.rows)
+                        base_compute=run.problem.base_compute, lower_bound_bytes=run.lower, resolution_bytes=run.step,
+                        rows=run.rows)
     for fault in frontier.faults:
         warnings.warn(f"{trace.name}: solver fault, not used: {fault}", SolverFaultWarning, stacklevel=2)
     return frontier
