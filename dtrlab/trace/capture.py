@@ -71,7 +71,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
-from .costs import COST_MODELS, check_cost_model, roofline_gpu, roofline_ns
+from .costs import check_cost_model, roofline_gpu, roofline_ns
 
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
 # Attention kernels that torch.utils.flop_counter does not know: the CPU flash
