@@ -269,3 +269,29 @@ def test_a_census_hole_fails_for_real_and_both_sides_pass():
     for executed in (below, above):
         assert_same_decisions(executed, captured.trace, "dtr", executed.run.budget_bytes)
         assert_bit_identical(executed, reference)
+
+
+GPT2 = dict(layers=2, hidden=64, heads=4, vocab=100, seq=64, batch=4)
+
+
+@pytest.mark.slow
+def test_gpt2_meta_trace_diverges_where_dropout_changes_the_attention_kernel():
+    pytest.importorskip("transformers", reason="hf: models need the models extra")
+    # On the meta device capture runs the CPU flash-attention kernel; real CPU tensors with attention
+    # dropout (GPT-2's 0.1) take the math path: the real step does not match the meta trace.
+    with pytest.raises(Divergence, match=r"emitted CALL mul\(.*where the trace has CALL "
+                                         r"_scaled_dot_product_flash_attention_for_cpu\("):
+        run_step(capture_step("hf:gpt2", **GPT2), ratio=1.0)
+
+
+@pytest.mark.slow
+def test_gpt2_decision_identity_on_the_real_capture():
+    pytest.importorskip("transformers", reason="hf: models need the models extra")
+    captured = capture_step("hf:gpt2", real=True, **GPT2)
+    reference = reference_step("hf:gpt2", **GPT2)
+    for ratio in (0.25, 0.5, 0.9):  # thrash, pass, pass
+        executed = run_step(captured, ratio=ratio)
+        assert_same_decisions(executed, captured.trace, "dtr", executed.run.budget_bytes)
+        if executed.passed:
+            assert_bit_identical(executed, reference)
+    assert executed.passed

@@ -97,12 +97,14 @@ class ExecuteResult:
         return record
 
 
-def capture_step(source: str, *, cost: str = "flops", device: str = "cpu", **build_options) -> CapturedStep:
+def capture_step(source: str, *, cost: str = "flops", device: str = "cpu", real: bool = False,
+                 **build_options) -> CapturedStep:
     """Record ``source``'s training step as ``dtrlab capture`` does (the model sources of capture).
 
     For CPU execution the step is recorded on the meta device, exactly as ``dtrlab capture``
-    writes it. CUDA runs other kernels than the CPU (e.g. cuDNN's batch norm), so for CUDA the
-    step is recorded with real tensors on the GPU, by the same recorder.
+    writes it, or with real CPU tensors (``real``, ``dtrlab capture --real``) where the meta trace
+    differs from the real one. CUDA runs other kernels than the CPU (e.g. cuDNN's batch norm), so
+    for CUDA the step is recorded with real tensors on the GPU, by the same recorder.
     """
     from ..trace.capture import capture
 
@@ -111,7 +113,7 @@ def capture_step(source: str, *, cost: str = "flops", device: str = "cpu", **bui
         raise ValueError("execute needs a deterministic cost model (flops or roofline:GPU): measured times differ "
                          "between runs, so the simulator's clock would not be the capture's")
     if device == "cpu":
-        recording = capture(source, cost=cost, **build_options)
+        recording = capture(source, cost=cost, real=real, **build_options)
     elif device.startswith("cuda"):
         workload = build(source, device=device, **build_options)
         with torch.device(device), meta_patches():
@@ -150,14 +152,16 @@ def minimum_budget(trace: Trace) -> MinimumBudget:
 def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_bytes: int | None = None,
              policy: str | Policy = "dtr", memory: str | MemoryModel = FLAT, memory_options: dict | None = None,
              enforce: str = RESERVED, device_capacity=None, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
-             cost: str = "flops", device: str = "cpu", cap_allocator: bool = False, **build_options) -> ExecuteResult:
+             cost: str = "flops", device: str = "cpu", real: bool = False, cap_allocator: bool = False,
+             **build_options) -> ExecuteResult:
     """Execute one training step of ``step`` (a model source or a :class:`CapturedStep`) under a budget.
 
     Give exactly one of ``ratio`` (of the captured trace's unbounded peak, ``int(peak * ratio)`` as
     in simulate) or ``budget_bytes``; ``budget_bytes=None`` with ``ratio=None`` is an error, use
     ``ratio=1.0`` for an unbudgeted step. Evictions are decided by ``policy`` under ``memory``
     (the simulator's memory model; ``flat`` counts storage bytes as simrd does) and ``enforce``
-    / ``device_capacity`` (the runtime semantics, as in :func:`dtrlab.simulate`). On CUDA,
+    / ``device_capacity`` (the runtime semantics, as in :func:`dtrlab.simulate`). ``real`` captures a
+    model source with real CPU tensors instead of meta ones (see :func:`capture_step`). On CUDA,
     ``cap_allocator`` also caps the real caching allocator at the budget
     (``set_per_process_memory_fraction``); its peaks are reported either way.
 
@@ -165,7 +169,7 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
     (:class:`~dtrlab.execute.runtime.Divergence`, :class:`~dtrlab.execute.runtime.UnsupportedOperator`)
     when the real step cannot follow the simulator.
     """
-    captured = step if isinstance(step, CapturedStep) else capture_step(step, cost=cost, device=device,
+    captured = step if isinstance(step, CapturedStep) else capture_step(step, cost=cost, device=device, real=real,
                                                                         **build_options)
     trace = captured.trace
     if (ratio is None) == (budget_bytes is None):
