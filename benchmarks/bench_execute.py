@@ -32,9 +32,12 @@ from dtrlab.trace.capture import record
 from dtrlab.trace.models import build, meta_patches
 
 MODELS = {  # name: (source, build options, a passing ratio that evicts and recomputes)
-    "resnet32 (zoo)": ("resnet32", dict(batch=1), 0.90),
-    "llama (hf, 2 layers)": ("hf:llama", dict(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=100,
-                                              seq=64, batch=4), 0.60),
+    "resnet32 b1 (zoo)": ("resnet32", dict(batch=1), 0.90),
+    "resnet32 b8 (zoo)": ("resnet32", dict(batch=8), 0.50),
+    "llama 2x64 s64 b4 (hf)": ("hf:llama", dict(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128,
+                                                vocab=100, seq=64, batch=4), 0.60),
+    "llama 4x256 s256 b2 (hf)": ("hf:llama", dict(layers=4, hidden=256, heads=8, kv_heads=4, intermediate=512,
+                                                  vocab=1000, seq=256, batch=2), 0.70),
 }
 
 
