@@ -167,6 +167,11 @@ def test_real_storages_are_dropped_and_restored(mixed, mixed_reference):
     operators = mixed.trace.operators
     assert all(any(a == -1 and size for a, size in zip(operators[r.operator].aliases, operators[r.operator].sizes))
                for r in real)
+    # The real storages kept resident never exceed what the simulator accounts, step by step.
+    timeline = executed.memory_timeline
+    assert len(timeline) == sum(not op.is_constant for op in operators)
+    assert all(real <= simulated for simulated, real in timeline)
+    assert max(simulated for simulated, _ in timeline) <= executed.run.peak_memory  # peaks can fall mid-operator
     assert all(r.wall_ns > 0 for r in executed.recomputations)
     assert_bit_identical(executed, mixed_reference)
 

@@ -146,6 +146,12 @@ class Executor(_Recorder):
         self.recipes: dict[int, Recipe] = {}
         self.next_operator = 0  # index of the next operator line (constants included)
         self.recomputations: list[Recomputation] = []
+        self.real_bytes = 0  # bytes of the real storages the runtime keeps resident (program's and private)
+        # After each operator's computation (constants aside): (the simulator's memory, real_bytes). Sampled
+        # there because the simulator runs behind the program between operators (the program holds its
+        # parameters before the simulator's schedule reaches them).
+        self.memory_timeline: list[tuple[int, int]] = []
+        self._sampled = {self.compute_step[i] for i, op in enumerate(trace.operators) if not op.is_constant}
         self.sim: LockstepSimulator = make_simulator(self)
         self._steps = self.sim.steps()
         self._step = -1  # last schedule step the simulator took
@@ -157,6 +163,7 @@ class Executor(_Recorder):
         """Let the simulator take every schedule step up to ``step`` (inclusive)."""
         while self._step < step:
             self._step = next(self._steps)
+            self._sample()
 
     def abandon(self) -> None:
         """Stop following the program (the step failed): tensors that die from now on are not logged."""
@@ -171,7 +178,11 @@ class Executor(_Recorder):
             raise Divergence(f"the real step ended at log line {len(self.lines) + 1} of {len(self.expected)}; "
                              f"the captured trace continues with {_describe(line)}")
         for self._step in self._steps:
-            pass
+            self._sample()
+
+    def _sample(self) -> None:
+        if self._step in self._sampled:
+            self.memory_timeline.append((self.sim.memory, self.real_bytes))
 
     # -- log lines: checked one by one ----------------------------------------------
 
@@ -204,6 +215,7 @@ class Executor(_Recorder):
         record = self.program.get(key)
         if record is None:
             record = self.program[key] = RealStorage(storage, storage.nbytes(), shared=True)
+            self.real_bytes += record.nbytes
         elif not any(self.trace.tensor_op[c] == self.trace.tensor_op[tensor] for c in record.claimants):
             raise Divergence(f"{self.trace.tensor_names[tensor]} is a new storage in the trace but reuses the real "
                              f"storage of {self.trace.tensor_names[record.claimants[0]]}")
@@ -312,6 +324,7 @@ class Executor(_Recorder):
         else:
             record.storage = None
         record.version = None
+        self.real_bytes -= record.nbytes
 
     def rematerialize(self, index: int) -> None:
         """Run operator ``index`` again and restore its outputs whose bytes are not resident."""
@@ -386,6 +399,9 @@ class Executor(_Recorder):
 
     def _restore(self, t: int, storage: torch.UntypedStorage, op) -> None:
         record = self.place[t]
+        if record.present:  # two outputs of the operator on one storage: restored with the first
+            return
+        self.real_bytes += record.nbytes
         if record.shared:
             record.storage.resize_(record.nbytes)
             # As bytes (UntypedStorage.copy_ is element by element in Python, a thousand times slower).

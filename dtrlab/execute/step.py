@@ -68,7 +68,10 @@ class ExecuteResult:
     recomputations: tuple[Recomputation, ...] = field(repr=False)
     loss: torch.Tensor | None = field(default=None, repr=False)
     gradients: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
-    allocator: dict | None = None  # CUDA only: the real caching allocator's peaks (cuda.allocator_peaks)
+    allocator: dict | None = None  # CUDA only: the real caching allocator's peaks (cuda.allocator_scope)
+    #: After each operator's computation: the simulator's accounted bytes and the bytes of the real storages
+    #: the runtime keeps resident (at most the former: see docs/execute.md).
+    memory_timeline: tuple[tuple[int, int], ...] = field(default=(), repr=False)
 
     @property
     def status(self) -> str:
@@ -242,7 +245,8 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
                 raise ExecutionError(f"the gradient of {name} is evicted after the step (the trace does not pin it)")
     return ExecuteResult(run=run, device=captured.device, wall_seconds=wall,
                          recomputations=tuple(executor.recomputations), loss=kept[0] if kept else None,
-                         gradients=gradients, allocator=dict(allocator) if allocator else None)
+                         gradients=gradients, allocator=dict(allocator) if allocator else None,
+                         memory_timeline=tuple(executor.memory_timeline))
 
 
 def reference_step(source: str, *, device: str = "cpu",
