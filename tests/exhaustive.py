@@ -22,13 +22,15 @@ recomputation inside a step (an undefined argument) just before it, in the same 
 The search is label-setting over (step, resident storages, defined tensors, bytes counted),
 keeping the least recompute per label, so it is exact. :func:`replay_witness` replays the
 optimal run it found in the real simulator (every storage withheld from the policy), which
-checks that the search's semantics are the simulator's.
+checks that the search's semantics are the simulator's; :func:`every_simulator_run` runs the
+real simulator under every sequence of eviction choices, which checks that no run escapes it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dtrlab.policies import Policy
 from dtrlab.runtime import Intervention, Simulator, baseline, recompute_allowance
 from dtrlab.runtime.simulator import OutOfMemory, Thrash
 from dtrlab.solvers import ScriptedPolicy
@@ -258,6 +260,51 @@ def replay_witness(trace: Trace, budget_bytes: int, optimum: Optimum, overhead_l
     except Thrash:
         return "thrash", sim.remat_compute
     return "pass", sim.remat_compute
+
+
+class _Branch(Exception):
+    """The run reached an eviction choice beyond its prefix of decisions."""
+
+
+class _Prefixed(Policy):
+    """Evicts by a prefix of decisions; past it, records the candidates and stops the run."""
+
+    name = "prefixed"
+
+    def __init__(self, prefix: tuple[int, ...]):
+        super().__init__()
+        self.prefix, self.taken, self.candidates = prefix, 0, None
+
+    def choose(self, sim, candidates):
+        if self.taken < len(self.prefix):
+            self.taken += 1
+            return [self.prefix[self.taken - 1]]
+        self.candidates = list(candidates)
+        raise _Branch()
+
+
+def every_simulator_run(trace: Trace, budget_bytes: int, overhead_limit: float = 2.0,
+                        max_runs: int = 5_000) -> list[int]:
+    """The recompute of every passing run of the real simulator under *every* sequence of
+    eviction choices (each time it must evict, any candidate): a check of the search that
+    shares no code with it. Raises :class:`SearchTooLarge` beyond ``max_runs`` runs."""
+    remat_limit = baseline(trace).model_compute * (overhead_limit - 1)
+    passed, pending, runs = [], [()], 0
+    while pending:
+        prefix = pending.pop()
+        runs += 1
+        if runs > max_runs:
+            raise SearchTooLarge(f"more than {max_runs} simulator runs of {trace.name}")
+        policy = _Prefixed(prefix)
+        sim = Simulator(trace, policy, budget_bytes, remat_limit)
+        try:
+            status = sim.run()
+        except _Branch:
+            pending.extend(prefix + (s,) for s in policy.candidates)
+            continue
+        if status == "pass":
+            passed.append(sim.remat_compute)
+    return passed
 
 
 def tiny_log(pick) -> LogBuilder:

@@ -26,7 +26,7 @@ from dtrlab.solvers import SOLVERS, build_problem, checked, replay, solve_optima
 from dtrlab.solvers import relax, solve  # noqa: E402
 from dtrlab.solvers.relax import RELAX_METHODS, checked_relaxation, solve_relaxation  # noqa: E402
 from dtrlab.trace.builder import LogBuilder  # noqa: E402
-from exhaustive import least_recompute, replay_witness, tiny_log  # noqa: E402
+from exhaustive import SearchTooLarge, every_simulator_run, least_recompute, replay_witness, tiny_log  # noqa: E402
 from test_solvers import EXACT, HAND_DERIVED, chain  # noqa: E402
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -142,6 +142,30 @@ def test_the_search_is_the_simulator_on_many_traces(case):
 def test_the_calibrated_policy_never_beats_the_search(case):
     """"monotone" (it calibrates by simulation: seconds a run on larger traces) on 100 tiny traces."""
     assert not claim_violations(*case, policies=["monotone"], solvers=False)
+
+
+def check_every_simulator_run(trace, budget: int, max_runs: int) -> None:
+    """No run of the simulator, under any sequence of eviction choices, beats the search."""
+    from hypothesis import assume
+    try:
+        runs = every_simulator_run(trace, budget, max_runs=max_runs)
+    except SearchTooLarge:
+        assume(False)
+    truth = least_recompute(trace, budget).recompute
+    assert not runs or (truth is not None and truth <= min(runs)), (truth, min(runs))
+
+
+@settings(max_examples=3, **SETTINGS)
+@given(case=tiny_cases())
+def test_no_simulator_run_beats_the_search(case):
+    check_every_simulator_run(*case[:2], max_runs=300)
+
+
+@pytest.mark.slow
+@settings(max_examples=100, **SETTINGS)
+@given(case=tiny_cases())
+def test_no_simulator_run_beats_the_search_on_many_traces(case):
+    check_every_simulator_run(*case[:2], max_runs=3000)
 
 
 # ---------------------------------------------------------------- every claim against the truth
