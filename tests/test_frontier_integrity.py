@@ -168,6 +168,23 @@ def test_plan_file_is_validated_with_a_suggestion(tmp_path, capsys):
     assert FrontierPlan.from_dict(written.to_dict()) == written
 
 
+def test_resume_from_a_finished_file_repeats_no_solve(tmp_path, capsys, monkeypatch):
+    log, out = tmp_path / "chain.log", tmp_path / "chain.parquet"
+    chain_log().write(log)
+    command = ["frontier", str(log), "--ratios", "0.8,1.0", "--time-limit", "10", "--policy-ratios", GRID,
+               "--cache", str(tmp_path / "cache"), "--out", str(out)]
+    assert main(command) == 0
+    first = read_frontier(out)
+
+    def no_solve(*args, **kwargs):
+        raise AssertionError("a solve that the file holds was repeated")
+    monkeypatch.setattr(frontier_module, "solve_optimal", no_solve)
+    monkeypatch.setattr(frontier_module, "solve_relaxation", no_solve)
+    assert main(command + ["--resume"]) == 0, capsys.readouterr().err
+    again = read_frontier(out)
+    assert again.metadata() == first.metadata() and not again.faults
+
+
 # ------------------------------------------------------------------ SIGINT and SIGKILL, then --resume
 WRAPPER = textwrap.dedent("""
     import os, sys, time

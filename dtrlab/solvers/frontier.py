@@ -558,8 +558,8 @@ def compute_frontier(trace: Trace, plan: FrontierPlan | None = None, *, cache=Tr
     (said in ``relax_status``).
     """
     plan = plan or FrontierPlan()
-    if isinstance(reuse, pd.DataFrame):
-        reuse = _records(reuse)
+    if reuse is not None:  # rows as plain values (a frame's NaN as None), whatever they came as
+        reuse = _records(reuse if isinstance(reuse, pd.DataFrame) else pd.DataFrame(list(reuse), columns=COLUMNS))
     run = _Solving(trace, plan, cache=cache, reuse=reuse, progress=progress, journal=journal)
     run_policies(run)
     samples = sampled_budgets(run)
