@@ -260,11 +260,13 @@ def test_modern_model_decision_identity():
 
 
 @pytest.mark.slow
-def test_a_census_hole_fails_for_real_and_both_sides_pass():
-    captured = capture_step("unroll_gan", batch=8)
-    frame = sweep(captured.trace, "dtr", ratios="0.70:0.76:0.002", cache=False, progress=False)
+@pytest.mark.parametrize("model, batch, ratios", [("unroll_gan", 8, "0.70:0.76:0.002"),
+                                                  ("resnet32", 1, "0.83:0.86:0.002")])
+def test_a_census_hole_fails_for_real_and_both_sides_pass(model, batch, ratios):
+    captured = capture_step(model, batch=batch)
+    frame = sweep(captured.trace, "dtr", ratios=ratios, cache=False, progress=False)
     hole = find_holes(frame).holes.iloc[0]  # the census finds it on the trace of this very step
-    reference = reference_step("unroll_gan", batch=8)
+    reference = reference_step(model, batch=batch)
     below = run_step(captured, budget_bytes=int(hole.pass_below_bytes))
     inside = run_step(captured, budget_bytes=int(hole.fail_low_bytes))
     above = run_step(captured, budget_bytes=int(hole.pass_above_bytes))
