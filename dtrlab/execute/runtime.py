@@ -74,6 +74,7 @@ class RealStorage:
     def present(self) -> bool:
         return self.version is not None
 
+
 @dataclass(frozen=True)
 class TensorLayout:
     """How a trace tensor views its storage (enough to rebuild it for a recomputation)."""
@@ -208,7 +209,7 @@ class Executor(_Recorder):
         storage = t.untyped_storage()
         key = storage._cdata
         if root != tensor:  # a view: it lives on its root's real storage
-            if self.place[root].storage._cdata != key:
+            if self.program_of[root].storage._cdata != key:
                 raise Divergence(f"{self.trace.tensor_names[tensor]} aliases {self.trace.tensor_names[root]} in "
                                  "the trace but not in the real step")
             return
@@ -267,12 +268,24 @@ class Executor(_Recorder):
         for _, a in tensors:
             record = self._program_storage(a)
             if record.version != record.latest:
-                raise ExecutionError(
-                    f"{func} reads {self._names(record.claimants)}, which is evicted: "
-                    + ("the simulator has it resident (a runtime bug)" if predicted is not None else
-                       "the trace does not log this read (e.g. .item() of a tensor computed earlier), so the "
-                       "simulator cannot rematerialize it"))
+                raise self._unreadable(func, record, logged=predicted is not None)
         return func(*args, **kwargs), 0
+
+    def _unreadable(self, func, record: RealStorage, logged: bool) -> ExecutionError:
+        """Why the program reads a storage whose latest version is not resident."""
+        names = self._trace_names(record.claimants)
+        if not logged:
+            return ExecutionError(f"{func} reads {names}, which is evicted; the trace does not log this read (e.g. "
+                                  ".item() of a tensor computed earlier), so the simulator cannot rematerialize it")
+        superseded = [c for c in record.claimants if self.sim.material[c] and self.place[c] is not record]
+        if superseded:
+            # simrd gives each version its own storage: the simulator keeps the old one resident (a tensor the
+            # program still reads, written in place through another alias) while the written one is evicted.
+            return UnsupportedOperator(
+                f"{func} reads {names} after an in-place write through another alias; the trace keeps "
+                f"{self._trace_names(superseded)} resident as a separate storage, so the written version was evicted")
+        return ExecutionError(f"{func} reads {names}, which the simulator has resident but the runtime does "
+                              "not (a runtime bug)")
 
     def _program_storage(self, a: torch.Tensor) -> RealStorage:
         key = a.untyped_storage()._cdata
@@ -288,7 +301,7 @@ class Executor(_Recorder):
         bumped = []
         for output, position in zip(op.outputs, self.mutated[index]):
             written = flat[position]
-            record = self.place[self.root[op.args[position]]]
+            record = self.program_of[self.root[op.args[position]]]
             if written.untyped_storage().nbytes() != record.nbytes:
                 raise UnsupportedOperator(f"{op.name} resized the storage it writes ({record.nbytes} to "
                                           f"{written.untyped_storage().nbytes()} bytes); the runtime cannot "
@@ -305,7 +318,7 @@ class Executor(_Recorder):
             self.place[output] = self.program_of[output] = record
             self.version[output] = record.latest
 
-    def _names(self, storages) -> str:
+    def _trace_names(self, storages) -> str:
         return ", ".join(sorted(self.trace.tensor_names[s] for s in storages))
 
     # -- the simulator's decisions, for real ------------------------------------------
@@ -315,10 +328,12 @@ class Executor(_Recorder):
         if record is None or not record.present:
             return
         if record.shared:
-            sim = self.sim
-            # Other trace storages of the current version (one call's outputs on one storage) may be resident;
-            # a pinned one (a constant written in place: batch norm's running statistics) keeps it for good.
-            if any(sim.pinned[c] or (sim.material[c] and self.place[c] is record) for c in record.claimants):
+            # While the simulator has a trace storage resident whose bytes are read here, keep them: another
+            # output of the same call, or a version an in-place write has replaced and that has no private
+            # copy (its tensors, still read by the program, see the new bytes; a constant written in place,
+            # batch norm's running statistics, is pinned and keeps it for good).
+            if any(self.sim.material[c] and (self.place[c] is record or not self.place[c].present)
+                   for c in record.claimants):
                 return
             record.storage.resize_(0)
         else:
@@ -382,15 +397,18 @@ class Executor(_Recorder):
         writes a copy of)."""
         s = self.root[t]
         index, op = reader
-        record = self.program_of[s] if any_version else self.place[s]
-        if not any_version and self.version[s] != version:
+        program = self.program_of[s]
+        if program.present and (any_version or program.version == version):
+            return program.storage
+        if self.version[s] == version and self.place[s].present:  # a replaced version, kept privately
+            return self.place[s].storage
+        if self.version[s] != version:
             raise UnsupportedOperator(
-                f"recomputing {op.name} (operator {index}) needs {self.trace.tensor_names[t]} as it was before "
-                "an in-place write through another alias; the trace gives that version no storage of its own")
-        if not record.present:
-            raise ExecutionError(f"recomputing {op.name} (operator {index}) reads {self.trace.tensor_names[t]}, "
-                                 "which the simulator has resident but the runtime does not (a runtime bug)")
-        return record.storage
+                f"recomputing {op.name} (operator {index}) reads {self.trace.tensor_names[t]} as the program saw it "
+                f"then, version {version} of its storage, written in place through another alias; the trace's "
+                f"{self.trace.tensor_names[t]} is version {self.version[s]}, and that version is not resident")
+        raise ExecutionError(f"recomputing {op.name} (operator {index}) reads {self.trace.tensor_names[t]}, "
+                             "which the simulator has resident but the runtime does not (a runtime bug)")
 
     def _tensor(self, t: int, storage: torch.UntypedStorage) -> torch.Tensor:
         layout = self.layout[t]
