@@ -336,3 +336,17 @@ def test_gpt2_decision_identity_on_the_real_capture():
         if executed.passed:
             assert_bit_identical(executed, reference)
     assert executed.passed
+
+
+def test_cli_executes_and_reports(capsys):
+    import json
+
+    from dtrlab.cli import main
+
+    assert main(["execute", "test_execute:mixed_model", "--ratio", "1.0", "--json", "--evictions"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["status"] == "pass" and record["device"] == "cpu" and record["evicted_storages"] == []
+    assert main(["execute", "test_execute:mixed_model", "--budget", "1000"]) == 2
+    assert "below the step's minimum" in capsys.readouterr().err
+    assert main(["execute", "test_execute:explicit_generator_model", "--ratio", "1.0"]) == 2
+    assert capsys.readouterr().err.startswith("dtrlab execute: error: aten.rand.generator")

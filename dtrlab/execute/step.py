@@ -12,6 +12,7 @@ gradients.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -128,8 +129,7 @@ def capture_step(source: str, *, cost: str = "flops", device: str = "cpu", real:
 
 
 def _line_text(line: dict) -> str:
-    import json
-    return json.dumps(line, sort_keys=True, separators=(",", ":"))
+    return json.dumps(line, sort_keys=True, separators=(",", ":"))  # as Recording.to_jsonl writes it
 
 
 def minimum_budget(trace: Trace) -> MinimumBudget:
