@@ -221,10 +221,11 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
                        recorder_class=make_executor)
             executors[0].finish()
         except (OutOfMemory, Thrash, RuntimeError) as exc:
-            executor = executors[0] if executors else None
-            if executor is None or executor.sim.failure is None or isinstance(exc, ExecutionError):
+            if executors:
+                executors[0].abandon()  # tensors that die from now on are not part of the step
+            if not executors or executors[0].sim.failure is None or isinstance(exc, ExecutionError):
                 raise
-            executor.abandon()  # the step stopped where the simulator failed
+            # Otherwise the step stopped where the simulator failed (autograd may have wrapped its exception).
     wall = time.perf_counter() - start
     executor = executors[0]
     sim = executor.sim
