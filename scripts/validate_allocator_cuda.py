@@ -1,38 +1,57 @@
 #!/usr/bin/env python
-"""Compare the ``caching`` memory model with PyTorch's real CUDA caching allocator.
+"""Check the memory models and the runtime semantics against PyTorch's real CUDA caching allocator.
 
-Usage (on a machine with a CUDA GPU and torch)::
+Usage (on a machine with a CUDA GPU and torch; nothing else may use the GPU's allocator)::
 
-    python scripts/validate_allocator_cuda.py traces/resnet32-b8.jsonl.gz
-    python scripts/validate_allocator_cuda.py TRACE --expandable-segments --checkpoints 50
-    python scripts/validate_allocator_cuda.py TRACE --fraction 0.05   # exercise release-and-retry / OOM
+    python scripts/validate_allocator_cuda.py                       # every section, traces/resnet32-b8
+    python scripts/validate_allocator_cuda.py TRACE --sections layout --expandable-segments --checkpoints 50
+    python scripts/validate_allocator_cuda.py TRACE --sections layout --fraction 0.05   # release-and-retry / OOM
+    python scripts/validate_allocator_cuda.py --out results.json
 
-It replays the trace's unbounded allocation/free sequence
-(:func:`dtrlab.memory.replay.unbounded_events`: outputs allocated when computed,
-storages freed when their last external reference goes) twice: with real tensors
-(``torch.empty(size, dtype=torch.uint8, device="cuda")``, dropped on free) and with
-the model. At each checkpoint it compares ``torch.cuda.memory_snapshot()`` with the
-model's ``layout()``. Real addresses differ from the model's, so segments are
-matched through the live blocks they hold: for every live block it compares the
-segment's pool and size, the block's offset from the segment start and its size,
-and the full block list (sizes, allocated or free) of that segment. Segments without
-a live block (cached, wholly free) are compared as a multiset of (pool, size). It
-also checks allocated/reserved bytes and that both sides fail (OOM) at the same event.
+Sections (``--sections``, comma-separated; each runs in a fresh Python process, since
+PYTORCH_CUDA_ALLOC_CONF is read once, when torch's allocator starts):
 
-Run it in a fresh process: nothing else may use the CUDA caching allocator. The
-options set PYTORCH_CUDA_ALLOC_CONF before torch starts; ``--fraction`` caps the
-allocator with ``torch.cuda.set_per_process_memory_fraction``, and the model's
-capacity is the same number of bytes (without it the capacity is the device's
-total memory, which an unbounded replay of a small trace never reaches).
+* ``layout``: the trace's unbounded allocation/free sequence
+  (:func:`dtrlab.memory.replay.unbounded_events`: outputs allocated when computed, storages
+  freed when their last external reference goes) with real tensors
+  (``torch.empty(size, dtype=torch.uint8, device="cuda")``) and with the ``caching`` model.
+  At each checkpoint ``torch.cuda.memory_snapshot()`` is compared with the model's
+  ``layout()``. Real addresses differ from the model's, so segments are matched through the
+  live blocks they hold: for every live block its segment's pool and size, its offset and
+  size, and the segment's full block list (sizes, allocated or free); segments without a
+  live block as a multiset of (pool, size); allocated/reserved bytes; whether both sides
+  OOM at the same event. Without layout options it runs twice: plain and with expandable
+  segments. ``--fraction`` caps the allocator with ``set_per_process_memory_fraction`` (the
+  model's capacity is the same number of bytes, else the device's total memory).
+* ``expandable-limit``: the two hand-derived cases of tests/test_memory_semantics.py for
+  expandable segments under a per-process limit: PyTorch's ``alloc_block`` checks
+  reserved + ``get_allocation_size`` before mapping. For each case: the real outcome and
+  reserved bytes, and which model limit check (``allocation_size``, ``mapped``) predicted it.
+* ``semantics``: runs of the trace under both runtime semantics (``reserved`` at the budget;
+  ``allocated`` with a device of ``--device-capacity``, default 1.25x the budget, with and
+  without expandable segments) at ``--ratios``. The sequence of allocate/free calls the
+  simulator made on its model is replayed with real tensors under
+  ``set_per_process_memory_fraction`` = the model's capacity; every call must succeed or
+  fail as in the model, with the same allocated and reserved bytes after it.
+  (``reserved`` with expandable segments is left out: its model caps mapped pages, which a
+  per-process fraction does not; see docs/memory.md.)
 
-Exit status: 0 when everything matches, 1 on a mismatch, 2 when torch or CUDA is missing.
+Results are printed and written as JSON to ``--out``, else to ``$OUT/validate_allocator_cuda.json``
+when ``$OUT`` is set.
+
+Exit status: 0 when everything matches, 1 on a mismatch, 2 on bad input, 3 when torch or a
+CUDA device is missing (one line says which; the JSON file says so too).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
+import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -43,19 +62,52 @@ from dtrlab.memory.replay import unbounded_events  # noqa: E402
 from dtrlab.trace import load  # noqa: E402
 
 MiB = 1 << 20
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TRACE = ROOT / "traces" / "resnet32-b8.jsonl.gz"
+SECTIONS = ("layout", "expandable-limit", "semantics")
+NO_CUDA = 3  # exit status without torch or a CUDA device
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input: one line naming the problem, exit status 2 (no usage block)."""
+
+    def error(self, message):
+        self.exit(2, f"validate_allocator_cuda: error: {message}\n")
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("trace", type=Path, help="a dtrlab trace or simrd log (e.g. traces/resnet32-b8.jsonl.gz)")
-    parser.add_argument("--checkpoints", type=int, default=20, help="snapshots evenly spaced over the events")
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trace", type=Path, nargs="?", default=DEFAULT_TRACE,
+                        help="a dtrlab trace or simrd log (default traces/resnet32-b8.jsonl.gz)")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated sections to run (default all: {', '.join(SECTIONS)})")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON results file (default $OUT/validate_allocator_cuda.json when $OUT is set)")
+    parser.add_argument("--checkpoints", type=int, default=20, help="layout: snapshots evenly spaced over the events")
     parser.add_argument("--fraction", type=float, default=None,
-                        help="cap the allocator at this fraction of device memory (and the model's capacity)")
+                        help="layout: cap the allocator at this fraction of device memory (and the model's capacity)")
     parser.add_argument("--expandable-segments", action="store_true")
     parser.add_argument("--max-split-size-mb", type=int, default=None)
     parser.add_argument("--roundup-power2-divisions", type=int, default=None)
     parser.add_argument("--max-mismatches", type=int, default=200, help="stop printing after this many")
-    return parser.parse_args(argv)
+    parser.add_argument("--ratios", default="0.3,0.5,0.7", help="semantics: budget ratios (comma-separated)")
+    parser.add_argument("--device-capacity", default="1.25x", help="semantics: the device under enforce='allocated'")
+    parser.add_argument("--worker", choices=SECTIONS, help=argparse.SUPPRESS)  # a section in its own process
+    parser.add_argument("--worker-spec", default="{}", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.sections = [name.strip() for name in args.sections.split(",") if name.strip()]
+    unknown = [name for name in args.sections if name not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(unknown)}; valid: {', '.join(SECTIONS)}")
+    if args.fraction is not None and args.expandable_segments:
+        # With a fraction set, PyTorch checks the per-process limit against get_allocation_size
+        # before mapping pages, not against the pages it maps; the layout section's model caps the
+        # mapped pages (the expandable-limit section checks the pre-mapping rule).
+        parser.error("--fraction with --expandable-segments is not comparable in the layout section "
+                     "(see docs/memory.md); drop one of them")
+    if not args.trace.exists():
+        parser.error(f"{args.trace}: no such trace")
+    return args
 
 
 def allocator_conf(args) -> tuple[str, dict]:
@@ -73,18 +125,25 @@ def allocator_conf(args) -> tuple[str, dict]:
     return ",".join(conf), options
 
 
-def require_cuda():
-    """torch with a usable CUDA device, or exit 2 with the reason."""
+def cuda_problem() -> str | None:
+    """Why this machine cannot run the checks (no torch, no CUDA device), or None."""
     try:
         import torch
     except ImportError:
-        print("validate_allocator_cuda: torch is not installed; install it with CUDA support "
-              "on a GPU machine (pip install torch)", file=sys.stderr)
-        sys.exit(2)
+        return "torch is not installed; install it with CUDA support on a GPU machine (pip install torch)"
     if not torch.cuda.is_available():
-        print(f"validate_allocator_cuda: no CUDA device available (torch {torch.__version__}, "
-              f"built with CUDA {torch.version.cuda}); run this on a GPU machine", file=sys.stderr)
-        sys.exit(2)
+        return (f"no CUDA device available (torch {torch.__version__}, built with CUDA {torch.version.cuda}); "
+                "run this on a GPU machine")
+    return None
+
+
+def require_cuda():
+    """torch with a usable CUDA device, or exit 3 with the reason."""
+    problem = cuda_problem()
+    if problem:
+        print(f"validate_allocator_cuda: {problem}", file=sys.stderr)
+        sys.exit(NO_CUDA)
+    import torch
     return torch
 
 
@@ -166,18 +225,11 @@ def compare(step: int, torch, tensors: dict, model, report) -> None:
                      f"model {sorted(cached_mine.elements())}")
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+# ---------------------------------------------------------------- section: layout
+
+def layout_section(args, torch) -> dict:
+    """The unbounded replay with real tensors and the model, compared at checkpoints (see the module doc)."""
     conf, options = allocator_conf(args)
-    if args.fraction is not None and args.expandable_segments:
-        # With a fraction set, PyTorch checks the per-process limit against get_allocation_size
-        # before mapping pages, not against the pages it maps; the model caps the mapped pages.
-        print("validate_allocator_cuda: --fraction with --expandable-segments is not comparable "
-              "(see docs/memory.md); drop one of them", file=sys.stderr)
-        return 2
-    if conf:
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf  # before torch initialises the allocator
-    torch = require_cuda()
     trace = load(args.trace)
     events = unbounded_events(trace)
     total = torch.cuda.get_device_properties(0).total_memory
@@ -187,11 +239,6 @@ def main(argv=None) -> int:
         capacity = int(args.fraction * torch.cuda.mem_get_info(0)[1])
     else:
         capacity = total
-    torch.cuda.empty_cache()
-    if torch.cuda.memory_reserved() or torch.cuda.memory_allocated():
-        print("validate_allocator_cuda: the caching allocator is already in use; run in a fresh process",
-              file=sys.stderr)
-        return 2
     model = get_memory_model("caching", capacity, **options)
     n = len(events)
     checkpoints = {min(n - 1, round(i * (n - 1) / max(args.checkpoints - 1, 1))) for i in range(args.checkpoints)}
@@ -200,11 +247,11 @@ def main(argv=None) -> int:
     def report(step, message):
         mismatches.append((step, message))
         if len(mismatches) <= args.max_mismatches:
-            print(f"[event {step}] {message}")
+            print(f"[layout, event {step}] {message}")
 
     tensors: dict[int, object] = {}
     compared = 0
-    print(f"{trace.name}: {n} events, capacity {capacity} B, PYTORCH_CUDA_ALLOC_CONF={conf!r}, "
+    print(f"layout: {trace.name}: {n} events, capacity {capacity} B, PYTORCH_CUDA_ALLOC_CONF={conf!r}, "
           f"torch {torch.__version__}")
     for step, event in enumerate(events):
         if event.kind == "alloc":
@@ -218,11 +265,12 @@ def main(argv=None) -> int:
                 report(step, f"alloc of {event.size} B for block {event.block_id}: "
                              f"cuda {'ok' if real_ok else 'OOM'}, model {'ok' if model_ok else 'OOM'}")
             if not (real_ok and model_ok):
-                print(f"[event {step}] stopping at the first OOM (cuda {real_ok}, model {model_ok})")
+                print(f"[layout, event {step}] stopping at the first OOM (cuda {real_ok}, model {model_ok})")
                 compare(step, torch, tensors, model, report)
                 compared += 1
                 break
             tensors[event.block_id] = tensor
+            tensor = None  # the dict holds the only reference: a free must release the block
         else:
             del tensors[event.block_id]
             model.free(event.block_id)
@@ -230,13 +278,242 @@ def main(argv=None) -> int:
             compare(step, torch, tensors, model, report)
             compared += 1
     stats = model.stats()
-    print(f"summary: {compared} checkpoints compared, {len(mismatches)} mismatches; model peak allocated "
-          f"{stats.peak_allocated_bytes} B (cuda {torch.cuda.max_memory_allocated()}), peak reserved "
-          f"{stats.peak_reserved_bytes} B (cuda {torch.cuda.max_memory_reserved()})")
     if stats.peak_allocated_bytes != torch.cuda.max_memory_allocated():
-        report(n, "peak allocated bytes differ")
+        report(n, f"peak allocated bytes: cuda {torch.cuda.max_memory_allocated()}, model {stats.peak_allocated_bytes}")
     if stats.peak_reserved_bytes != torch.cuda.max_memory_reserved():
-        report(n, "peak reserved bytes differ")
+        report(n, f"peak reserved bytes: cuda {torch.cuda.max_memory_reserved()}, model {stats.peak_reserved_bytes}")
+    return {"trace": trace.name, "conf": conf, "capacity": capacity, "events": n, "checkpoints": compared,
+            "mismatches": len(mismatches), "first_mismatches": [f"event {s}: {m}" for s, m in mismatches[:20]]}
+
+
+# ---------------------------------------------------------------- section: expandable-limit
+
+#: (limit in MiB, allocations in MiB): tests/test_memory_semantics.py's expandable cases. The
+#: limits carry half a MiB of margin so that the fraction's float rounding cannot decide.
+EXPANDABLE_CASES = (
+    ("pre-mapping check fails where the pages would fit", 42.5, (1.5, 25)),
+    ("pre-mapping check lets the pages pass the limit", 35.5, (30,)),
+)
+
+
+def set_limit(torch, capacity: int) -> int:
+    """``set_per_process_memory_fraction`` so that the allocator's limit, ``(size_t)(fraction *
+    total)``, is ``capacity`` bytes (or the nearest below it the double arithmetic allows)."""
+    total = torch.cuda.mem_get_info(0)[1]
+    if capacity >= total:
+        raise ValueError(f"a limit of {capacity} B needs a device with more than its {total} B")
+    fraction = capacity / total  # within a few units in the last place of the exact fraction
+    for _ in range(1000):
+        limit = int(fraction * total)
+        if limit == capacity:
+            break
+        fraction = math.nextafter(fraction, 1.0 if limit < capacity else 0.0)
+    torch.cuda.set_per_process_memory_fraction(fraction, 0)
+    return int(fraction * total)
+
+
+def expandable_limit_section(spec: dict, torch) -> dict:
+    """One case (``spec["case"]`` indexes :data:`EXPANDABLE_CASES`) with expandable segments on."""
+    name, limit_mib, sizes_mib = EXPANDABLE_CASES[spec["case"]]
+    limit = set_limit(torch, int(limit_mib * MiB))
+    models = {check: get_memory_model("caching", limit, expandable_segments=True, limit_check=check)
+              for check in ("allocation_size", "mapped")}
+    tensors, steps = [], []
+    for size in (int(s * MiB) for s in sizes_mib):
+        try:
+            tensors.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+            real_ok = True
+        except torch.cuda.OutOfMemoryError:
+            real_ok = False
+        step = {"size": size, "cuda_ok": real_ok, "cuda_reserved": torch.cuda.memory_reserved()}
+        for check, model in models.items():
+            step[f"{check}_ok"] = model.allocate(len(steps), size)
+            step[f"{check}_reserved"] = model.stats().reserved_bytes
+        steps.append(step)
+    predicted = {check: all(s["cuda_ok"] == s[f"{check}_ok"] and s["cuda_reserved"] == s[f"{check}_reserved"]
+                            for s in steps) for check in models}
+    print(f"expandable-limit: {name} (limit {limit} B): " + "; ".join(
+        f"{s['size']} B cuda {'ok' if s['cuda_ok'] else 'OOM'} reserved {s['cuda_reserved']}" for s in steps)
+        + f"; predicted by allocation_size: {predicted['allocation_size']}, mapped: {predicted['mapped']}")
+    return {"case": name, "limit": limit, "steps": steps, "predicted_by": predicted,
+            "mismatches": 0 if predicted["allocation_size"] else 1}
+
+
+# ---------------------------------------------------------------- section: semantics
+
+def semantics_runs(args) -> list[dict]:
+    """The runs of the semantics section, each with the allocate/free calls its model received."""
+    from dtrlab import simulate
+    from dtrlab.memory import CachingModel
+    from dtrlab.memory.device import device_capacity
+    from dtrlab.runtime import budget_for
+
+    class Recording(CachingModel):
+        """The caching model, keeping every allocate and free call (block id, size, placed)."""
+
+        def __init__(self, capacity_bytes, **options):
+            super().__init__(capacity_bytes, **options)
+            self.calls = []
+
+        def allocate(self, block_id, size):
+            placed = super().allocate(block_id, size)
+            self.calls.append(("alloc", block_id, size, placed))
+            return placed
+
+        def free(self, block_id):
+            super().free(block_id)
+            self.calls.append(("free", block_id, 0, True))
+
+    trace = load(args.trace)
+    runs = []
+    for ratio in (float(r) for r in args.ratios.split(",")):
+        budget = budget_for(trace, ratio)
+        device = device_capacity(args.device_capacity)
+        configs = [("reserved", {}, budget, {}),
+                   ("allocated", {"limit_check": "allocation_size"}, device.bytes_for(budget),
+                    {"device_capacity": args.device_capacity}),
+                   ("allocated", {"limit_check": "allocation_size", "expandable_segments": True},
+                    device.bytes_for(budget), {"device_capacity": args.device_capacity})]
+        for enforce, options, capacity, extra in configs:
+            model = Recording(capacity, **options)
+            result = simulate(trace, "dtr", budget_bytes=budget, memory=model, enforce=enforce, **extra)
+            runs.append({"trace": trace.name, "ratio": ratio, "enforce": enforce, "options": options,
+                         "capacity": capacity, "status": result.status, "calls": model.calls,
+                         "conf": "expandable_segments:True" if options.get("expandable_segments") else ""})
+    return runs
+
+
+def semantics_replay(spec: dict, torch) -> dict:
+    """Replay one run's model calls with real tensors under a per-process limit of the model's
+    capacity; every call must succeed or fail as in the model, with the same allocated and
+    reserved bytes after it (the model is replayed alongside to read its bytes)."""
+    from dtrlab.memory import CachingModel
+
+    limit = set_limit(torch, spec["capacity"])
+    model = CachingModel(spec["capacity"], **spec["options"])
+    tensors, mismatches = {}, []
+    for index, (kind, block_id, size, placed) in enumerate(spec["calls"]):
+        if kind == "alloc":
+            try:
+                tensor = torch.empty(size, dtype=torch.uint8, device="cuda") if size else None
+                real_ok = True
+            except torch.cuda.OutOfMemoryError:
+                real_ok = False
+            assert model.allocate(block_id, size) == placed, "the model replays differently"
+            if real_ok:
+                tensors[block_id] = tensor
+            tensor = None  # the dict holds the only reference: a free must release the block
+            if real_ok != placed:
+                mismatches.append(f"call {index}: alloc {size} B: cuda {'ok' if real_ok else 'OOM'}, "
+                                  f"model {'ok' if placed else 'OOM'}")
+                break  # the two allocators hold different blocks from here on
+        else:
+            tensors.pop(block_id, None)
+            model.free(block_id)
+        stats = model.stats()
+        real = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
+        if real != (stats.allocated_bytes, stats.reserved_bytes):
+            mismatches.append(f"call {index} ({kind} {block_id}): allocated/reserved cuda {real}, "
+                              f"model {(stats.allocated_bytes, stats.reserved_bytes)}")
+            if len(mismatches) >= 20:
+                break
+    label = f"{spec['trace']} at {spec['ratio']} under {spec['enforce']} {spec['options']}"
+    print(f"semantics: {label}: {len(spec['calls'])} calls, limit {limit} B, {len(mismatches)} mismatches"
+          + (f"; first: {mismatches[0]}" if mismatches else ""))
+    return {"run": label, "status": spec["status"], "limit": limit, "calls": len(spec["calls"]),
+            "mismatches": len(mismatches), "first_mismatches": mismatches}
+
+
+# ---------------------------------------------------------------- driver
+
+def worker(args) -> int:
+    """Run one section in this (fresh) process; print its result as the last line of JSON."""
+    torch = require_cuda()
+    torch.cuda.empty_cache()
+    if torch.cuda.memory_reserved() or torch.cuda.memory_allocated():
+        print("validate_allocator_cuda: the caching allocator is already in use; run in a fresh process",
+              file=sys.stderr)
+        return 2
+    spec = json.loads(args.worker_spec)
+    if args.worker == "layout":
+        result = layout_section(args, torch)
+    elif args.worker == "expandable-limit":
+        result = expandable_limit_section(spec, torch)
+    else:
+        result = semantics_replay(spec, torch)
+    print(json.dumps(result))
+    return 0
+
+
+def run_worker(args, section: str, conf: str, spec: dict | None = None, extra: list[str] = ()) -> dict:
+    """One section in a fresh Python process with PYTORCH_CUDA_ALLOC_CONF=conf."""
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
+    command = [sys.executable, str(Path(__file__).resolve()), str(args.trace), "--worker", section, *extra]
+    with tempfile.TemporaryDirectory() as tmp:
+        if spec is not None:  # a run's calls are too long for a command line
+            spec_file = Path(tmp) / "spec.json"
+            spec_file.write_text(json.dumps(spec))
+            command += ["--worker-spec", f"@{spec_file}"]
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+    sys.stdout.write("".join(line + "\n" for line in done.stdout.splitlines()[:-1]))
+    if done.returncode != 0 or not done.stdout.strip():
+        return {"section": section, "conf": conf, "error": (done.stderr or done.stdout).strip()[-2000:],
+                "mismatches": 1}
+    return {"section": section, "conf": conf, **json.loads(done.stdout.splitlines()[-1])}
+
+
+def layout_variants(args) -> list[tuple[str, list[str]]]:
+    """(PYTORCH_CUDA_ALLOC_CONF, worker options) of the layout section: the given options, or
+    plain and expandable segments when none is given."""
+    conf, _ = allocator_conf(args)
+    passed = [flag for flag, on in (("--expandable-segments", args.expandable_segments),) if on]
+    for flag, value in (("--max-split-size-mb", args.max_split_size_mb),
+                        ("--roundup-power2-divisions", args.roundup_power2_divisions), ("--fraction", args.fraction)):
+        if value is not None:
+            passed += [flag, str(value)]
+    passed += ["--checkpoints", str(args.checkpoints), "--max-mismatches", str(args.max_mismatches)]
+    if conf or args.fraction is not None:
+        return [(conf, passed)]
+    return [("", passed), ("expandable_segments:True", [*passed, "--expandable-segments"])]
+
+
+def write_results(args, results: dict) -> None:
+    out = args.out or (Path(os.environ["OUT"]) / "validate_allocator_cuda.json" if os.environ.get("OUT") else None)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(results, indent=1, default=str))
+        tmp.replace(out)
+        print(f"results written to {out}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.worker_spec.startswith("@"):
+        args.worker_spec = Path(args.worker_spec[1:]).read_text()
+    if args.worker:
+        return worker(args)
+    problem = cuda_problem()
+    if problem:
+        print(f"validate_allocator_cuda: {problem}", file=sys.stderr)
+        write_results(args, {"status": "no-cuda", "reason": problem})
+        return NO_CUDA
+    results = {"trace": str(args.trace), "sections": {}}
+    if "layout" in args.sections:
+        results["sections"]["layout"] = [run_worker(args, "layout", conf, None, extra)
+                                         for conf, extra in layout_variants(args)]
+    if "expandable-limit" in args.sections:
+        results["sections"]["expandable-limit"] = [
+            run_worker(args, "expandable-limit", "expandable_segments:True", {"case": case})
+            for case in range(len(EXPANDABLE_CASES))]
+    if "semantics" in args.sections:
+        results["sections"]["semantics"] = [run_worker(args, "semantics", run["conf"], run)
+                                            for run in semantics_runs(args)]
+    mismatches = sum(part.get("mismatches", 0) for parts in results["sections"].values() for part in parts)
+    results["mismatches"] = mismatches
+    results["status"] = "match" if mismatches == 0 else "mismatch"
+    print(f"summary: {mismatches} mismatches over sections {', '.join(results['sections'])}")
+    write_results(args, results)
     return 1 if mismatches else 0
 
 

@@ -413,3 +413,18 @@ def test_address_policy_flips_compares_both_policies(small_resnet):
                            memory_options={"address_policy": policy})
             assert run.status == getattr(row, f"status_{policy}")
         assert row.flipped == (row.status_bump != row.status_reuse)
+
+
+def test_refine_holes_keeps_the_frame_semantics(small_resnet):
+    """A frame swept under 'allocated' is refined under 'allocated' with its device (given or not);
+    naming another device is refused."""
+    from dtrlab.analysis.holes import refine_holes
+
+    frame = sweep(small_resnet, "dtr", ratios=[0.4, 0.6, 0.8], memory="caching", enforce="allocated",
+                  device_capacity="1.5x", cache=False, progress=False)
+    refinement = refine_holes(small_resnet, frame, "dtr", probes=1, cache=False, progress=False)
+    samples = refinement.refined.samples
+    assert set(samples["enforce"]) == {"allocated"} and set(samples["device_capacity"]) == {"1.5x"}
+    with pytest.raises(ValueError, match="refine it under its own semantics"):
+        refine_holes(small_resnet, frame, "dtr", enforce="allocated", device_capacity="2x", cache=False,
+                     progress=False)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..memory.device import device_capacity
 from ..policies import Policy, get_policy
 from ..runtime import FLAT, Intervention, baseline, memory_label, memory_spec, budget_for
 from ..sweep import sweep
@@ -327,6 +328,12 @@ def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: 
     grid = find_holes(frame)
     memory = _frame_memory(grid.samples.iloc[0], policy_params.pop("memory", None),
                            policy_params.pop("memory_options", None))
+    given = (policy_params.pop("enforce", None), policy_params.pop("device_capacity", None))
+    if given[0] is not None and (given[0] != memory.get("enforce", "reserved") or (
+            given[0] != "reserved" and device_capacity(given[1]).label != device_capacity(memory.get("device_capacity")).label)):
+        raise ValueError(f"the frame was swept under enforce={memory.get('enforce', 'reserved')!r} "
+                         f"(device {memory.get('device_capacity')}), not {given[0]!r} ({given[1]}); refine it "
+                         "under its own semantics")
     policy = get_policy(policy, **policy_params)
     if policy.label != grid.policy:
         raise ValueError(f"the frame was swept with policy {grid.policy!r}, not {policy.label!r}; "
@@ -421,7 +428,7 @@ def _frame_memory(row: pd.Series, memory=None, memory_options: dict | None = Non
     a model given as well must be the same."""
     name = row.get("memory") or FLAT
     options = json.loads(row["memory_options"]) if row.get("memory_options") else {}
-    if memory is not None and memory_spec(memory, memory_options) != (name, options):
+    if memory is not None and memory_spec(memory, memory_options, row.get("enforce") or "reserved") != (name, options):
         raise ValueError(f"the frame was swept under the {name!r} memory model with options {options}, not "
                          f"{memory!r} with {memory_options or {}}; refine it under its own model")
     semantics = {"enforce": row["enforce"], "device_capacity": row["device_capacity"] or None} \

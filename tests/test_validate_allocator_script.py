@@ -1,0 +1,58 @@
+"""scripts/validate_allocator_cuda.py without a GPU: against a stand-in ``torch`` whose allocator is
+the ``caching`` model itself (tests/stand_ins/torch), every section must match (this checks the
+script's plumbing, not the model), a stand-in that checks a per-process limit differently must be
+caught, and a machine without CUDA gets one line, exit status 3 and a JSON file saying so."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "validate_allocator_cuda.py"
+STAND_IN = Path(__file__).resolve().parent / "stand_ins"
+
+
+def run_script(*args, stand_in=True, **env):
+    environment = dict(os.environ, **env)
+    if stand_in:
+        environment["PYTHONPATH"] = os.pathsep.join([str(STAND_IN), str(ROOT)])
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=environment)
+
+
+def test_every_section_matches_the_stand_in(tmp_path):
+    done = run_script("--ratios", "0.4,0.7", "--checkpoints", "5", OUT=str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((tmp_path / "validate_allocator_cuda.json").read_text())
+    assert results["status"] == "match" and results["mismatches"] == 0
+    sections = results["sections"]
+    assert [part["conf"] for part in sections["layout"]] == ["", "expandable_segments:True"]
+    assert all(part["predicted_by"] == {"allocation_size": True, "mapped": False}
+               for part in sections["expandable-limit"])
+    assert len(sections["semantics"]) == 6 and all(part["calls"] > 0 for part in sections["semantics"])
+
+
+def test_a_different_limit_check_is_a_mismatch(tmp_path):
+    out = tmp_path / "r.json"
+    done = run_script("--sections", "expandable-limit", "--out", str(out), STAND_IN_LIMIT_CHECK="mapped")
+    assert done.returncode == 1
+    assert json.loads(out.read_text())["mismatches"] == 2
+
+
+def test_bad_input_is_one_line():
+    done = run_script("--sections", "layout,bogus")
+    assert done.returncode == 2
+    assert done.stderr == "validate_allocator_cuda: error: unknown section(s) bogus; valid: layout, " \
+                          "expandable-limit, semantics\n"
+
+
+def test_without_cuda_one_line_and_status_3(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: the script would run for real")
+    done = run_script(stand_in=False, OUT=str(tmp_path))
+    assert done.returncode == 3 and len(done.stderr.splitlines()) == 1 and "no CUDA device" in done.stderr
+    assert json.loads((tmp_path / "validate_allocator_cuda.json").read_text())["status"] == "no-cuda"
