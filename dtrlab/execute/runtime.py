@@ -7,19 +7,19 @@ captured trace's line at the same position. A different operator, argument, size
 release order stops the step with :class:`Divergence` naming the operator and the line.
 
 While the lines agree, a :class:`LockstepSimulator` (the Python :class:`Simulator`) replays
-the captured trace one operator ahead of the real step. Before the real operator runs, the
+the captured trace in step with the real program. Before each logged real operator runs, the
 simulator takes the schedule up to that operator's compute: it rematerializes what the
 operator reads and evicts by the policy to make room. The simulator's hooks carry each
 decision out on real memory:
 
-* **evict** a storage: when no storage of the trace that lives on the same real storage is
-  resident any more, the real storage is shrunk to 0 bytes (``UntypedStorage.resize_(0)``);
+* **evict** a storage: when no resident storage of the trace reads its bytes from the same
+  real storage any more, the real storage is shrunk to 0 bytes (``UntypedStorage.resize_(0)``);
   every view of it stays a valid tensor object without data;
 * **rematerialize** an operator: its recorded call (the ATen overload, the non-tensor
   arguments, the trace tensors it read) runs again on the real parents, and its fresh outputs
   are copied back into their real storages, grown back to their size. Random operators replay
-  the generator state they first ran with; arguments an operator writes are cloned first, so
-  that a recomputation never writes twice.
+  the generator state they first ran with; arguments an operator writes are copied first, so
+  that a recomputation never writes the program's storages.
 
 Decisions are therefore the simulator's by construction (the same trace, policy, budget and
 cost model); what this module adds is that they are carried out, and checks that they can be.
@@ -27,9 +27,10 @@ cost model); what this module adds is that they are carried out, and checks that
 In-place operators (simrd's ``MUTATE``) give one real storage several trace storages (the
 storage before and after each write), so the runtime numbers the versions of each real
 storage (0 when it is made, +1 per in-place write) and records which version every
-operator call read. A recomputation runs only on the versions its call first read, and the
-program's own operators only on the latest; a recomputation that would need another
-version (an in-place write through one alias, then a recomputation through another) is an
+operator call read. A recomputation runs only on the versions its call first read (a
+replaced version is recomputed into a private storage), and the program's own operators
+only on the latest; where the needed version exists nowhere (an in-place write through one
+alias, read through another, once the simulator has evicted the written version) that is an
 :class:`UnsupportedOperator` error that names the operator, never a silently wrong value.
 """
 
