@@ -36,6 +36,14 @@ PYTORCH_CUDA_ALLOC_CONF is read once, when torch's allocator starts):
   (``reserved`` with expandable segments is left out: its model caps mapped pages, which a
   per-process fraction does not; see docs/memory.md.)
 
+* ``execute`` (only when named: ``--sections execute``): real execution (dtrlab.execute,
+  docs/execute.md): ``--execute-model``'s training step (a model source of ``dtrlab capture``, default ``resnet32``) run on the GPU at
+  each of ``--execute-ratios`` with the allocator capped at the budget and the simulator
+  deciding; each run's record must equal ``dtrlab.simulate`` on the step's GPU trace and a
+  passing run's loss and gradients must match an unbudgeted eager step within 1e-4; the real
+  allocator's peaks are reported beside the ``caching`` model's prediction for the budget
+  (:func:`dtrlab.execute.gpu_check.check_execution`).
+
 Results are printed and written as JSON to ``--out``, else to ``$OUT/validate_allocator_cuda.json``
 when ``$OUT`` is set.
 
@@ -64,7 +72,8 @@ from dtrlab.trace import load  # noqa: E402
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = ROOT / "traces" / "resnet32-b8.jsonl.gz"
-SECTIONS = ("layout", "expandable-limit", "semantics")
+SECTIONS = ("layout", "expandable-limit", "semantics", "execute")
+DEFAULT_SECTIONS = SECTIONS[:3]  # execute runs a model's step on the GPU: asked for by name
 NO_CUDA = 3  # exit status without torch or a CUDA device
 
 
@@ -79,8 +88,8 @@ def parse_args(argv=None):
     parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("trace", type=Path, nargs="?", default=DEFAULT_TRACE,
                         help="a dtrlab trace or simrd log (default traces/resnet32-b8.jsonl.gz)")
-    parser.add_argument("--sections", default=",".join(SECTIONS),
-                        help=f"comma-separated sections to run (default all: {', '.join(SECTIONS)})")
+    parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
+                        help=f"comma-separated sections (default {', '.join(DEFAULT_SECTIONS)}; also execute)")
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON results file (default $OUT/validate_allocator_cuda.json when $OUT is set)")
     parser.add_argument("--checkpoints", type=int, default=20, help="layout: snapshots evenly spaced over the events")
@@ -92,6 +101,8 @@ def parse_args(argv=None):
     parser.add_argument("--max-mismatches", type=int, default=200, help="stop printing after this many")
     parser.add_argument("--ratios", default="0.3,0.5,0.7", help="semantics: budget ratios (comma-separated)")
     parser.add_argument("--device-capacity", default="1.25x", help="semantics: the device under enforce='allocated'")
+    parser.add_argument("--execute-model", default="resnet32", help="execute: the model source (default resnet32)")
+    parser.add_argument("--execute-ratios", default="0.5,0.8,1.0", help="execute: budget ratios (comma-separated)")
     parser.add_argument("--worker", choices=SECTIONS, help=argparse.SUPPRESS)  # a section in its own process
     parser.add_argument("--worker-spec", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -439,10 +450,24 @@ def worker(args) -> int:
         result = layout_section(args, torch)
     elif args.worker == "expandable-limit":
         result = expandable_limit_section(spec, torch)
+    elif args.worker == "execute":
+        result = execute_section(spec)
     else:
         result = semantics_replay(spec, torch)
     print(json.dumps(result))
     return 0
+
+
+def execute_section(spec: dict) -> dict:
+    """Real execution on the GPU: each run's record against the simulator's (see the module docstring)."""
+    from dtrlab.execute.gpu_check import check_execution, device_description
+
+    runs = check_execution(spec["model"], spec["ratios"])
+    for run in runs:
+        print(f"  {spec['model']} at {run['ratio']}: {run['status']}, identical {run['identical']}, peak reserved "
+              f"{run.get('peak_reserved_bytes')} B (caching model {run['caching_model_peak_reserved']} B)")
+    mismatches = sum(run["identical"] is False or run.get("within_tolerance") is False for run in runs)
+    return {"device": device_description(), "runs": runs, "mismatches": mismatches}
 
 
 def run_worker(args, section: str, conf: str, spec: dict | None = None, extra: list[str] = ()) -> dict:
@@ -509,6 +534,9 @@ def main(argv=None) -> int:
     if "semantics" in args.sections:
         results["sections"]["semantics"] = [run_worker(args, "semantics", run["conf"], run)
                                             for run in semantics_runs(args)]
+    if "execute" in args.sections:
+        spec = {"model": args.execute_model, "ratios": [float(r) for r in args.execute_ratios.split(",")]}
+        results["sections"]["execute"] = [run_worker(args, "execute", "", spec)]
     mismatches = sum(part.get("mismatches", 0) for parts in results["sections"].values() for part in parts)
     results["mismatches"] = mismatches
     results["status"] = "match" if mismatches == 0 else "mismatch"

@@ -350,3 +350,18 @@ def test_cli_executes_and_reports(capsys):
     assert "below the step's minimum" in capsys.readouterr().err
     assert main(["execute", "test_execute:explicit_generator_model", "--ratio", "1.0"]) == 2
     assert capsys.readouterr().err.startswith("dtrlab execute: error: aten.rand.generator")
+
+
+def test_the_gpu_section_of_the_allocator_script_says_when_there_is_no_gpu(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: the section would run for real")
+    script = Path(__file__).resolve().parent.parent / "scripts" / "validate_allocator_cuda.py"
+    done = subprocess.run([sys.executable, str(script), "--sections", "execute"], capture_output=True, text=True,
+                          env=dict(os.environ, OUT=str(tmp_path)))
+    assert done.returncode == 3 and done.stderr.startswith("validate_allocator_cuda: no CUDA device")
+    assert len(done.stderr.splitlines()) == 1
