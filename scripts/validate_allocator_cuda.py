@@ -39,10 +39,10 @@ PYTORCH_CUDA_ALLOC_CONF is read once, when torch's allocator starts):
 * ``execute`` (only when named: ``--sections execute``): real execution (dtrlab.execute,
   docs/execute.md): ``--execute-model``'s training step (a model source of ``dtrlab capture``,
   default ``resnet32``) run on the GPU at each of ``--execute-ratios`` with the allocator capped
-  at the budget and the simulator deciding; each run's record must equal ``dtrlab.simulate`` on the step's GPU trace and a
-  passing run's loss and gradients must match an unbudgeted eager step within 1e-4; the real
-  allocator's peaks are reported beside the ``caching`` model's prediction for the budget
-  (:func:`dtrlab.execute.gpu_check.check_execution`).
+  at the budget and the simulator deciding; each run's record must equal ``dtrlab.simulate`` on
+  the step's GPU trace and a passing run's loss and gradients must match an unbudgeted eager step
+  within 1e-4; the real allocator's peaks are reported beside the ``caching`` model's prediction
+  for the budget (:func:`dtrlab.execute.gpu_check.check_execution`).
 
 Results are printed and written as JSON to ``--out``, else to ``$OUT/validate_allocator_cuda.json``
 when ``$OUT`` is set.
