@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import torch
 
 from ..runtime import simulate
@@ -48,5 +50,10 @@ def check_execution(source: str, ratios, *, policy: str = "dtr", rtol: float = 1
 def device_description() -> dict:
     """The GPU, driver and torch version, for docs/execute.md's records."""
     props = torch.cuda.get_device_properties(0)
-    return {"device": props.name, "memory_bytes": props.total_memory, "torch": torch.__version__,
+    try:  # the driver's version is not in torch's device properties
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        driver = None
+    return {"device": props.name, "memory_bytes": props.total_memory, "driver": driver, "torch": torch.__version__,
             "cuda": torch.version.cuda}
