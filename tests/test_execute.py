@@ -130,11 +130,13 @@ def assert_same_decisions(executed, trace, policy, budget):
 
 
 def assert_bit_identical(executed, reference):
-    loss, gradients = reference
-    assert torch.equal(executed.loss, loss)
-    assert executed.gradients.keys() == gradients.keys() and gradients
-    for name, gradient in gradients.items():
+    assert torch.equal(executed.loss, reference.loss)
+    assert executed.gradients.keys() == reference.gradients.keys() and reference.gradients
+    for name, gradient in reference.gradients.items():
         assert torch.equal(executed.gradients[name], gradient), name
+    assert executed.parameters.keys() == reference.parameters.keys()
+    for name, parameter in reference.parameters.items():  # the optimizer's update, if the step has one
+        assert torch.equal(executed.parameters[name], parameter), name
 
 
 def test_mixed_model_has_what_it_claims(mixed):
@@ -216,6 +218,22 @@ def test_a_write_through_a_view_is_exact_or_refused():
             assert_bit_identical(executed, reference)
             passed += 1
     assert passed  # at 1.0 at least; never a silently wrong value at any budget
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_step_with_an_optimizer_update(optimizer):
+    captured = capture_step(MIXED, optimizer=optimizer)
+    reference = reference_step(MIXED, optimizer=optimizer)
+    assert sum(line["INSTRUCTION"] == "MUTATE" for line in captured.lines) > \
+        sum(line["INSTRUCTION"] == "MUTATE" for line in capture_step(MIXED).lines)  # the update's writes
+    initial = reference_step(MIXED).parameters  # without an update: the parameters as built
+    assert not all(torch.equal(initial[name], p) for name, p in reference.parameters.items())
+    for ratio in (0.6, 0.8, 1.0):
+        executed = run_step(captured, ratio=ratio)
+        assert_same_decisions(executed, captured.trace, "dtr", executed.run.budget_bytes)
+        if executed.passed:
+            assert_bit_identical(executed, reference)
+    assert executed.passed
 
 
 def test_budget_below_the_minimum_is_a_clear_error(mixed):

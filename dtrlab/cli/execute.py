@@ -31,6 +31,8 @@ def register(subparsers) -> None:
                         "peaks are reported beside the simulator's accounting)")
     parser.add_argument("--real", action="store_true", help="capture with real CPU tensors, not on the meta device "
                         "(where the two traces differ, e.g. attention dropout; docs/execute.md)")
+    parser.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
+                        help="end the step with this optimizer's update (SGD momentum 0.9, lr 0.01; Adam lr 1e-3)")
     parser.add_argument("--cap-allocator", action="store_true",
                         help="on cuda: cap the caching allocator at the budget (set_per_process_memory_fraction)")
     parser.add_argument("--batch", type=positive_int, default=None, help="batch size (default: the model's)")
@@ -59,8 +61,9 @@ def run(args) -> int:
         result = run_step(args.model, ratio=args.ratio, budget_bytes=args.budget,
                           policy=get_policy(args.policy, **policy_params(args.param)),
                           overhead_limit=args.overhead_limit, cost=args.cost, device=args.device,
-                          real=args.real, cap_allocator=args.cap_allocator, batch=args.batch, seq=args.seq,
-                          image=args.image, seed=args.seed, **sizes, **memory_arguments(args))
+                          real=args.real, optimizer=args.optimizer, cap_allocator=args.cap_allocator,
+                          batch=args.batch, seq=args.seq, image=args.image, seed=args.seed, **sizes,
+                          **memory_arguments(args))
     except ExecutionError as exc:
         print(f"dtrlab execute: error: {exc}", file=sys.stderr)
         return 2

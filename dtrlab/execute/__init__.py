@@ -5,10 +5,11 @@ See docs/execute.md.
 """
 
 from .runtime import Divergence, ExecutionError, Recomputation, UnsupportedOperator
-from .step import (BudgetBelowMinimum, CapturedStep, ExecuteResult, MinimumBudget, capture_step, minimum_budget,
-                   reference_step, run_step)
+from .step import (OPTIMIZERS, BudgetBelowMinimum, CapturedStep, ExecuteResult, MinimumBudget, StepValues,
+                   capture_step, minimum_budget, reference_step, run_step)
 
 __all__ = [
-    "BudgetBelowMinimum", "CapturedStep", "Divergence", "ExecuteResult", "ExecutionError", "MinimumBudget",
-    "Recomputation", "UnsupportedOperator", "capture_step", "minimum_budget", "reference_step", "run_step",
+    "OPTIMIZERS", "BudgetBelowMinimum", "CapturedStep", "Divergence", "ExecuteResult", "ExecutionError",
+    "MinimumBudget", "Recomputation", "StepValues", "UnsupportedOperator", "capture_step", "minimum_budget",
+    "reference_step", "run_step",
 ]

@@ -22,7 +22,7 @@ def check_execution(source: str, ratios, *, policy: str = "dtr", rtol: float = 1
     if not torch.cuda.is_available():
         raise ValueError(f"no CUDA device (torch {torch.__version__}, built with CUDA {torch.version.cuda})")
     captured = capture_step(source, device="cuda", **build_options)
-    loss, gradients = reference_step(source, device="cuda", **build_options)
+    loss, gradients, _ = reference_step(source, device="cuda", **build_options)
     records = []
     for ratio in ratios:
         simulated = simulate(captured.trace, policy, ratio=ratio)

@@ -270,7 +270,20 @@ class Executor(_Recorder):
             record = self._program_storage(a)
             if record.version != record.latest:
                 raise self._unreadable(func, record, logged=predicted is not None)
+        if predicted is not None:
+            for _, a in tensors:
+                if id(a) in written:
+                    self._keep_pinned_version(self._program_storage(a))
         return func(*args, **kwargs), 0
+
+    def _keep_pinned_version(self, record: RealStorage) -> None:
+        """Before the program writes a constant in place (an optimizer's update of a parameter), copy its
+        bytes: the simulator keeps the constant resident for good, so recomputations may still read it."""
+        for c in record.claimants:
+            if self.place[c] is record and self.sim.pinned[c]:
+                self.place[c] = RealStorage(_copy_storage(record.storage), record.nbytes, shared=False,
+                                            claimants=[c])
+                self.real_bytes += record.nbytes
 
     def _unreadable(self, func, record: RealStorage, logged: bool) -> ExecutionError:
         """Why the program reads a storage whose latest version is not resident."""

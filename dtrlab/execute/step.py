@@ -15,6 +15,7 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
@@ -33,6 +34,13 @@ from . import cuda
 from .runtime import ExecutionError, Executor, LockstepSimulator, Recomputation, storage_roots
 
 
+#: The optimizer steps a training step can end with (``optimizer=``), built on the module's parameters.
+OPTIMIZERS = {
+    "sgd": lambda parameters: torch.optim.SGD(parameters, lr=0.01, momentum=0.9),
+    "adam": lambda parameters: torch.optim.Adam(parameters, lr=1e-3),
+}
+
+
 class BudgetBelowMinimum(ValueError):
     """The budget cannot hold what one operator of the step needs at once."""
 
@@ -44,6 +52,7 @@ class CapturedStep:
     source: str
     cost: str
     device: str  # the device the step executes on
+    optimizer: str | None  # a name of OPTIMIZERS: the step ends with its update
     build_options: dict
     lines: list[dict] = field(repr=False)
     trace: Trace = field(repr=False)
@@ -69,6 +78,7 @@ class ExecuteResult:
     recomputations: tuple[Recomputation, ...] = field(repr=False)
     loss: torch.Tensor | None = field(default=None, repr=False)
     gradients: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    parameters: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)  # after the step
     allocator: dict | None = None  # CUDA only: the real caching allocator's peaks (cuda.allocator_scope)
     #: After each operator's computation: the simulator's accounted bytes and the bytes of the real storages
     #: the runtime keeps resident (at most the former: see docs/execute.md).
@@ -102,13 +112,15 @@ class ExecuteResult:
 
 
 def capture_step(source: str, *, cost: str = "flops", device: str = "cpu", real: bool = False,
-                 **build_options) -> CapturedStep:
+                 optimizer: str | None = None, **build_options) -> CapturedStep:
     """Record ``source``'s training step as ``dtrlab capture`` does (the model sources of capture).
 
     For CPU execution the step is recorded on the meta device, exactly as ``dtrlab capture``
     writes it, or with real CPU tensors (``real``, ``dtrlab capture --real``) where the meta trace
     differs from the real one. CUDA runs other kernels than the CPU (e.g. cuDNN's batch norm), so
     for CUDA the step is recorded with real tensors on the GPU, by the same recorder.
+    ``optimizer`` (a name of :data:`OPTIMIZERS`) ends the step with that optimizer's update, as
+    ``record(..., optimizer=)`` does.
     """
     from ..trace.capture import capture
 
@@ -116,16 +128,20 @@ def capture_step(source: str, *, cost: str = "flops", device: str = "cpu", real:
     if cost == "time":
         raise ValueError("execute needs a deterministic cost model (flops or roofline:GPU): measured times differ "
                          "between runs, so the simulator's clock would not be the capture's")
-    if device == "cpu":
-        recording = capture(source, cost=cost, real=real, **build_options)
-    elif device.startswith("cuda"):
-        workload = build(source, device=device, **build_options)
-        with torch.device(device), meta_patches():
-            recording = record(workload.module, workload.inputs, loss_fn=workload.loss_fn, cost=cost)
-    else:
+    if optimizer is not None and optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if device != "cpu" and not device.startswith("cuda"):
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    if device == "cpu" and optimizer is None:
+        recording = capture(source, cost=cost, real=real, **build_options)
+    else:  # the same recorder, with the optimizer (capture() records none) or on the GPU
+        where = device if device != "cpu" else ("cpu" if real else "meta")
+        workload = build(source, device=where, **build_options)
+        with torch.device(where), meta_patches():
+            recording = record(workload.module, workload.inputs, loss_fn=workload.loss_fn, cost=cost,
+                               optimizer=_optimizer(optimizer, workload.module))
     trace = parse_lines((_line_text(line) for line in recording.lines), source=source, name=source)
-    return CapturedStep(source, cost, device, dict(build_options), recording.lines, trace)
+    return CapturedStep(source, cost, device, optimizer, dict(build_options), recording.lines, trace)
 
 
 def _line_text(line: dict) -> str:
@@ -155,8 +171,8 @@ def minimum_budget(trace: Trace) -> MinimumBudget:
 def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_bytes: int | None = None,
              policy: str | Policy = "dtr", memory: str | MemoryModel = FLAT, memory_options: dict | None = None,
              enforce: str = RESERVED, device_capacity=None, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
-             cost: str = "flops", device: str = "cpu", real: bool = False, cap_allocator: bool = False,
-             **build_options) -> ExecuteResult:
+             cost: str = "flops", device: str = "cpu", real: bool = False, optimizer: str | None = None,
+             cap_allocator: bool = False, **build_options) -> ExecuteResult:
     """Execute one training step of ``step`` (a model source or a :class:`CapturedStep`) under a budget.
 
     Give exactly one of ``ratio`` (of the captured trace's unbounded peak, ``int(peak * ratio)`` as
@@ -164,7 +180,8 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
     ``ratio=1.0`` for an unbudgeted step. Evictions are decided by ``policy`` under ``memory``
     (the simulator's memory model; ``flat`` counts storage bytes as simrd does) and ``enforce``
     / ``device_capacity`` (the runtime semantics, as in :func:`dtrlab.simulate`). ``real`` captures a
-    model source with real CPU tensors instead of meta ones (see :func:`capture_step`). On CUDA,
+    model source with real CPU tensors instead of meta ones and ``optimizer`` ends the step with
+    an optimizer's update (see :func:`capture_step`; a captured step brings its own). On CUDA,
     ``cap_allocator`` also caps the real caching allocator at the budget
     (``set_per_process_memory_fraction``); its peaks are reported either way.
 
@@ -172,8 +189,8 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
     (:class:`~dtrlab.execute.runtime.Divergence`, :class:`~dtrlab.execute.runtime.UnsupportedOperator`)
     when the real step cannot follow the simulator.
     """
-    captured = step if isinstance(step, CapturedStep) else capture_step(step, cost=cost, device=device, real=real,
-                                                                        **build_options)
+    captured = step if isinstance(step, CapturedStep) else capture_step(
+        step, cost=cost, device=device, real=real, optimizer=optimizer, **build_options)
     trace = captured.trace
     if (ratio is None) == (budget_bytes is None):
         raise ValueError("give exactly one of ratio= (e.g. 0.5) or budget_bytes= (e.g. 2_000_000_000)")
@@ -218,7 +235,7 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
         try:
             with torch.device(captured.device), meta_patches():
                 record(workload.module, workload.inputs, loss_fn=loss_fn, cost=captured.cost,
-                       recorder_class=make_executor)
+                       optimizer=_optimizer(captured.optimizer, workload.module), recorder_class=make_executor)
             executors[0].finish()
         except (OutOfMemory, Thrash, RuntimeError) as exc:
             if executors:
@@ -238,28 +255,46 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
         evicted_storages=tuple(trace.tensor_names[s] for s in sim.evicted), baseline_memory=base.peak_memory,
         baseline_compute=base.model_compute, overhead_limit=overhead_limit, failure=sim.failure, **metrics,
         **({} if enforce == RESERVED else {"enforce": enforce, "device_capacity": device_spec.label}))
-    gradients = {}
+    gradients, parameters = {}, {}
     if status == "pass":
         gradients = {name: p.grad for name, p in workload.module.named_parameters() if p.grad is not None}
-        for name, grad in gradients.items():
-            if grad.untyped_storage().nbytes() == 0 and grad.numel():
-                raise ExecutionError(f"the gradient of {name} is evicted after the step (the trace does not pin it)")
+        parameters = dict(workload.module.named_parameters())
+        for name, tensor in [*gradients.items(), *parameters.items()]:
+            if tensor.untyped_storage().nbytes() == 0 and tensor.numel():
+                raise ExecutionError(f"{name} (or its gradient) is evicted after the step (the trace does not pin it)")
     return ExecuteResult(run=run, device=captured.device, wall_seconds=wall,
                          recomputations=tuple(executor.recomputations), loss=kept[0] if kept else None,
-                         gradients=gradients, allocator=dict(allocator) if allocator else None,
+                         gradients=gradients, parameters=parameters,
+                         allocator=dict(allocator) if allocator else None,
                          memory_timeline=tuple(executor.memory_timeline))
 
 
-def reference_step(source: str, *, device: str = "cpu",
-                   **build_options) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The plain eager step (no recorder, no budget): the loss and the gradients to compare with."""
+class StepValues(NamedTuple):
+    """What a plain step computes: the loss, the gradients and the parameters after it."""
+
+    loss: torch.Tensor
+    gradients: dict[str, torch.Tensor]
+    parameters: dict[str, torch.Tensor]
+
+
+def reference_step(source: str, *, device: str = "cpu", optimizer: str | None = None,
+                   **build_options) -> StepValues:
+    """The plain eager step (no recorder, no budget), to compare values with."""
     workload = build(source, device=device, **build_options)
     workload.module.zero_grad(set_to_none=True)
+    step = _optimizer(optimizer, workload.module)
     with torch.device(device), meta_patches():
         output = workload.module(*workload.inputs)
         loss = workload.loss_fn(output) if workload.loss_fn is not None else _sum_outputs(output)
         loss.backward()
-    return loss.detach(), {name: p.grad for name, p in workload.module.named_parameters() if p.grad is not None}
+        if step is not None:
+            step.step()
+    return StepValues(loss.detach(), {name: p.grad for name, p in workload.module.named_parameters()
+                                      if p.grad is not None}, dict(workload.module.named_parameters()))
+
+
+def _optimizer(name: str | None, module: torch.nn.Module) -> torch.optim.Optimizer | None:
+    return None if name is None else OPTIMIZERS[name](module.parameters())
 
 
 def _sum_outputs(output) -> torch.Tensor:
