@@ -646,7 +646,7 @@ class Simulator:
                     model.free(placed)
                 self._fail("oom", t, model.request_bytes(size), "device")
                 raise OutOfMemory()
-            self.charged += model.request_bytes(size)
+        self.charged += sum(model.request_bytes(size) for _, size in blocks)
         self._note_reserved_peak()
         return blocks
 
