@@ -188,12 +188,8 @@ def test_no_claim_beats_the_truth_on_many_traces(case):
 
 def bracket_violations(trace, limit: float) -> list[str]:
     """compute_frontier's bracket against the true minimal budget (the least budget the search
-    fits): no proof at or above it, no real run below it, and no solver fault. A trace with no
-    compute at all is left out: the frontier reads a run's recompute from its overhead, which
-    is undefined there (NaN; an open defect of frontier.real_runs)."""
-    from hypothesis import assume
+    fits): no proof at or above it, no real run below it, and no solver fault."""
     from dtrlab.solvers.frontier import FrontierPlan, compute_frontier
-    assume(baseline(trace).model_compute > 0)
     lower, peak = build_problem(trace, chain=None).lower_bound(), baseline(trace).peak_memory
     minimal = next(b for b in range(lower, peak + 1) if least_recompute(trace, b, limit).recompute is not None)
     plan = FrontierPlan(ratios=(0.6, 0.8, 1.0), policies=("dtr", "twophase"), policy_ratios="0.3:1.0:0.05",
@@ -221,6 +217,21 @@ def test_the_frontier_brackets_the_true_minimal_budget(case):
 def test_the_frontier_brackets_the_true_minimal_budget_on_many_traces(case):
     trace, _, limit = case
     assert not bracket_violations(trace, limit)
+
+
+def test_the_frontier_brackets_a_trace_with_no_compute():
+    """Every operator free: a run's overhead is undefined (0 / 0), so the frontier must take a
+    policy run's recompute from the run itself, not from its overhead (it raised on NaN)."""
+    log = LogBuilder()
+    log.constant("x", 2)
+    log.call("f0", ["x"], [("a0", 3)], time=0)
+    log.call("f1", ["a0"], [("a1", 2)], time=0)
+    log.backward()
+    log.call("b1", ["a1"], [("g1", 2)], time=0)
+    log.release("a1")
+    log.call("b0", ["g1", "a0"], [("g0", 3)], time=0)
+    log.release("a0", "g1")
+    assert not bracket_violations(log.trace("no_compute"), 2.0)
 
 
 # ---------------------------------------------------------------- the regressions of issue 22

@@ -366,17 +366,22 @@ def real_runs(rows: list[dict], base_compute: int) -> list[RealRun]:
     budget. A run that fits a budget fits every larger one (replaying its decisions), so each
     refutes a proof at or above its budget. ``base_compute``: the trace's compute (a run's
     clock is 1 + its total compute; overhead is clock / base_compute)."""
+    def overhead(recompute: int) -> float:
+        return (1 + base_compute + recompute) / base_compute if base_compute else math.nan  # as RunResult
+
     runs = []
     for row in rows:
         budget = int(row["budget_bytes"])
         if row["kind"] == "policy":
-            clock = round(row["overhead"] * base_compute)
-            runs.append(RealRun(budget, row["overhead"], clock - 1 - base_compute, row["solver"]))
+            if _plain(row.get("remat_compute")) is not None:
+                recompute = int(row["remat_compute"])
+            else:  # files before policy rows kept their recompute: read it back from the overhead
+                recompute = round(row["overhead"] * base_compute) - 1 - base_compute
+            runs.append(RealRun(budget, row["overhead"], recompute, row["solver"]))
             continue
         if row["replay_passed"] is True:
             recompute = int(row["replay_remat_compute"])
-            runs.append(RealRun(budget, (1 + base_compute + recompute) / base_compute, recompute,
-                                MODEL_OF.get(row["solver"], row["solver"])))
+            runs.append(RealRun(budget, overhead(recompute), recompute, MODEL_OF.get(row["solver"], row["solver"])))
         if row["dtr_status"] == "pass":
             runs.append(RealRun(budget, row["dtr_overhead"], int(row["dtr_clock"]) - 1 - base_compute, "dtr"))
     return runs
@@ -722,7 +727,8 @@ def policy_rows(trace: Trace, policies, ratios, *, overhead_limit: float = DEFAU
             continue
         best = passed.iloc[0]
         row = _blank(trace, "policy", int(best.budget_bytes), float(best.ratio))
-        row.update(solver=policy, status="pass", overhead=float(best.overhead), solve_seconds=0.0,
+        row.update(solver=policy, status="pass", overhead=float(best.overhead),
+                   remat_compute=int(best.remat_compute), solve_seconds=0.0,
                    replay_passed=True, message=f"{policy}'s lowest passing budget on the sweep grid")
         rows.append(row)
     return rows

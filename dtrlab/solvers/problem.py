@@ -23,6 +23,7 @@ What the model keeps from the runtime (see docs/solvers.md):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..runtime import baseline
@@ -153,7 +154,9 @@ class SolveResult:
     @property
     def overhead(self) -> float | None:
         """The simulator's overhead measure for this schedule: (1 + total compute) / trace compute."""
-        return None if self.objective is None else (1 + self.objective) / self.base_compute
+        if self.objective is None:
+            return None
+        return (1 + self.objective) / self.base_compute if self.base_compute else math.nan  # as RunResult
 
     @property
     def has_schedule(self) -> bool:

@@ -81,7 +81,9 @@ class RelaxResult:
     @property
     def overhead_bound(self) -> float | None:
         """A lower bound on the simulator's overhead (1 + compute) / trace compute."""
-        return None if self.bound is None else (1 + self.bound) / self.base_compute
+        if self.bound is None:
+            return None
+        return (1 + self.bound) / self.base_compute if self.base_compute else math.nan  # as RunResult
 
     def to_dict(self) -> dict:
         return {"trace": self.trace, "method": self.method, "budget_bytes": self.budget_bytes,
