@@ -213,9 +213,9 @@ def memory_spec(memory: str | MemoryModel = FLAT, options: dict | None = None,
     if memory == FLAT and not options and enforce == RESERVED:
         return FLAT, {}
     if isinstance(memory, MemoryModel):
-        model = get_memory_model(memory, None, **(options or {}))  # options with an instance are refused
-    else:
-        model = get_memory_model(memory, 0, **semantics_options(memory, options, enforce))
+        instance = get_memory_model(memory, None, **(options or {}))  # options with an instance are refused
+        memory, options = instance.name, instance.options()
+    model = get_memory_model(memory, 0, **semantics_options(memory, options, enforce))
     return model.name, model.options()
 
 
