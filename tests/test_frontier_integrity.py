@@ -22,7 +22,7 @@ from dtrlab.solvers import frontier as frontier_module  # noqa: E402
 from dtrlab.solvers.frontier import (FrontierPlan, SolveJournal, SolverFaultWarning, StaleFrontier,  # noqa: E402
                                      compute_frontier, read_frontier, write_frontier)
 from dtrlab.solvers.relax import RelaxResult  # noqa: E402
-from test_solvers import chain, chain_log  # noqa: E402
+from test_solvers import HANG_GUARD_S, chain, chain_log  # noqa: E402
 
 GRID = "0.7:1.0:0.01"  # the chain (peak 50): DTR's lowest passing budget is 40, the footprint bound
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +40,7 @@ def test_a_proof_above_a_real_run_is_a_fault_not_a_proof(monkeypatch):
     run at 40 bytes is reported as a solver fault, with a warning, and the bracket keeps
     only what no run contradicts: the footprint bound (39) and DTR's 40."""
     monkeypatch.setattr(frontier_module, "solve_relaxation", _false_proofs)
-    plan = FrontierPlan(ratios=[0.9], time_limit_s=10, resolution=1 / 50, policy_ratios=GRID)
+    plan = FrontierPlan(ratios=[0.9], time_limit_s=HANG_GUARD_S, resolution=1 / 50, policy_ratios=GRID)
     with pytest.warns(SolverFaultWarning, match="claimed infeasible"):
         frontier = compute_frontier(chain(), plan, cache=False)
     relax = frontier.rows[frontier.rows.kind == "relax"]
@@ -65,7 +65,7 @@ def test_a_bound_above_a_real_run_and_a_claim_unlike_its_replay_are_faults(monke
 
     monkeypatch.setattr(frontier_module, "solve_relaxation", high_bound)
     monkeypatch.setattr(frontier_module, "solve_optimal", inflated)
-    plan = FrontierPlan(ratios=[0.9], time_limit_s=10, resolution=1 / 50, policy_ratios=GRID, bisect=False)
+    plan = FrontierPlan(ratios=[0.9], time_limit_s=HANG_GUARD_S, resolution=1 / 50, policy_ratios=GRID, bisect=False)
     with pytest.warns(SolverFaultWarning):
         frontier = compute_frontier(chain(), plan, cache=False)
     rows = frontier.rows.set_index("kind")
@@ -85,7 +85,7 @@ def test_a_damaged_frontier_file_is_never_served(tmp_path):
     trace = chain()
     with warnings.catch_warnings():
         warnings.simplefilter("error", SolverFaultWarning)
-        frontier = compute_frontier(trace, FrontierPlan(ratios=[0.8, 0.9], time_limit_s=10, policy_ratios=GRID),
+        frontier = compute_frontier(trace, FrontierPlan(ratios=[0.8, 0.9], time_limit_s=HANG_GUARD_S, policy_ratios=GRID),
                                     cache=False)
     path = write_frontier(frontier, tmp_path / "chain.parquet")
     clean = path.read_bytes()
@@ -107,7 +107,7 @@ def test_a_damaged_frontier_file_is_never_served(tmp_path):
 
 def test_a_damaged_journal_entry_is_ignored_and_solved_again(tmp_path, monkeypatch):
     trace = chain()
-    plan = FrontierPlan(ratios=[0.8, 1.0], time_limit_s=10, policy_ratios=GRID)
+    plan = FrontierPlan(ratios=[0.8, 1.0], time_limit_s=HANG_GUARD_S, policy_ratios=GRID)
     journal = SolveJournal(tmp_path / "chain.solves", trace, plan)
     first = compute_frontier(trace, plan, cache=False, journal=journal)
     entries = journal.entries()
@@ -240,7 +240,7 @@ def test_an_interrupted_frontier_resumes_with_no_solve_lost_or_repeated(tmp_path
     journal = tmp_path / "chain.solves"
     assert len(list(journal.glob("*.json"))) == 2
     process.send_signal(how)
-    _, err = process.communicate(timeout=60)
+    _, err = process.communicate(timeout=HANG_GUARD_S)
     assert process.returncode == (130 if how == signal.SIGINT else -signal.SIGKILL), err
     assert not out.exists() and len(list(journal.glob("*.json"))) == 2
 

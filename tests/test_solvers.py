@@ -20,6 +20,9 @@ from dtrlab.trace.builder import LogBuilder  # noqa: E402
 
 #: No wall-clock limit, one worker: a tiny model's solve ends with a proof, deterministically.
 EXACT = dict(time_limit_s=math.inf, workers=1)
+#: a wall-clock limit for APIs that need a finite one: no solve of a tiny trace comes near it, so it
+#: only stops a hang and never decides a verdict
+HANG_GUARD_S = 600
 
 
 def chain():

@@ -12,7 +12,7 @@ from dtrlab.cli import main  # noqa: E402
 from dtrlab.runtime import baseline  # noqa: E402
 from dtrlab.solvers.frontier import (FrontierPlan, PlanError, StaleFrontier, compute_frontier, read_frontier,  # noqa: E402
                                      write_frontier)
-from test_solvers import chain, chain_log, unet  # noqa: E402
+from test_solvers import HANG_GUARD_S, chain, chain_log, unet  # noqa: E402
 
 GRID = "0.7:1.0:0.01"  # budgets int(peak * ratio): 40 of the chain (peak 50), 50 of the U-Net (peak 60)
 
@@ -22,7 +22,7 @@ def test_frontier_brackets_the_hand_derived_minimal_budget(graph, minimal):
     """No run fits below the footprint bound, and DTR's run at it (on the grid) fits: proven."""
     trace = graph()
     peak = baseline(trace).peak_memory
-    frontier = compute_frontier(trace, FrontierPlan(ratios=[1.0], time_limit_s=10, resolution=1 / peak,
+    frontier = compute_frontier(trace, FrontierPlan(ratios=[1.0], time_limit_s=HANG_GUARD_S, resolution=1 / peak,
                                                    policy_ratios=GRID), cache=False)
     assert frontier.min_feasible_bytes == minimal and frontier.min_feasible_source == "dtr"
     assert frontier.max_infeasible_bytes == minimal - 1 and frontier.proven and frontier.gap_bytes == 1
@@ -40,7 +40,7 @@ def test_overhead_limit_moves_the_proof_above_the_footprint_bound(method, proven
     (5), so the minimal budget is 50, DTR's. The 0/1 relaxation proves 49 infeasible; the
     LP (which recomputes 5 (50 - B) / 10) only 41: a bracket [41, 50], honestly not closed."""
     trace = chain()
-    frontier = compute_frontier(trace, FrontierPlan(ratios=[1.0], time_limit_s=10, resolution=1 / 50, overhead_limit=1.45,
+    frontier = compute_frontier(trace, FrontierPlan(ratios=[1.0], time_limit_s=HANG_GUARD_S, resolution=1 / 50, overhead_limit=1.45,
                                                    relax_method=method, policy_ratios=GRID), cache=False)
     assert frontier.min_feasible_bytes == 50 and frontier.stage_min_feasible_bytes == 50
     assert frontier.max_infeasible_bytes == proven_up_to
@@ -50,7 +50,7 @@ def test_overhead_limit_moves_the_proof_above_the_footprint_bound(method, proven
 def test_mip_probes_carry_the_proof_above_the_lp():
     """The same chain at limit 1.45: after the LP's proof (41), four 0/1 probes (45, 47, 48, 49)
     carry it to 49, closing the bracket at DTR's 50."""
-    frontier = compute_frontier(chain(), FrontierPlan(ratios=[1.0], time_limit_s=10, resolution=1 / 50, overhead_limit=1.45,
+    frontier = compute_frontier(chain(), FrontierPlan(ratios=[1.0], time_limit_s=HANG_GUARD_S, resolution=1 / 50, overhead_limit=1.45,
                                                      mip_probes=4, policy_ratios=GRID), cache=False)
     mip = frontier.rows[(frontier.rows.kind == "relax") & (frontier.rows.solver == "mip")]
     assert list(mip.budget_bytes) == [45, 47, 48, 49] and (mip.status == "infeasible").all()
@@ -66,7 +66,7 @@ def test_interval_probes_find_what_the_stage_model_cannot(monkeypatch, tmp_path)
     from dtrlab.solvers import frontier as frontier_module
     from test_solvers_interval import deep_chain
     trace = deep_chain()
-    plan = FrontierPlan(ratios=[1.0], time_limit_s=10, resolution=1 / 60, interval_probes=4, policies=[],
+    plan = FrontierPlan(ratios=[1.0], time_limit_s=HANG_GUARD_S, resolution=1 / 60, interval_probes=4, policies=[],
                         dtr=False)
     frontier = compute_frontier(trace, plan, cache=False)
     assert frontier.stage_min_feasible_bytes == 51
@@ -86,7 +86,7 @@ def test_interval_probes_find_what_the_stage_model_cannot(monkeypatch, tmp_path)
 
 def test_frontier_file_is_checked_before_use(tmp_path):
     trace = chain()
-    frontier = compute_frontier(trace, FrontierPlan(ratios=[0.8], time_limit_s=10, bisect=False, policies=[]))
+    frontier = compute_frontier(trace, FrontierPlan(ratios=[0.8], time_limit_s=HANG_GUARD_S, bisect=False, policies=[]))
     path = write_frontier(frontier, tmp_path / "chain.parquet")
     again = read_frontier(path, trace)
     assert again.metadata() == frontier.metadata() and len(again.rows) == len(frontier.rows)
@@ -130,7 +130,7 @@ def test_a_relaxation_too_large_is_skipped_and_said(monkeypatch):
     """Above MAX_NEED_PAIRS the relaxation is not built; the footprint bound still is the lower side."""
     from dtrlab.solvers import relax
     monkeypatch.setattr(relax, "MAX_NEED_PAIRS", 3)
-    frontier = compute_frontier(chain(), FrontierPlan(ratios=[0.9], time_limit_s=10, policy_ratios=GRID), cache=False)
+    frontier = compute_frontier(chain(), FrontierPlan(ratios=[0.9], time_limit_s=HANG_GUARD_S, policy_ratios=GRID), cache=False)
     assert frontier.relax_status.startswith("not solved") and "pairs" in frontier.relax_status
     assert (frontier.rows.kind != "relax").all()
     assert frontier.max_infeasible_bytes == 39 and frontier.min_feasible_bytes == 40
