@@ -22,6 +22,12 @@ kept), which the shipped layer checks before it reads a file. Figures go to a
 temporary directory unless ``--figures``.
 
     python scripts/ship_results.py --manifest-only  # rehash every file of the bundle (after checking them)
+    python scripts/ship_results.py --execute-only   # notebook 11's real runs only (about a minute)
+
+Notebook 11's real runs (training steps executed around a census hole) are shipped as JSON
+records in ``results/shipped/execute/`` (:mod:`dtrlab.execute.record`): the notebook writes
+each real run's record to ``<cache>/execute/``, from where they are copied. Their wall
+times are this machine's.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from dtrlab.execute.record import SHIPPED_SUBDIR as EXECUTE_SUBDIR  # noqa: E402
 from dtrlab.integrity import write_manifest  # noqa: E402
 from dtrlab.sweep.cache import rows_from_cache  # noqa: E402
 from dtrlab.sweep.shipped import (  # noqa: E402
@@ -52,6 +59,8 @@ import make_figures  # noqa: E402  (beside this script)
 #: (01's grid, on which 03, 05 and 07 find their hole, and 02's finer census) and the allocator
 #: census (08: about two hours on 2 cores, most of it Coop and dtr_fit on the Python simulator).
 LOG_NOTEBOOKS = ["01", "02", "08"]
+#: The notebook whose real runs (not sweeps) are shipped, in results/shipped/execute/.
+EXECUTE_NOTEBOOK = "11"
 
 
 def default_logs() -> Path | None:
@@ -91,6 +100,18 @@ def pack(traces_dir: Path, cache: Path, output: Path) -> list[tuple[str, int, in
     return [(path, rows, path.stat().st_size) for path, rows in written]
 
 
+def pack_execute(cache: Path, output: Path) -> list[tuple[str, int, int]]:
+    """Copy the real runs' records the notebooks wrote to ``cache/execute/`` into ``output``; (file, 1, bytes) each."""
+    records = sorted((cache / EXECUTE_SUBDIR).glob("*.json"))
+    if not records:
+        raise SystemExit(f"ship_results: notebook {EXECUTE_NOTEBOOK} wrote no real run to {cache / EXECUTE_SUBDIR}")
+    shutil.rmtree(output, ignore_errors=True)  # runs the notebook no longer makes leave the bundle too
+    output.mkdir(parents=True)
+    for record in records:
+        shutil.copyfile(record, output / record.name)  # write_manifest below hashes the copy
+    return [(output / r.name, 1, (output / r.name).stat().st_size) for r in records]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", type=Path, default=ROOT / "traces", help="the shipped traces (default traces/)")
@@ -107,14 +128,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--manifest-only", action="store_true",
                         help="only rewrite OUTPUT/MANIFEST.json from the files as they are (every file is trusted: "
                              "run tests/test_shipped.py's slow tests first)")
+    parser.add_argument("--execute-only", action="store_true",
+                        help=f"only run notebook {EXECUTE_NOTEBOOK} and ship its real runs (OUTPUT/{EXECUTE_SUBDIR}/); "
+                             "the rest of the bundle stays as it is")
     args = parser.parse_args(argv)
     if args.manifest_only:
         manifest = write_manifest(args.output)
         print(f"ship_results: {args.output / 'MANIFEST.json'}: {len(manifest['files'])} files")
         return 0
 
-    sets = [(args.traces, None)]
-    if not args.no_logs:
+    sets = [(args.traces, [EXECUTE_NOTEBOOK] if args.execute_only else None)]
+    if not (args.no_logs or args.execute_only):
         if args.logs is None or not args.logs.is_dir():
             parser.error("no DTR logs found (set $DTRLAB_LOGS or --logs, or pass --no-logs to ship traces/ only)")
         sets.append((args.logs, LOG_NOTEBOOKS))
@@ -127,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         written = []
         for traces_dir, only in sets:
             run_notebooks(traces_dir, cache, work, args.figures or work / "figures", only, args.skip, args.jobs)
-            written += pack(traces_dir, cache, args.output / traces_dir.resolve().name)
+            if not args.execute_only:
+                written += pack(traces_dir, cache, args.output / traces_dir.resolve().name)
+        if not EXECUTE_NOTEBOOK.startswith(tuple(args.skip)):
+            written += pack_execute(cache, args.output / EXECUTE_SUBDIR)
         write_manifest(args.output, [path for path, _, _ in written])
     finally:
         shutil.rmtree(work, ignore_errors=True)

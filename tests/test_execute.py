@@ -383,3 +383,23 @@ def test_the_gpu_section_of_the_allocator_script_says_when_there_is_no_gpu(tmp_p
                           env=dict(os.environ, OUT=str(tmp_path)))
     assert done.returncode == 3 and done.stderr.startswith("validate_allocator_cuda: no CUDA device")
     assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("memory", [{}, dict(memory="caching"), dict(memory="aligned", enforce="allocated")])
+def test_a_record_round_trips_through_json_without_tensors(mixed, memory, tmp_path):
+    """What notebook 11 ships of a run (dtrlab.execute.record): every RunResult field, the memory timeline,
+    the recomputations and the wall time come back equal; at 0.4 and 1.0 of the flat peak."""
+    import json
+
+    from dtrlab.execute.record import from_record, record_key, save_record
+
+    for ratio in (0.4, 1.0):
+        budget = int(simulate(mixed.trace, "dtr", ratio=1.0).peak_memory * ratio)
+        executed = run_step(mixed, budget_bytes=budget, **memory)
+        path = save_record(tmp_path, executed, record_key(mixed, budget, **memory))
+        back = from_record(json.loads(path.read_text()))
+        assert back.run == executed.run and back.status == executed.status
+        assert (back.memory_timeline, back.recomputations, back.wall_seconds, back.allocator) == \
+               (executed.memory_timeline, executed.recomputations, executed.wall_seconds, executed.allocator)
+        assert back.loss is None and back.gradients == {} and back.parameters == {}  # a record holds no tensors
+    assert any(json.loads(p.read_text())["run"]["failure"] for p in tmp_path.glob("*.json"))  # a Failure too

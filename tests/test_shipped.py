@@ -440,3 +440,128 @@ def test_search_table_is_cached_reused_and_never_trusted_when_stale(resnet_trace
     recomputed = single_tensor_search(resnet_trace, "dtr", ratio=0.17, cache=tmp_path / "cache", progress=False)
     assert calls == [1, 1]
     pd.testing.assert_frame_equal(recomputed.table, first.table)
+
+
+# ------------------------------------------------------------------ notebook 11's real runs (results/shipped/execute/)
+EXECUTE_BUNDLE = sorted((DEFAULT_SHIPPED_DIR / "execute").glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def notebook_11_runs():
+    """Notebook 11's captured step and the budgets it executes, from its default parameters."""
+    pytest.importorskip("torch")
+    from dtrlab.analysis.holes import find_holes
+    from dtrlab.execute import capture_step
+
+    cells = json.loads((ROOT / "notebooks" / "11-real-execution.ipynb").read_text())["cells"]
+    parameters = {}
+    exec("".join(next(c for c in cells if "parameters" in c["metadata"].get("tags", []))["source"]), parameters)
+    step = capture_step(parameters["model"], batch=parameters["batch"])
+    census = sweep(step.trace, parameters["policy"], ratios=parameters["census_ratios"], cache=False, progress=False)
+    hole = find_holes(census).holes.iloc[0]
+    budgets = {"below": int(hole.pass_below_bytes), "hole": int(hole.fail_low_bytes),
+               "above": int(hole.pass_above_bytes)}
+    return step, budgets, parameters["policy"]
+
+
+def test_every_shipped_real_run_is_a_listed_record():
+    from dtrlab.execute.record import RECORD_FORMAT, from_record, record_path
+
+    assert EXECUTE_BUNDLE, "notebook 11's real runs are not shipped; run scripts/ship_results.py --execute-only"
+    for path in EXECUTE_BUNDLE:
+        integrity.verify_in_manifest(path, DEFAULT_SHIPPED_DIR)
+        record = integrity.read_json(path)
+        assert record["format"] == RECORD_FORMAT
+        assert record_path(path.parent, record["key"]) == path  # stored under its key's hash
+        result = from_record(record)
+        assert result.run.budget_bytes == record["key"]["budget_bytes"] and result.run.policy == record["key"]["policy"]
+        assert record["made_on"]["machine"]  # whose wall times these are
+
+
+def test_notebook_11_runs_are_shipped_and_match_a_fresh_real_run(notebook_11_runs):
+    """Each of the notebook's three runs has a verified record of this torch, dtrlab and simulator; the
+    hole's record holds the decisions of a real run made now (whole RunResult, memory timeline, every
+    recomputation's operator and cost; only wall times differ)."""
+    from dtrlab.execute import run_step
+    from dtrlab.execute.record import load_shipped, record_key
+
+    step, budgets, policy = notebook_11_runs
+    shipped = {label: load_shipped(DEFAULT_SHIPPED_DIR, record_key(step, budget, policy=policy))
+               for label, budget in budgets.items()}
+    missing = [label for label, found in shipped.items() if found is None]
+    assert not missing, f"no valid shipped record of {missing}: run scripts/ship_results.py --execute-only"
+    record, _ = shipped["hole"]
+    fresh = run_step(step, budget_bytes=budgets["hole"], policy=policy)
+    assert record.run == fresh.run and record.status == "thrash"
+    assert record.memory_timeline == fresh.memory_timeline
+    assert [(r.operator, r.name, r.cost) for r in record.recomputations] == \
+           [(r.operator, r.name, r.cost) for r in fresh.recomputations]
+
+
+@pytest.mark.parametrize("damage", ["edited", "another key"])
+def test_notebook_11_loader_refuses_a_damaged_record_and_runs_for_real(damage, notebook_11_runs, tmp_path,
+                                                                       monkeypatch):
+    import dtrlab.execute.record as record_module
+
+    step, budgets, policy = notebook_11_runs
+    key = record_module.record_key(step, budgets["hole"], policy=policy)
+    bundle = tmp_path / "bundle"
+    path = record_module.record_path(bundle / record_module.SHIPPED_SUBDIR, key)
+    path.parent.mkdir(parents=True)
+    shipped = integrity.read_json(record_module.record_path(DEFAULT_SHIPPED_DIR / record_module.SHIPPED_SUBDIR, key))
+    integrity.atomic_write_json(path, shipped)
+    integrity.write_manifest(bundle)
+    ran, real_run_step = [], record_module.run_step
+    monkeypatch.setattr(record_module, "run_step", lambda *a, **k: ran.append(1) or real_run_step(*a, **k))
+
+    evictions = shipped["run"]["evictions"]
+    kept = record_module.run_or_load(step, budgets["hole"], bundle=bundle, policy=policy)
+    assert ran == [] and kept.run.evictions == evictions  # intact: used, not run
+    if damage == "edited":  # decisions changed, the manifest not: the file no longer matches it
+        shipped["run"]["evictions"] += 1
+        integrity.atomic_write_json(path, shipped)
+        match = "does not match|bytes where"
+    else:  # listed in the manifest, but the record of another budget
+        shipped["key"]["budget_bytes"] += 1
+        integrity.atomic_write_json(path, shipped)
+        integrity.write_manifest(bundle)
+        match = "not the record of this run"
+    with pytest.warns(UserWarning, match=f"ignoring the shipped real run .*({match})"):
+        result = record_module.run_or_load(step, budgets["hole"], bundle=bundle, policy=policy)
+    assert ran == [1] and result.run.evictions == evictions  # executed: the real decisions, not the edited ones
+
+
+# ------------------------------------------------------------------ the shipped search CSVs (notebook 10)
+SEARCH_CSVS = ["comparison.csv", "pareto.csv", "inclusion_pairs.csv", "inclusion_prediction.csv"]
+
+
+def test_shipped_search_csvs_read_through_the_manifest():
+    from dtrlab.search.ship import read_shipped_csv
+
+    for name in SEARCH_CSVS:
+        assert len(read_shipped_csv(DEFAULT_SHIPPED_DIR / "search" / name)) > 0
+
+
+@pytest.mark.parametrize("damage", ["edited", "unlisted", "no manifest"])
+def test_edited_shipped_search_csv_is_refused_at_load(damage, tmp_path):
+    from dtrlab.search.ship import read_shipped_csv
+
+    path = tmp_path / "comparison.csv"
+    original = (DEFAULT_SHIPPED_DIR / "search" / "comparison.csv").read_bytes()
+    path.write_bytes(original)
+    integrity.write_manifest(tmp_path)
+    pd.testing.assert_frame_equal(read_shipped_csv(path), pd.read_csv(DEFAULT_SHIPPED_DIR / "search" / "comparison.csv"))
+    if damage == "edited":  # one digit changed, same size
+        text = original.decode()
+        at = next(i for i, ch in enumerate(text) if ch.isdigit() and i > text.index("\n"))
+        path.write_text(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1:])
+        match = "does not match its sha256"
+    elif damage == "unlisted":
+        integrity.atomic_write_json(tmp_path / integrity.MANIFEST_NAME,
+                                    {"format": integrity.MANIFEST_FORMAT, "files": {}})
+        match = "not listed"
+    else:
+        (tmp_path / integrity.MANIFEST_NAME).unlink()
+        match = "MANIFEST.json"
+    with pytest.raises(integrity.IntegrityError, match=f"refusing the shipped search result .*{match}"):
+        read_shipped_csv(path)

@@ -16,6 +16,7 @@ under ``results/shipped``):
 The CSV files are written atomically, and the sha256 and size of every file written
 are recorded in the bundle's ``MANIFEST.json`` (``results/shipped/MANIFEST.json`` when
 ``--out`` lies in the shipped bundle, else ``OUT/MANIFEST.json``; other entries kept).
+:func:`read_shipped_csv` reads them back only if they match it (notebook 10 reads them so).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..integrity import atomic_write_bytes, write_manifest
+from ..integrity import IntegrityError, atomic_write_bytes, verify_in_manifest, write_manifest
 from ..sweep.shipped import DEFAULT_SHIPPED_DIR
 from ..trace import load_directory
 from .report import SHIPPED_SEARCH, compare, export_policies
@@ -68,6 +69,23 @@ def manifest_root(out: Path) -> Path:
     """The directory whose MANIFEST.json lists ``out``'s files: the shipped bundle's if ``out`` is in it."""
     bundle = DEFAULT_SHIPPED_DIR.resolve()
     return bundle if out.resolve().is_relative_to(bundle) else out
+
+
+def read_shipped_csv(path: str | Path) -> pd.DataFrame:
+    """A CSV file of the shipped search results, checked against its bundle's MANIFEST.json first.
+
+    Raises :class:`~dtrlab.integrity.IntegrityError` (one line: the file, why, and how to mend it)
+    when it is not listed, or its size or sha256 differs, or the manifest is missing or damaged.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no shipped search result {path} (python -m dtrlab.search.ship writes it)")
+    try:
+        verify_in_manifest(path, manifest_root(path.parent))
+    except (IntegrityError, FileNotFoundError) as exc:  # the latter: no manifest
+        raise IntegrityError(f"refusing the shipped search result {path}: {exc} (regenerate it with "
+                             "python -m dtrlab.search.ship, or restore it with git)") from None
+    return pd.read_csv(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         wanted = INCLUSION_POLICIES + ([] if args.inclusion_baselines_only else searched[:1])
         zones = hole_zones(traces, wanted, args.tuning_ratios)
         path = out / "inclusion_pairs.csv"
-        done = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["policy"])
+        done = read_shipped_csv(path) if path.exists() else pd.DataFrame(columns=["policy"])
         missing = [p for p in wanted if get_policy(p).label not in set(done["policy"])]
         if missing:
             new = inclusion_census(traces, missing, ratios=zones, jobs=args.jobs).pairs
