@@ -403,6 +403,24 @@ def test_cli_enforce(tmp_path, capsys):
     assert "unknown device capacity 'H100'" in capsys.readouterr().err
 
 
+def test_every_simulating_command_takes_the_semantics(tmp_path, capsys):
+    """variants and explain pass enforce and device_capacity to their runs (variants raised
+    TypeError, explain's search took them for policy parameters and crashed when the base run
+    evicted nothing). Three 4 KiB outputs under a 10 KiB device: the third fails, cause device."""
+    path = tmp_path / "chain.log"
+    log = LogBuilder()
+    log.constant("x", 0)
+    for name in "abc":
+        log.call("f" + name, ["x"], [(name, 4 * KIB)], time=1)
+    log.release("a", "b", "c")
+    log.write(path)
+    semantics = ["--enforce", "allocated", "--device-capacity", str(10 * KIB)]
+    assert main(["explain", str(path), "--budget", str(10 * KIB), *semantics]) == 0
+    out = capsys.readouterr().out
+    assert "oom" in out and "device" in out and "withholding each of the 0 evicted storages" in out
+    assert main(["variants", str(path), "--policies", "dtr", "--ratios", "0.5,1.0", "--no-cache", *semantics]) == 0
+
+
 def test_address_policy_flips_compares_both_policies(small_resnet):
     """The helper's statuses are those of single runs under each address policy."""
     table = address_policy_flips(small_resnet, ratios=[0.4, 0.7], cache=False)

@@ -123,7 +123,7 @@ class Recorder:
         evictable = sum(size[s] for s in sim.candidates())
         tensor = sim.trace.tensor_names[failure.tensor]
         self._failure = {
-            "kind": failure.kind, "step": failure.step, "clock": sim.clock,
+            "kind": failure.kind, "cause": failure.cause, "step": failure.step, "clock": sim.clock,
             "operator": failure.operator, "operator_name": sim.ops[failure.operator].name,
             "tensor": tensor, "requested_bytes": failure.requested_bytes,
             "memory_in_use": failure.memory_in_use, "budget_bytes": sim.budget,

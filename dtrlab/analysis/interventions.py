@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..policies import get_policy
-from ..runtime import DEFAULT_OVERHEAD_LIMIT, FLAT, Intervention, RunResult, memory_spec, simulate
+from ..runtime import DEFAULT_OVERHEAD_LIMIT, FLAT, RESERVED, Intervention, RunResult, memory_spec, simulate
 from ..sweep.cache import default_cache_dir, policy_fingerprint
 from ..sweep.engine import RunSpec, run_many
 from ..sweep.tables import TableCache
@@ -74,11 +74,17 @@ def _effect(base: RunResult, run: RunResult) -> str:
     return "no change"
 
 
+#: One row per withheld storage.
+TABLE_COLUMNS = ["storage_id", "storage", "size", "times_evicted", "first_evicted", "status", "effect", "overhead",
+                 "clock", "evictions", "remats", "identical_decisions", "failure_kind", "failure_step",
+                 "failure_step_delta"]
+
+
 def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = None, budget_bytes: int | None = None,
                          overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, jobs: int = 1, backend: str = "loky",
                          client=None, progress: bool = True, cache: bool | str | os.PathLike = False,
                          storages: list[str] | None = None, memory="flat", memory_options: dict | None = None,
-                         **policy_params) -> InterventionSearch:
+                         enforce: str = RESERVED, device_capacity=None, **policy_params) -> InterventionSearch:
     """Withhold each storage the failing run evicted, one at a time; see the module doc.
 
     Budget and policy arguments are those of :func:`~dtrlab.runtime.simulate`;
@@ -87,13 +93,14 @@ def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = No
     directory, or a directory) reuses the table of an earlier identical search, or a
     shipped one (:class:`~dtrlab.sweep.tables.TableCache`); the base run is always
     simulated. ``storages`` restricts the search to these evicted storages (names),
-    e.g. to recompute a sample of a cached table. ``memory`` and ``memory_options``
-    pick the memory model of every run, as in :func:`~dtrlab.runtime.simulate`.
+    e.g. to recompute a sample of a cached table. ``memory``, ``memory_options``,
+    ``enforce`` and ``device_capacity`` pick the memory model and semantics of every run,
+    as in :func:`~dtrlab.runtime.simulate`.
     """
     policy = get_policy(policy, **policy_params)
-    memory, memory_options = memory_spec(memory, memory_options)
+    memory, memory_options = memory_spec(memory, memory_options, enforce)
     base = simulate(trace, policy, ratio=ratio, budget_bytes=budget_bytes, overhead_limit=overhead_limit,
-                    memory=memory, memory_options=memory_options)
+                    memory=memory, memory_options=memory_options, enforce=enforce, device_capacity=device_capacity)
     if base.passed:
         raise ValueError(f"{trace.name} passes under {policy.label} at {base.budget_bytes:,} bytes; the search "
                          "explains failures, so give a failing budget (e.g. a hole found by a sweep)")
@@ -103,7 +110,10 @@ def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = No
                            {"policy": policy_fingerprint(policy), "budget_bytes": base.budget_bytes,
                             "overhead_limit": float(overhead_limit),
                             # a model other than flat joins the key; flat keys stay as they were
-                            **({"memory": memory, "memory_options": memory_options} if memory != FLAT else {})})
+                            **({"memory": memory, "memory_options": memory_options} if memory != FLAT else {}),
+                            # so does a semantics other than the default
+                            **({"enforce": enforce, "device_capacity": base.device_capacity}
+                               if enforce != RESERVED else {})})
         table = store.load()
         if table is not None:
             return InterventionSearch(trace.name, base, table)
@@ -121,7 +131,7 @@ def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = No
     storages = [name for name in first if storages is None or name in storages]
     options = tuple(sorted(memory_options.items()))
     specs = [RunSpec(base.budget_bytes, policy, overhead_limit, Intervention(withhold=frozenset({index[name]})),
-                     ratio, memory, options) for name in storages]
+                     ratio, memory, options, enforce, base.device_capacity) for name in storages]
     runs = run_many(trace, specs, jobs=jobs, backend=backend, client=client, progress=progress,
                     desc=f"withhold each of {len(specs)} storages")
     rows = []
@@ -138,7 +148,7 @@ def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = No
             "failure_step": failure.step if failure else None,
             "failure_step_delta": failure.step - base.failure.step if failure else None,
         })
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame(rows, columns=TABLE_COLUMNS)  # columns even when the base run evicted nothing
     table["effect"] = pd.Categorical(table["effect"], categories=EFFECTS)
     for column in ("failure_step", "failure_step_delta"):
         table[column] = table[column].astype("Int64")

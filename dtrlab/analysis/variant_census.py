@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..policies import VARIANTS, Policy, get_policy
-from ..runtime import DEFAULT_OVERHEAD_LIMIT
+from ..runtime import DEFAULT_OVERHEAD_LIMIT, RESERVED
 from ..sweep import sweep
 from ..trace.model import Trace
 from .holes import HoleCensus, find_holes
@@ -54,13 +54,14 @@ class VariantCensus:
 def variant_census(traces: Trace | list[Trace] | dict[str, Trace], policies=DEFAULT_POLICIES, *,
                    ratios="0.05:1.0:0.01", jobs: int = 1, backend: str = "loky", client=None,
                    overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, cache: bool | str | os.PathLike = True,
-                   progress: bool = True, memory="flat", memory_options: dict | None = None) -> VariantCensus:
+                   progress: bool = True, memory="flat", memory_options: dict | None = None,
+                   enforce: str = RESERVED, device_capacity=None) -> VariantCensus:
     """Sweep every policy over every trace at ``ratios`` and tabulate their holes.
 
     ``policies`` are registered names, classes or instances (a policy defined in a
     notebook cell works); ``ratios``, ``jobs``, ``backend``, ``client`` and ``cache``
-    are as in :func:`dtrlab.sweep.sweep`, and so are ``memory`` and ``memory_options``
-    (one memory model for every run).
+    are as in :func:`dtrlab.sweep.sweep`, and so are ``memory``, ``memory_options``,
+    ``enforce`` and ``device_capacity`` (one memory model and semantics for every run).
     """
     if isinstance(traces, Trace):
         traces = [traces]
@@ -81,7 +82,7 @@ def variant_census(traces: Trace | list[Trace] | dict[str, Trace], policies=DEFA
         for policy in policies:
             frame = sweep(trace, policy, ratios=ratios, jobs=jobs, backend=backend, client=client,
                           overhead_limit=overhead_limit, cache=cache, progress=progress, memory=memory,
-                          memory_options=memory_options)
+                          memory_options=memory_options, enforce=enforce, device_capacity=device_capacity)
             frames.append(frame)
             censuses[trace.name, policy.label] = find_holes(frame)
     samples = pd.concat(frames, ignore_index=True)
