@@ -22,7 +22,7 @@ kept), which the shipped layer checks before it reads a file. Figures go to a
 temporary directory unless ``--figures``.
 
     python scripts/ship_results.py --manifest-only  # rehash every file of the bundle (after checking them)
-    python scripts/ship_results.py --execute-only   # notebook 11's real runs only (about a minute)
+    python scripts/ship_results.py --execute-only   # notebook 11's real runs only (about 15 s here)
 
 Notebook 11's real runs (training steps executed around a census hole) are shipped as JSON
 records in ``results/shipped/execute/`` (:mod:`dtrlab.execute.record`): the notebook writes
