@@ -1,0 +1,324 @@
+"""The outcome at any overhead limit derived from one run without a limit equals a direct run
+(random traces, every registered policy that does not read the limit, both engines), and the
+anatomy of holes on hand-built traces with one hole of each kind."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import sys
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dtrlab.calibrated  # noqa: F401  (registers monotone)
+from dtrlab import simulate
+from dtrlab.analysis.anatomy import (ANATOMY_COLUMNS, CLIFF_MARGIN, LIMIT_READERS, NEAR_MISS_MARGIN, RUN_COLUMNS,
+                                     check_limit_blind, failing_budgets, hole_anatomy, needed_limit, outcome_at,
+                                     outcomes_at, unlimited_runs)
+from dtrlab.analysis.holes import HOLE_COLUMNS, census_table, find_holes
+from dtrlab.policies import available_policies, get_policy, policy_class
+from dtrlab.runtime import baseline, recompute_allowance
+from dtrlab.runtime.compiled import POLICY_CODES
+from dtrlab.sweep import sweep
+from dtrlab.trace import LogBuilder
+
+from test_properties import random_logs
+
+LIMIT_WORDS = ("remat_limit", "overhead_limit", "remat_allowance", "recompute_allowance")
+BLIND = [name for name in available_policies() if name not in LIMIT_READERS]
+
+
+def test_limit_readers_are_the_policies_whose_code_mentions_the_limit():
+    """Every registered policy whose modules (its class and its dtrlab base classes) name the limit is
+    refused, and no other is: a new policy that reads the limit fails this test until it is listed."""
+    readers = set()
+    for name in available_policies():
+        modules = {sys.modules[c.__module__] for c in policy_class(name).__mro__ if c.__module__.startswith("dtrlab")}
+        if any(word in inspect.getsource(module) for module in modules for word in LIMIT_WORDS):
+            readers.add(name)
+    assert readers == set(LIMIT_READERS)
+
+
+def test_needed_limit_is_the_smallest_float_admitting_the_recompute():
+    for base in (1, 3, 7, 29, 59, 10**9 + 7, 3 * 10**12 + 1):
+        for remat in (1, 2, 3, 16, 17, base - 1, base, base + 1, 3 * base + 2):
+            if remat <= 0:
+                continue
+            limit = needed_limit(base, remat)
+            assert recompute_allowance(base, limit) >= remat
+            assert recompute_allowance(base, math.nextafter(limit, -math.inf)) < remat
+    assert needed_limit(59, 0) == 1.0 and needed_limit(0, 5) == math.inf
+
+
+def _options(name):
+    # Address-aware policies place blocks: they need an address-aware model (Python engine).
+    return {"memory": "caching"} if getattr(get_policy(name), "address_aware", False) else {}
+
+
+def _engines(name):
+    return ["python", "compiled"] if type(get_policy(name)) in POLICY_CODES and not _options(name) else ["python"]
+
+
+def check_derived_equals_direct(trace, name, budget):
+    options = _options(name)
+    for engine in _engines(name):
+        run = lambda limit: simulate(trace, get_policy(name), budget_bytes=budget, overhead_limit=limit,
+                                     engine=engine, **options)
+        unlimited = run(math.inf)
+        assert unlimited.status in ("pass", "oom")
+        base, remat = unlimited.baseline_compute, unlimited.remat_compute
+        limits = {1.0, 1.25, 2.0, 3.0, math.inf}
+        for allowance in (remat - 1, remat, remat + 1):  # the boundaries: allowance exactly r, r - 1, r + 1
+            if allowance >= 0 and base:
+                limit = needed_limit(base, allowance)
+                assert recompute_allowance(base, limit) == allowance
+                limits |= {limit, max(1.0, math.nextafter(limit, -math.inf))}
+        for limit in sorted(limits):
+            direct = run(limit)
+            assert outcome_at(unlimited, limit) == direct.status, (name, engine, budget, limit)
+            if direct.passed:
+                assert (direct.clock, direct.remat_compute, direct.evicted_storages) == \
+                       (unlimited.clock, unlimited.remat_compute, unlimited.evicted_storages)
+            if direct.status != "thrash":  # a run that passed or ran out of memory speaks for any larger limit
+                assert outcome_at(direct, math.inf) == unlimited.status
+            else:
+                assert outcome_at(direct, limit) == "thrash"
+
+
+@st.composite
+def cases(draw):
+    return draw(random_logs()).trace("random"), draw(st.sampled_from(BLIND)), draw(st.floats(0.05, 1.2))
+
+
+def _run_case(case):
+    trace, name, fraction = case
+    check_derived_equals_direct(trace, name, int(baseline(trace).peak_memory * fraction))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases())
+def test_derived_outcome_equals_direct_run(case):
+    _run_case(case)
+
+
+@pytest.mark.slow
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases())
+def test_derived_outcome_equals_direct_run_many(case):
+    _run_case(case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BLIND)
+def test_derived_outcome_every_policy(name):
+    """Every policy that does not read the limit, on its own random traces."""
+    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(log=random_logs(), fraction=st.floats(0.05, 1.2))
+    def check(log, fraction):
+        trace = log.trace("random")
+        check_derived_equals_direct(trace, name, int(baseline(trace).peak_memory * fraction))
+    check()
+
+
+# --------------------------------------------------------------- hand-built holes
+# Found by a seeded search over small random logs (dtr, every budget from 1 byte to the peak, limit
+# 2.0) and frozen here; each docstring derives the hole's kind from the numbers the test checks
+# with direct runs.
+
+def cliff_trace():
+    """Baseline compute 29 (5+6+2+10+2+1+3), peak 60, so the allowance at 2.0 is 29. The only hole is
+    budget 59 (58 and 60 pass): without a limit it recomputes 37 > 29 (thrash at 2.0), more than
+    (1 + 0.1) x 29 = 31.9 (not a near miss) and at least 1.5 x 18, its neighbours' recompute (18 at 58,
+    0 at 60): a cliff, closing at 1 + 37/29 = 2.2759."""
+    log = LogBuilder()
+    log.constant("t1", 16)
+    log.constant("t2", 14)
+    log.release("t2")
+    log.call("op1", ["t1"], [("t3", 8)], time=5)
+    log.release("t3")
+    log.call("op3", ["t1"], [("t4", 8)], time=6)
+    log.call("op4", ["t1", "t4"], [("t5", 6)], time=2)
+    log.release("t4")
+    log.call("op6", ["t5", "t1"], [("t6", 10)], time=10)
+    log.call("op7", ["t6", "t1"], [("t7", 16)], time=2)
+    log.call("op8", ["t5", "t1"], [("t8", 5)], time=1)
+    log.call("op9", ["t6", "t8"], [("t9", 7)], time=3)
+    log.release("t7")
+    return log.trace("cliff")
+
+
+def oom_trace():
+    """Baseline compute 59, peak 112. The hole is budgets 98-99 (97 and 100 pass): both run out of
+    memory without a limit (after recomputing 16), so they fail at every limit: oom, never closes.
+    The OOM boundary: at allowance 16 the run at 98 still runs out of memory, at 15 it thrashes."""
+    log = LogBuilder()
+    log.constant("t1", 4)
+    log.call("op0", ["t1"], [("t2", 16)], time=6)
+    log.call("op1", ["t1"], [("t3", 3)], time=5)
+    log.call("op2", ["t2", "t1"], [("t4", 12)], time=5)
+    log.call("op3", ["t3", "t2"], [("t5", 10)], time=8)
+    log.release("t4")
+    log.call("op5", ["t3", "t1"], [("t6", 15)], time=10)
+    log.call("op6", ["t6"], [("t7", 10)], time=1)
+    log.call("op7", ["t7", "t5"], [("t8", 14)], time=4)
+    log.call("op8", ["t5", "t7"], [("t9", 16)], time=10)
+    log.call("op9", ["t8", "t2"], [("t10", 8)], time=4)
+    log.call("op10", ["t10", "t8"], [("t11", 16)], time=2)
+    log.release("t8")
+    log.call("op12", ["t3", "t7"], [("t12", 2)], time=4)
+    log.release("t7")
+    return log.trace("oom")
+
+
+def near_miss_trace():
+    """Baseline compute 31 (4+9+7+2+1+7+1), allowance 31 at 2.0. The hole is budgets 52-54 (51 and 55
+    pass); without a limit they recompute at most 32 <= 1.1 x 31 = 34.1: a near miss, closing at
+    1 + 32/31 = 2.0323."""
+    log = LogBuilder()
+    log.constant("t1", 13)
+    log.constant("t2", 7)
+    log.call("op0", ["t2"], [("t3", 3)], time=4)
+    log.call("op1", ["t3", "t1"], [("t4", 10)], time=9)
+    log.call("op2", ["t3", "t1"], [("t5", 6)], time=7)
+    log.call("op3", ["t1", "t4"], [("t6", 16)], time=2)
+    log.call("op4", ["t2", "t3"], [("t7", 11)], time=1)
+    log.call("op5", ["t6", "t3"], [("t8", 8)], time=7)
+    log.release("t6")
+    log.release("t8")
+    log.call("op8", ["t2"], [("t9", 1)], time=1)
+    return log.trace("near-miss")
+
+
+def limit_trace():
+    """Baseline compute 46 (2+10+9+8+2+1+9+4+1), allowance 46 at 2.0. Hole 34 (33 and 35 pass) needs 52:
+    more than 1.1 x 46 = 50.6 (no near miss) but less than 1.5 x 40 = 60, its neighbours' most recompute
+    (40): neither, a ``limit`` hole, closing at 1 + 52/46 = 2.1304. Hole 37-40 (36 and 41 pass) needs 48
+    <= 50.6: a near miss."""
+    log = LogBuilder()
+    log.constant("t1", 1)
+    log.call("op0", ["t1"], [("t2", 9)], time=2)
+    log.call("op1", ["t1"], [("t3", 7)], time=10)
+    log.call("op2", ["t1", "t2"], [("t4", 14)], time=9)
+    log.release("t2")
+    log.call("op4", ["t1", "t3"], [("t5", 10)], time=8)
+    log.release("t3")
+    log.call("op6", ["t4", "t5"], [("t6", 5)], time=2)
+    log.call("op7", ["t6", "t4"], [("t7", 7)], time=1)
+    log.call("op8", ["t5", "t1"], [("t8", 9)], time=9)
+    log.call("op9", ["t6"], [("t9", 3)], time=4)
+    log.release("t7")
+    log.call("op11", ["t8"], [("t10", 7)], time=1)
+    log.release("t4")
+    log.release("t10")
+    return log.trace("limit")
+
+
+def every_budget(trace, limit=2.0, **options):
+    return sweep(trace, "dtr", budgets=range(1, baseline(trace).peak_memory + 1), overhead_limit=limit,
+                 cache=False, progress=False, backend="sequential", **options)
+
+
+HANDBUILT = {  # trace -> (base compute, [(fail_low, fail_high, anatomy, needed remat, neighbour remat)])
+    cliff_trace: (29, [(59, 59, "cliff", 37, 18)]),
+    oom_trace: (59, [(98, 99, "oom", None, 17)]),
+    near_miss_trace: (31, [(52, 54, "near-miss", 32, 23)]),
+    limit_trace: (46, [(34, 34, "limit", 52, 40), (37, 40, "near-miss", 48, 26)]),
+}
+
+
+@pytest.mark.parametrize("build", HANDBUILT, ids=lambda b: b.__name__)
+def test_handbuilt_hole_is_classified_as_built(build):
+    trace = build()
+    base, expected = HANDBUILT[build]
+    assert baseline(trace).model_compute == base
+    census = find_holes(every_budget(trace))
+    unlimited = unlimited_runs(trace, census, progress=False, backend="sequential")
+    assert sorted(unlimited["budget_bytes"]) == failing_budgets(census)
+    table = hole_anatomy(census, unlimited)
+    assert list(table.columns) == HOLE_COLUMNS + ANATOMY_COLUMNS
+    got = [(r.fail_low_bytes, r.fail_high_bytes, r.anatomy, None if pd.isna(r.needed_remat) else int(r.needed_remat),
+            r.neighbour_remat) for r in table.itertuples()]
+    assert got == expected
+    allowance = recompute_allowance(base, 2.0)
+    for hole in table.itertuples():
+        budgets = list(range(hole.fail_low_bytes, hole.fail_high_bytes + 1))
+        if hole.anatomy == "oom":  # fails at any limit: out of memory even with a huge one
+            assert hole.closes_at == math.inf
+            assert set(every_budget_at(trace, budgets, 1e9)["status"]) == {"oom"}
+            continue
+        # The margins, from the numbers alone, as the docstrings derive them.
+        near = hole.needed_remat <= (1 + NEAR_MISS_MARGIN) * allowance
+        cliff = hole.needed_remat >= (1 + CLIFF_MARGIN) * hole.neighbour_remat
+        assert hole.anatomy == ("near-miss" if near else "cliff" if cliff else "limit")
+        # closes_at: every failing sample passes there (direct runs), and not all at the next smaller float.
+        assert hole.closes_at == needed_limit(base, hole.needed_remat)
+        assert set(every_budget_at(trace, budgets, hole.closes_at)["status"]) == {"pass"}
+        assert "thrash" in set(every_budget_at(trace, budgets, math.nextafter(hole.closes_at, 0))["status"])
+
+
+def every_budget_at(trace, budgets, limit):
+    return sweep(trace, "dtr", budgets=budgets, overhead_limit=limit, cache=False, progress=False,
+                 backend="sequential")
+
+
+@pytest.mark.parametrize("engine", ["python", "compiled"])
+def test_oom_boundary_allowance_r_is_oom_and_r_minus_1_thrash(engine):
+    """The unlimited run at 98 bytes OOMs after recomputing 16; the simulator checks thrash after every
+    (re)materialization, but the OOM comes while freeing room before the next computation, so a
+    direct run with allowance exactly 16 runs out of memory at the same step and one with 15 thrashes."""
+    trace = oom_trace()
+    unlimited = simulate(trace, "dtr", budget_bytes=98, overhead_limit=math.inf, engine=engine)
+    assert (unlimited.status, unlimited.remat_compute) == ("oom", 16)
+    at_r, below = needed_limit(59, 16), needed_limit(59, 15)
+    assert (recompute_allowance(59, at_r), recompute_allowance(59, below)) == (16, 15)
+    for limit, status in ((at_r, "oom"), (math.nextafter(at_r, 0), "thrash"), (below, "thrash")):
+        assert simulate(trace, "dtr", budget_bytes=98, overhead_limit=limit, engine=engine).status == status
+        assert outcome_at(unlimited, limit) == status
+
+
+def test_outcomes_at_equals_direct_sweeps():
+    """A whole frame at several limits from one sweep at a limit no run reaches (sweep keys its cache on
+    a finite limit): statuses, the census, and every run column it keeps equal direct sweeps."""
+    trace = limit_trace()
+    wide = every_budget(trace, limit=1e9)
+    assert "thrash" not in set(wide["status"])
+    limits = [1.0, 1.5, 2.0, needed_limit(46, 48), math.nextafter(needed_limit(46, 48), 0), 3.0]
+    derived = outcomes_at(wide, limits)
+    for limit in limits:
+        ours = derived[derived["overhead_limit"] == limit].reset_index(drop=True)
+        direct = every_budget(trace, limit=limit)
+        assert ours["status"].tolist() == direct["status"].tolist()
+        for column in RUN_COLUMNS:
+            if column in ours and column != "wall_seconds":
+                kept = ours[column].notna()
+                assert ours.loc[kept, column].tolist() == direct.loc[kept, column].tolist(), column
+        assert (ours["status"] == "pass").sum() == ours[["clock"]].notna().all(axis=1)[ours["status"] == "pass"].sum()
+        cols = ["samples", "failures", "non_monotone_failures", "holes", "threshold_ratio"]
+        assert census_table(ours)[cols].equals(census_table(direct)[cols])
+
+
+def test_refusals():
+    trace = oom_trace()
+    with pytest.raises(ValueError, match="reads the overhead limit"):
+        check_limit_blind("monotone")
+    monotone = {"status": "pass", "remat_compute": 0, "baseline_compute": 59, "overhead_limit": math.inf,
+                "policy": "monotone", "policy_name": "monotone"}
+    with pytest.raises(ValueError, match="reads the overhead limit"):
+        outcome_at(monotone, 2.0)
+    thrash = simulate(trace, "dtr", budget_bytes=98, overhead_limit=1.2)
+    assert thrash.status == "thrash"
+    assert outcome_at(thrash, 1.1) == "thrash"
+    with pytest.raises(ValueError, match="cannot tell"):
+        outcome_at(thrash, 2.0)
+    allocated_oom = {"status": "oom", "remat_compute": 3, "baseline_compute": 59, "overhead_limit": math.inf,
+                     "policy": "dtr", "enforce": "allocated"}
+    with pytest.raises(ValueError, match="allocated"):
+        outcome_at(allocated_oom, 2.0)
+    census = find_holes(every_budget(trace))
+    with pytest.raises(ValueError, match="without a limit"):
+        hole_anatomy(census, every_budget_at(trace, failing_budgets(census), 2.0))
+    with pytest.raises(ValueError, match="no run without a limit"):
+        hole_anatomy(census, unlimited_runs(trace, census, progress=False, backend="sequential").iloc[:1])
