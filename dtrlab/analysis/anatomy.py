@@ -89,7 +89,7 @@ def needed_limit(base_compute: int, remat: int) -> float:
     """The smallest overhead limit (a float) whose thrash allowance admits ``remat``:
     about ``1 + remat / base_compute``, nudged by ulps so that the simulator's own
     ``recompute_allowance`` (a floor of a float product) accepts it and the next
-    smaller float does not. Infinite when no limit does (zero baseline compute)."""
+    smaller float does not. Infinite when only no limit does (zero baseline compute)."""
     if remat <= 0:
         return 1.0
     if base_compute <= 0:
