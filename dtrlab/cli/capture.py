@@ -5,12 +5,24 @@ from __future__ import annotations
 import json
 import sys
 
+from ..trace.sizes import SIZE_KEYS
 from .common import Parser, output_file, positive_int
 
 #: Above this fraction of the peak pinned, capture warns: DTR has little to evict. (On the
 #: zoo's traces DTR's threshold lies above it: hf:gpt2 --batch 2 --seq 128 pins 0.76 and
 #: fails below 1.0; unet --batch 2 pins 0.51 and fails below 0.7.)
 PINNED_WARNING = 0.5
+
+
+def add_model_size_arguments(parser) -> None:
+    """The options that size a model source, shared by capture and execute: --batch, --seq,
+    --image and the hf: configuration overrides (dtrlab.trace.sizes.SIZE_KEYS)."""
+    parser.add_argument("--batch", type=positive_int, default=None, help="batch size (default: the model's)")
+    parser.add_argument("--seq", type=positive_int, default=None, help="sequence length (hf: models, user functions)")
+    parser.add_argument("--image", type=positive_int, default=224, help="image side in pixels (torchvision:)")
+    for key in SIZE_KEYS:
+        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, type=positive_int, default=None,
+                            help=f"override the hf: config's {key.replace('_', ' ')}")
 
 
 def register(subparsers) -> None:
@@ -25,7 +37,7 @@ def register(subparsers) -> None:
 def capture_parser() -> Parser:
     """The options of ``dtrlab capture`` (imports torch)."""
     from ..trace.costs import COST_MODELS
-    from ..trace.models import SIZE_KEYS, describe_sources
+    from ..trace.models import describe_sources
 
     parser = Parser(
         prog="dtrlab capture", description="Record one training step of a model as a simrd log. Models are built "
@@ -33,12 +45,7 @@ def capture_parser() -> Parser:
         "memory does not grow with the model.")
     parser.add_argument("model", help=f"model source: {describe_sources()}")
     parser.add_argument("--out", required=True, type=output_file, help="output log; gzip-compressed if it ends in .gz")
-    parser.add_argument("--batch", type=positive_int, default=None, help="batch size (default: the model's)")
-    parser.add_argument("--seq", type=positive_int, default=None, help="sequence length (hf: models, user functions)")
-    parser.add_argument("--image", type=positive_int, default=224, help="image side in pixels (torchvision:)")
-    for key in SIZE_KEYS:
-        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, type=positive_int, default=None,
-                            help=f"override the hf: config's {key.replace('_', ' ')}")
+    add_model_size_arguments(parser)
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                         help="cast parameters and floating inputs (default: the model's, float32)")
     parser.add_argument("--cost", choices=COST_MODELS, default="flops",
@@ -54,8 +61,6 @@ def capture_parser() -> Parser:
 def run(args) -> int:
     try:
         import torch
-
-        from ..trace.models import SIZE_KEYS
     except ImportError as exc:
         if {"-h", "--help"} & set(args.arguments):
             print(f"usage: dtrlab capture MODEL --out FILE [options]\n\nThe options need PyTorch ({exc}): "

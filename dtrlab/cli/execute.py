@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import add_policy_arguments, memory_arguments, nonnegative_int, policy_params, positive_float, \
-    positive_int
-
-SIZE_KEYS = ("layers", "hidden", "heads", "kv_heads", "intermediate", "vocab")  # as dtrlab.trace.models
+from ..trace.sizes import SIZE_KEYS
+from .capture import add_model_size_arguments
+from .common import add_policy_arguments, memory_arguments, nonnegative_int, policy_params, positive_float
 
 
 def register(subparsers) -> None:
@@ -35,12 +34,7 @@ def register(subparsers) -> None:
                         help="end the step with this optimizer's update (SGD momentum 0.9, lr 0.01; Adam lr 1e-3)")
     parser.add_argument("--cap-allocator", action="store_true",
                         help="on cuda: cap the caching allocator at the budget (set_per_process_memory_fraction)")
-    parser.add_argument("--batch", type=positive_int, default=None, help="batch size (default: the model's)")
-    parser.add_argument("--seq", type=positive_int, default=None, help="sequence length (hf: models)")
-    parser.add_argument("--image", type=positive_int, default=224, help="image side in pixels (torchvision:)")
-    for key in SIZE_KEYS:
-        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, type=positive_int, default=None,
-                            help=f"override the hf: config's {key.replace('_', ' ')}")
+    add_model_size_arguments(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of parameters and data (default 0)")
     parser.add_argument("--json", action="store_true", help="print the record as JSON")
     parser.add_argument("--evictions", action="store_true", help="also list the evicted storages in order")

@@ -46,10 +46,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import zoo
+from .sizes import SIZE_KEYS
 from .zoo import Workload
 
 SCHEMES = ("torchvision", "hf", "diffusers")
-SIZE_KEYS = ("layers", "hidden", "heads", "kv_heads", "intermediate", "vocab")
 
 
 class ModelSourceError(ValueError):
