@@ -46,7 +46,7 @@ from ..runtime import DEFAULT_OVERHEAD_LIMIT, Simulator, baseline, recompute_all
 from ..trace.model import Trace
 from .model import LinearModel, violations
 from .problem import Problem, build_problem
-from .solve import load_highs
+from .solve import load_highs, run_highs
 
 RELAX_METHODS = ("lp", "mip")
 #: Traces with more (operator, need stage) pairs than this are not relaxed: the unbounded
@@ -267,7 +267,10 @@ def solve_relaxation(trace: Trace | Problem, budget_bytes: int, *, overhead_limi
     else:
         status, objective = _solve(model, method == "mip", time_limit_s, workers)
         message = {"infeasible": "HiGHS proved the relaxation infeasible: no simulator run fits this budget",
-                   "unknown": "the time limit ran out without a bound"}.get(status, "")
+                   "unknown": "the time limit ran out without a bound",
+                   "unconfirmed": "HiGHS failed on the relaxation (a solve error, or an infeasibility found with "
+                                  "presolve that it could not confirm without): not a proof"}.get(status, "")
+        status = "unknown" if status == "unconfirmed" else status
     solved = time.perf_counter()
     result = RelaxResult(status=status, bound=None if objective is None else base + max(0.0, objective),
                          build_seconds=built - started, solve_seconds=solved - built,
@@ -315,16 +318,16 @@ def refuting_run(result: RelaxResult, runs: Iterable[tuple[str, int, int]]) -> s
 
 
 def _solve(model: LinearModel, integer: bool, time_limit_s: float, workers: int):
-    """("infeasible" | "bound" | "unknown", a lower bound on the objective or None)."""
+    """("infeasible" | "bound" | "unknown" | "unconfirmed", a lower bound on the objective or None)."""
     integer_columns = [var for var in range(model.n_vars) if not model.continuous[var]] if integer else []
     highspy, h = load_highs(model, time_limit_s, integer_columns, "the relaxation", workers)
     inf = highspy.kHighsInf
-    if h.run() == highspy.HighsStatus.kError:
-        raise RuntimeError(f"HiGHS failed on the relaxation: {h.modelStatusToString(h.getModelStatus())}")
-    status = h.getModelStatus()
+    status = run_highs(highspy, h)
     info = h.getInfo()
     if status == highspy.HighsModelStatus.kInfeasible:
         return "infeasible", None
+    if status == highspy.HighsModelStatus.kUnknown:  # HiGHS disagreed with itself or failed (run_highs)
+        return "unconfirmed", None
     if status == highspy.HighsModelStatus.kModelEmpty:  # no recompute decision at all (nothing is ever reused)
         return "bound", 0.0
     if status == highspy.HighsModelStatus.kOptimal:

@@ -307,6 +307,26 @@ def load_highs(model: LinearModel, time_limit_s: float, integer_columns, needed_
     return highspy, h
 
 
+def run_highs(highspy, h):
+    """Run ``h`` and return its model status, believing HiGHS only where it agrees with itself.
+    An "infeasible" found with presolve, or a solve error, is solved again without presolve:
+    HiGHS 1.16's presolve has proved infeasible relaxations that hold a real run (issue 22, and
+    a 0/1 relaxation the slow oracle test found at 12 bytes where DTR runs with no recompute),
+    and failed with a solve error on other tiny models, where without presolve it answered.
+    When the second solve fails too, the status is ``kUnknown``: nothing is proven. The second
+    solve costs time only where the first ends infeasible or in error."""
+    ran = h.run()
+    status = h.getModelStatus()
+    if status == highspy.HighsModelStatus.kInfeasible or ran == highspy.HighsStatus.kError:
+        h.setOptionValue("presolve", "off")
+        h.clearSolver()
+        ran = h.run()
+        status = h.getModelStatus()
+        if ran == highspy.HighsStatus.kError or status == highspy.HighsModelStatus.kSolveError:
+            status = highspy.HighsModelStatus.kUnknown
+    return status
+
+
 def _solve_highs(model: LinearModel, start: list[int], time_limit_s: float, workers: int):
     highspy, h = load_highs(model, time_limit_s, range(model.n_vars), "solver='milp'", workers)
     h.setOptionValue("mip_rel_gap", 0.0)
@@ -315,11 +335,12 @@ def _solve_highs(model: LinearModel, start: list[int], time_limit_s: float, work
         hint.col_value = [float(v) for v in start]
         hint.value_valid = True
         h.setSolution(hint)  # used only if it fits the budget
-    h.run()
-    status = h.getModelStatus()
+    status = run_highs(highspy, h)
     info = h.getInfo()
     if status == highspy.HighsModelStatus.kInfeasible:
         return "infeasible", None, None, None
+    if status == highspy.HighsModelStatus.kUnknown:  # HiGHS disagreed with itself: nothing is proven
+        return "unknown", None, None, None
     if info.primal_solution_status == 2:  # a feasible integer solution exists
         values = [int(round(v)) for v in h.getSolution().col_value]
         optimal = status == highspy.HighsModelStatus.kOptimal
