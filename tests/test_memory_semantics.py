@@ -382,14 +382,20 @@ def test_sweep_column_and_cache_key(tmp_path, small_resnet):
     assert (flat["enforce"].tolist(), flat["device_capacity"].tolist()) == (["reserved"], [""])
 
 
-def test_cli_enforce(tmp_path, capsys):
-    path = tmp_path / "chain.log"
+def three_outputs_log(directory) -> str:
+    """A log file: three 4 KiB outputs of a free constant, released together at the end."""
+    path = directory / "chain.log"
     log = LogBuilder()
     log.constant("x", 0)
     for name in "abc":
         log.call("f" + name, ["x"], [(name, 4 * KIB)], time=1)
     log.release("a", "b", "c")
     log.write(path)
+    return path
+
+
+def test_cli_enforce(tmp_path, capsys):
+    path = three_outputs_log(tmp_path)
     assert main(["run", str(path), "--budget", str(10 * KIB), "--enforce", "allocated", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert (record["status"], record["enforce"], record["device_capacity"]) == ("pass", "allocated", "unlimited")
@@ -407,13 +413,7 @@ def test_every_simulating_command_takes_the_semantics(tmp_path, capsys):
     """variants and explain pass enforce and device_capacity to their runs (variants raised
     TypeError, explain's search took them for policy parameters and crashed when the base run
     evicted nothing). Three 4 KiB outputs under a 10 KiB device: the third fails, cause device."""
-    path = tmp_path / "chain.log"
-    log = LogBuilder()
-    log.constant("x", 0)
-    for name in "abc":
-        log.call("f" + name, ["x"], [(name, 4 * KIB)], time=1)
-    log.release("a", "b", "c")
-    log.write(path)
+    path = three_outputs_log(tmp_path)
     semantics = ["--enforce", "allocated", "--device-capacity", str(10 * KIB)]
     assert main(["explain", str(path), "--budget", str(10 * KIB), *semantics]) == 0
     out = capsys.readouterr().out
