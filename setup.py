@@ -6,7 +6,9 @@ setup(
     ext_modules=[
         Extension("dtrlab.runtime._regions", ["dtrlab/runtime/_regions.c"], depends=["dtrlab/runtime/_regions_core.h"],
                   extra_compile_args=["-O3", "-std=c11"]),
-        Extension("dtrlab.runtime._core", ["dtrlab/runtime/_core.c"], depends=["dtrlab/runtime/_regions_core.h"],
+        Extension("dtrlab.runtime._core", ["dtrlab/runtime/_core.c"],
+                  depends=["dtrlab/runtime/_regions_core.h", "dtrlab/runtime/_policy_spec.h",
+                           "dtrlab/runtime/_policy_core.h"],
                   extra_compile_args=["-O3", "-std=c11"]),
     ],
 )

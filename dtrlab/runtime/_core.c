@@ -10,12 +10,11 @@
  * and calls replay(); it decides which runs may come here.
  */
 #include "_regions_core.h"
+#include "_policy_spec.h"
 #include <math.h>
 
 static PyObject *SimulationError; /* dtrlab.runtime.simulator.SimulationError */
 
-/* Policy codes, in the order of compiled.py's POLICY_CODES. */
-enum { P_DTR, P_DTR_EQ_CLASS, P_DTR_LOCAL, P_MSPS, P_LRU, P_LARGEST_STORAGE, P_RANDOM, P_COUNT };
 enum { K_COMPUTE = 0, K_GET = 1, K_PIN = 2, K_RELEASE = 3 };
 #define NEVER INT64_MIN /* last_access of a storage never accessed: -inf in the reference */
 
@@ -150,10 +149,9 @@ typedef struct {
 
 typedef struct {
     const CoreTrace *tr;
-    int policy;
+    PolicySpec policy;
     int64_t budget, remat_limit; /* exceeded when memory + x > budget / remat_compute > remat_limit */
     const uint8_t *withhold;     /* NULL or one flag per storage */
-    PyObject *randrange;         /* P_RANDOM: the bound randrange of the policy's seeded random.Random */
     int track_regions, track_eq;
 
     uint8_t *defined, *material, *pinned;
@@ -183,7 +181,9 @@ typedef struct {
     Py_ssize_t step;
     int failed; /* 0, 1 oom, 2 thrash */
     int64_t fail_step, fail_op, fail_tensor, fail_needed, fail_memory, fail_candidates;
-    int32_t *scratch; /* remat storages of one computation */
+    int32_t *scratch;    /* remat storages of one computation */
+    int32_t *candidates; /* the storages offered to the policy, in pool order */
+    IntVec chosen;       /* what the policy chose */
 } Sim;
 
 /* ----------------------------------------------------------------- pool */
@@ -291,107 +291,7 @@ static int64_t eq_class_compute(Sim *sim, int32_t s) {
     return total;
 }
 
-/* ------------------------------------------------------------- scores */
-#define EXACT_LIMIT ((int64_t)1 << 53)
-
-/* Python's int / int, correctly rounded: a double division is exact-rounded when both
- * operands are integers below 2^53; otherwise let Python's long division do it. */
-static int true_divide(int64_t numerator, __int128 denominator, double *out) {
-    if (numerator > -EXACT_LIMIT && numerator < EXACT_LIMIT && denominator < EXACT_LIMIT) {
-        *out = (double)numerator / (double)(int64_t)denominator;
-        return 0;
-    }
-    PyObject *num = PyLong_FromLongLong(numerator);
-    PyObject *high = PyLong_FromUnsignedLongLong((unsigned long long)(denominator >> 62));
-    PyObject *low = PyLong_FromLongLong((int64_t)(denominator & (((__int128)1 << 62) - 1)));
-    PyObject *shift = PyLong_FromLong(62);
-    PyObject *shifted = high && shift ? PyNumber_Lshift(high, shift) : NULL;
-    PyObject *den = shifted && low ? PyNumber_Or(shifted, low) : NULL;
-    PyObject *quotient = num && den ? PyNumber_TrueDivide(num, den) : NULL;
-    Py_XDECREF(num); Py_XDECREF(high); Py_XDECREF(low); Py_XDECREF(shift); Py_XDECREF(shifted); Py_XDECREF(den);
-    if (!quotient) return -1;
-    *out = PyFloat_AsDouble(quotient);
-    Py_DECREF(quotient);
-    return 0;
-}
-
-/* numerator / (size x staleness), or inf when that is not positive (the DTR family). */
-static int staleness_score(Sim *sim, int32_t s, int64_t numerator, double *out) {
-    int64_t size = sim->size[s];
-    if (sim->last_access[s] == NEVER) { /* staleness inf: size x inf is inf, or nan when size is 0 */
-        *out = size > 0 ? (double)numerator / INFINITY : INFINITY;
-        return 0;
-    }
-    __int128 denominator = (__int128)size * (__int128)(sim->clock - sim->last_access[s]);
-    if (denominator <= 0) { *out = INFINITY; return 0; }
-    return true_divide(numerator, denominator, out);
-}
-
-static int score(Sim *sim, int32_t s, double *out) {
-    switch (sim->policy) {
-    case P_DTR:
-        return staleness_score(sim, s, sim->compute_cost[s] + sim->region_compute[s] + sim->region_rev_compute[s], out);
-    case P_DTR_EQ_CLASS:
-        return staleness_score(sim, s, eq_class_compute(sim, s), out);
-    case P_DTR_LOCAL:
-        return staleness_score(sim, s, sim->compute_cost[s], out);
-    case P_MSPS:
-        if (sim->size[s] <= 0) { *out = INFINITY; return 0; }
-        return true_divide(sim->compute_cost[s] + sim->region_rev_compute[s], sim->size[s], out);
-    case P_LARGEST_STORAGE:
-        if (sim->size[s] <= 0) { *out = INFINITY; return 0; }
-        return true_divide(1, sim->size[s], out);
-    }
-    PyErr_SetString(PyExc_SystemError, "unknown policy code");
-    return -1;
-}
-
-/* The last candidate with the minimal score, stopping at a score of 0 (simrd's scan). */
-static int choose(Sim *sim, int32_t *chosen) {
-    int32_t best = -1;
-    const uint8_t *withhold = sim->withhold;
-    if (sim->policy == P_RANDOM) { /* ordered[randrange(0, len(ordered))], the same generator calls */
-        Py_ssize_t count = candidate_count(sim);
-        if (count) {
-            PyObject *drawn = PyObject_CallFunction(sim->randrange, "in", 0, count);
-            if (!drawn) return -1;
-            Py_ssize_t index = PyLong_AsSsize_t(drawn);
-            Py_DECREF(drawn);
-            if (index == -1 && PyErr_Occurred()) return -1;
-            for (int32_t s = sim->pool_head; s >= 0; s = sim->pool_next[s]) {
-                if (withhold && withhold[s]) continue;
-                if (index-- == 0) { best = s; break; }
-            }
-        }
-    } else if (sim->policy == P_LRU) { /* the score is the last access, compared as integers */
-        int64_t best_score = INT64_MAX;
-        int best_inf = 1; /* best_score is still +inf */
-        for (int32_t s = sim->pool_head; s >= 0; s = sim->pool_next[s]) {
-            if (withhold && withhold[s]) continue;
-            int64_t value = sim->last_access[s];
-            if (best_inf || value <= best_score) {
-                best_score = value;
-                best_inf = 0;
-                best = s;
-            }
-            if (value == 0) break;
-        }
-    } else {
-        double best_score = INFINITY;
-        for (int32_t s = sim->pool_head; s >= 0; s = sim->pool_next[s]) {
-            if (withhold && withhold[s]) continue;
-            double value;
-            if (score(sim, s, &value) < 0) return -1;
-            if (value <= best_score) {
-                best_score = value;
-                best = s;
-            }
-            if (value == 0) break;
-        }
-    }
-    *chosen = best;
-    return 0;
-}
+#include "_policy_core.h"
 
 /* ------------------------------------------------------------- replay */
 static int evict(Sim *sim, int32_t s) {
@@ -430,13 +330,20 @@ static void fail(Sim *sim, int kind, int32_t t, int64_t needed) {
 /* Evict by the policy until `needed` more bytes fit; 1 on OOM, -1 on error. */
 static int free_memory(Sim *sim, int64_t needed, int32_t t) {
     while (sim->memory + needed > sim->budget) {
-        int32_t chosen;
-        if (choose(sim, &chosen) < 0) return -1;
-        if (chosen < 0) {
+        Py_ssize_t n = 0;
+        const uint8_t *withhold = sim->withhold;
+        for (int32_t s = sim->pool_head; s >= 0; s = sim->pool_next[s])
+            if (!withhold || !withhold[s]) sim->candidates[n++] = s;
+        if (n == 0) {
             fail(sim, 1, t, needed);
             return 1;
         }
-        if (vec_push(&sim->evicted, chosen) < 0 || evict(sim, chosen) < 0) return -1;
+        sim->chosen.len = 0;
+        if (policy_choose(sim, sim->candidates, n, &sim->chosen) < 0) return -1;
+        for (Py_ssize_t i = 0; i < sim->chosen.len; i++) {
+            int32_t s = sim->chosen.items[i];
+            if (vec_push(&sim->evicted, s) < 0 || evict(sim, s) < 0) return -1;
+        }
     }
     return 0;
 }
@@ -636,11 +543,13 @@ static int run_step(Sim *sim, int kind, int32_t operand) {
 
 static void sim_free(Sim *sim) {
     regions_release(&sim->regions);
+    policy_spec_release(&sim->policy);
     void *buffers[] = {sim->defined, sim->material, sim->pinned, sim->storage, sim->size, sim->compute_cost,
                        sim->ref_int, sim->ref_ext, sim->last_access, sim->tensor_next, sim->tensor_last,
                        sim->tensor_first, sim->region_compute, sim->region_rev_compute, sim->pool_prev,
                        sim->pool_next, sim->in_pool, sim->eq_node, sim->eq_parent, sim->eq_value, sim->eq_seen,
-                       sim->evicted.items, sim->undefined.items, sim->frames, sim->scratch};
+                       sim->evicted.items, sim->undefined.items, sim->frames, sim->scratch, sim->candidates,
+                       sim->chosen.items};
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) PyMem_Free(buffers[i]);
 }
 
@@ -651,7 +560,7 @@ static int sim_alloc(Sim *sim) {
           ALLOC(compute_cost, n) && ALLOC(ref_int, n) && ALLOC(ref_ext, n) && ALLOC(last_access, n) &&
           ALLOC(tensor_next, n) && ALLOC(tensor_last, n) && ALLOC(tensor_first, n) && ALLOC(region_compute, n) &&
           ALLOC(region_rev_compute, n) && ALLOC(pool_prev, n) && ALLOC(pool_next, n) && ALLOC(in_pool, n) &&
-          ALLOC(eq_node, n) && ALLOC(frames, n + 1) && ALLOC(scratch, n + 1))) {
+          ALLOC(eq_node, n) && ALLOC(frames, n + 1) && ALLOC(scratch, n + 1) && ALLOC(candidates, n))) {
         PyErr_NoMemory();
         return -1;
     }
@@ -667,31 +576,28 @@ static int sim_alloc(Sim *sim) {
                         sim->region_rev_compute);
 }
 
-/* replay(trace, policy, budget, remat_limit, withhold, record_steps, randrange)
+/* replay(trace, policy, budget, remat_limit, withhold, record_steps)
  *   -> (status, clock, model_compute, remat_compute, peak_memory, remats, evicted, failure, steps)
+ * policy: the spec tuple of compiled_policies.policy_spec;
  * status: 0 pass, 1 oom, 2 thrash; failure: None or (step, operator, tensor, requested, memory, candidates);
  * steps: None or a list of (clock, memory, evictions, remat_compute) after each completed step. */
 static PyObject *replay(PyObject *module, PyObject *args) {
     CoreTrace *tr;
-    int policy, record_steps;
+    int record_steps;
     long long budget, remat_limit;
-    PyObject *withhold_obj, *randrange = Py_None;
-    if (!PyArg_ParseTuple(args, "O!iLLOp|O", &CoreTraceType, &tr, &policy, &budget, &remat_limit, &withhold_obj,
-                          &record_steps, &randrange))
+    PyObject *withhold_obj, *policy;
+    if (!PyArg_ParseTuple(args, "O!O!LLOp", &CoreTraceType, &tr, &PyTuple_Type, &policy, &budget, &remat_limit,
+                          &withhold_obj, &record_steps))
         return NULL;
-    if (policy < 0 || policy >= P_COUNT) return PyErr_Format(PyExc_ValueError, "unknown policy code %d", policy);
     if (!tr->well_formed) return PyErr_Format(PyExc_ValueError, "the trace has an index out of range");
-    if (policy == P_RANDOM && !PyCallable_Check(randrange))
-        return PyErr_Format(PyExc_TypeError, "the random policy needs a randrange callable");
     Sim sim;
     memset(&sim, 0, sizeof(sim));
+    if (policy_spec_parse(policy, &sim.policy) < 0) return NULL;
     sim.tr = tr;
-    sim.policy = policy;
     sim.budget = budget;
     sim.remat_limit = remat_limit;
-    sim.randrange = randrange;
-    sim.track_regions = policy == P_DTR || policy == P_MSPS;
-    sim.track_eq = policy == P_DTR_EQ_CLASS;
+    sim.track_regions = policy_tracks_regions(&sim.policy);
+    sim.track_eq = policy_tracks_eq(&sim.policy);
     Py_buffer withhold = {0};
     PyObject *steps = NULL, *result = NULL;
     if (withhold_obj != Py_None) {

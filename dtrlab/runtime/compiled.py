@@ -1,7 +1,7 @@
 """The compiled replay core (``_core.c``): which runs it can take, and how to run one.
 
-The core replays a whole trace in C for the flat memory model and the built-in score
-policies listed in :data:`POLICY_CODES`, decision for decision like
+The core replays a whole trace in C for the flat memory model and the policies that
+:mod:`~dtrlab.runtime.compiled_policies` encodes, decision for decision like
 :class:`~dtrlab.runtime.simulator.Simulator` (the readable reference, which stays
 the only path for policies written in Python, other memory models, recorders and
 step-by-step analyses). ``tests/test_compiled_core.py`` compares the two step by
@@ -11,12 +11,11 @@ step on random traces.
 from __future__ import annotations
 
 import math
-import random
 from array import array
 from dataclasses import dataclass
 
-from ..policies.builtin import DTR, LRU, MSPS, DTREqClass, DTRLocal, LargestStorage, RandomStorage
 from ..trace.model import Trace
+from .compiled_policies import POLICY_CODES, policy_reason, policy_spec  # noqa: F401 (POLICY_CODES: re-exported)
 from .per_trace import cache_per_trace
 from .simulator import Failure, Intervention, remat_allowance
 
@@ -24,10 +23,6 @@ try:
     from . import _core
 except ImportError:  # not built (e.g. running from a source tree without `pip install`)
     _core = None
-
-#: The policy classes the core implements (exactly these classes, not subclasses),
-#: mapped to the core's policy codes.
-POLICY_CODES = {DTR: 0, DTREqClass: 1, DTRLocal: 2, MSPS: 3, LRU: 4, LargestStorage: 5, RandomStorage: 6}
 
 ENGINES = ("auto", "compiled", "python")
 _INT64_MAX = 2**63 - 1
@@ -45,10 +40,9 @@ def unsupported_reason(trace: Trace, policy, intervention: Intervention | None =
     if not core_trace(trace).fits:
         return ("the trace's compute or bytes are too large for the core's 64-bit counters, or it has an index "
                 "out of range")
-    if type(policy) not in POLICY_CODES:
-        return f"policy {policy.label!r} is not one of the compiled built-ins ({', '.join(c.name for c in POLICY_CODES)})"
-    if {"score_of", "choose", "score", "start"} & set(vars(policy)):
-        return f"policy {policy.label!r} has methods overridden on the instance"
+    reason = policy_reason(policy)
+    if reason is not None:
+        return reason
     if recorder is not None:
         return "a recorder needs the step-by-step Python simulator"
     if intervention is not None and (intervention.pin or intervention.force_evict):
@@ -135,10 +129,8 @@ def run(trace: Trace, policy, budget_bytes: float, remat_limit: float = math.inf
                 flags[s] = 1
         withhold = flags
     status, clock, model_compute, remat_compute, peak, remats, evicted, failure, steps = _core.replay(
-        core_trace(trace).flat, POLICY_CODES[type(policy)], _exceeded_at(budget_bytes), _exceeded_at(remat_limit),
-        withhold, record_steps,
-        # The random policy's own generator, seeded as its start() does: the same draws in the same order.
-        random.Random(policy.params["seed"]).randrange if type(policy) is RandomStorage else None)
+        core_trace(trace).flat, policy_spec(policy), _exceeded_at(budget_bytes), _exceeded_at(remat_limit),
+        withhold, record_steps)
     if failure is not None:
         step, operator, tensor, requested, memory, candidates = failure
         failure = Failure(kind=_STATUS[status], step=step, operator=operator, tensor=tensor,
