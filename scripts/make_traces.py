@@ -7,7 +7,7 @@
 
 Writes <dir>/<name>.jsonl.gz, rewrites <dir>/manifest.json (the DTR artifact's shape
 plus provenance fields: the command that regenerates each file and the package
-versions) and the table in traces/README.md between its marker comments. Every
+versions; for the modern corpus also each log's sha256 and compressed size) and the table in traces/README.md between its marker comments. Every
 model is recorded on the meta device (no tensor data). Needs the torch extra; the
 modern corpus also the models extra (pip install -e '.[torch,models]').
 """
@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from dtrlab.integrity import sha256_file
 from dtrlab.trace import zoo
 from dtrlab.trace.capture import _versions, capture
 
@@ -41,6 +42,9 @@ MODERN = {
     "vit_b_16": ("torchvision:vit_b_16", {"batch": 64}, "ViT-B/16"),
     "resnet50": ("torchvision:resnet50", {"batch": 64}, "ResNet-50"),
     "sd-unet": ("diffusers:sd-unet", {"batch": 8}, "Stable Diffusion U-Net"),
+    "olmoe": ("hf:olmoe", {"batch": 4, "seq": 4096}, "OLMoE-1B-7B-shaped MoE decoder"),
+    "dit-xl-2": ("diffusers:dit-xl-2", {"batch": 32}, "DiT-XL/2"),
+    "llama-1b-8k": ("hf:llama", {"batch": 1, "seq": 8192}, "Llama 3.2 1B-shaped decoder, 8k context"),
 }
 MODERN_COST, MODERN_DTYPE = "roofline:A100", "bfloat16"
 
@@ -124,6 +128,9 @@ def main(argv: list[str]) -> None:
         entries[name] = make(name)
         print(json.dumps({k: entries[name][k] for k in ("log", "ops", "peak_live_bytes")}), flush=True)
     ordered = [entries[name] for name in corpus if name in entries]
+    if modern:  # each log's checksum and size, from the file as it is (also for the entries not regenerated)
+        for entry in ordered:
+            entry.update(sha256=sha256_file(MODELS / entry["log"]), bytes=(MODELS / entry["log"]).stat().st_size)
     manifest_path.write_text(json.dumps({"models": ordered}, indent=2) + "\n")
     write_table(ordered, *((MODELS_TABLE_BEGIN, MODELS_TABLE_END) if modern else (TABLE_BEGIN, TABLE_END)))
 

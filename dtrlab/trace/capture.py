@@ -74,14 +74,18 @@ from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sd
 from .costs import check_cost_model, roofline_gpu, roofline_ns
 
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
-# Attention kernels that torch.utils.flop_counter does not know: the CPU flash
+# Matmul-class kernels that torch.utils.flop_counter does not know: the CPU flash
 # attention that scaled_dot_product_attention runs on the CPU, and on the meta device
-# in dtrlab.trace.models (the formulas are its CUDA twin's).
+# in dtrlab.trace.models (the formulas are its CUDA twin's), and the grouped matmul of
+# mixture-of-experts layers (every row meets one group's matrix: 2 x rows x K x N).
 _ATTENTION_FLOPS = {
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
         lambda q, k, v, *args, **kwargs: sdpa_flop_count(q.shape, k.shape, v.shape),
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward:
         lambda grad, q, k, v, *args, **kwargs: sdpa_backward_flop_count(grad.shape, q.shape, k.shape, v.shape),
+    torch.ops.aten._grouped_mm:
+        lambda a, b, *args, **kwargs: 2 * a.numel() * b.shape[-1] // (a.shape[0] if a.dim() == 3 and b.dim() == 2
+                                                                       else 1),
 }
 
 # Operators whose schema does not declare a write they perform: (op, argument names).

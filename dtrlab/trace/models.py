@@ -14,12 +14,18 @@ imported).
 * ``hf:NAME``: a Hugging Face transformers model from a configuration preset:
   ``hf:gpt2`` (small), ``hf:gpt2-medium``, ``hf:gpt2-large``, ``hf:gpt2-xl``
   (causal LM loss), ``hf:bert-base``, ``hf:bert-large`` (masked LM loss on every
-  token), ``hf:llama`` (a Llama-style decoder; by default Llama 3.2 1B's shape).
-  ``layers``, ``hidden``, ``heads``, ``kv_heads``, ``intermediate`` and ``vocab``
-  override the preset's sizes.
+  token), ``hf:llama`` (a Llama-style decoder; by default Llama 3.2 1B's shape),
+  ``hf:olmoe`` (a mixture-of-experts decoder with OLMoE-1B-7B's shape: 64 experts,
+  8 active per token, run as transformers' ``grouped_mm`` experts, the kernel GPU
+  training uses). ``layers``, ``hidden``, ``heads``, ``kv_heads``, ``intermediate``
+  and ``vocab`` override the preset's sizes.
 * ``diffusers:sd-unet``: Stable Diffusion 1.x's denoising U-Net
   (``UNet2DConditionModel``, 64x64x4 latents, 77 text tokens of width 768), noise
   prediction MSE loss.
+* ``diffusers:dit-xl-2``: the diffusion transformer DiT-XL/2 (``DiTTransformer2DModel``,
+  28 blocks of width 1152, patch 2, class-conditional; 256px images as 32x32x4
+  latents), MSE of its noise prediction (the first 4 of its 8 output channels; DiT's
+  variance term is left out).
 * ``package.module:function``: a user's own; ``function(batch=..., seq=...)``
   (each passed only if given and accepted) returns ``(model, inputs, loss_fn)``;
   ``inputs`` is a tensor or a tuple of positional arguments, ``loss_fn`` maps the
@@ -83,6 +89,15 @@ def _llama():
                                max_position_embeddings=131072, rope_theta=500000.0, tie_word_embeddings=True)
 
 
+def _olmoe():
+    from transformers import OlmoeConfig
+    # OLMoE-1B-7B's published shape (transformers' defaults): 16 layers, width 2048, 16 heads,
+    # 64 experts of width 1024 with 8 active per token, vocab 50304; 6.9B parameters.
+    return lambda: OlmoeConfig(hidden_size=2048, intermediate_size=1024, num_hidden_layers=16,
+                               num_attention_heads=16, num_key_value_heads=16, num_experts=64,
+                               num_experts_per_tok=8, vocab_size=50304, max_position_embeddings=4096)
+
+
 def _hf_presets() -> dict[str, HFPreset]:
     return {
         "gpt2": HFPreset("causal", _gpt2(), 1024, 8, "GPT-2 small"),
@@ -93,11 +108,12 @@ def _hf_presets() -> dict[str, HFPreset]:
         "bert-large": HFPreset("masked", _bert(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
                                                intermediate_size=4096), 512, 32, "BERT-large"),
         "llama": HFPreset("causal", _llama(), 2048, 4, "Llama-style decoder"),
+        "olmoe": HFPreset("causal", _olmoe(), 4096, 2, "OLMoE-1B-7B-shaped MoE decoder"),
     }
 
 
-HF_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "bert-base", "bert-large", "llama")
-DIFFUSERS_NAMES = ("sd-unet",)
+HF_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "bert-base", "bert-large", "llama", "olmoe")
+DIFFUSERS_NAMES = ("sd-unet", "dit-xl-2")
 
 
 def describe_sources() -> str:
@@ -127,7 +143,7 @@ def build(source: str, *, batch: int | None = None, seq: int | None = None, imag
         elif scheme == "hf":
             workload = _huggingface(name, batch, seq, sizes)
         elif scheme == "diffusers":
-            workload = _diffusers(name, batch or 8)
+            workload = _diffusers(name, batch)
         else:
             workload = _user_function(source, batch, seq)
         if dtype is not None:
@@ -272,6 +288,10 @@ def _huggingface(name: str, batch: int | None, seq: int | None, sizes: dict) -> 
             config.max_position_embeddings = seq
     config.attn_implementation = "sdpa"
     config._attn_implementation = "sdpa"
+    if getattr(config, "num_experts", None):
+        # Experts as one grouped matmul over the tokens sorted by expert (what transformers runs on a
+        # GPU); its "eager" loop over the experts hit reads the routing (nonzero), which meta tensors cannot.
+        config._experts_implementation = "grouped_mm"
     auto = transformers.AutoModelForCausalLM if preset.kind == "causal" else transformers.AutoModelForMaskedLM
     try:
         model = auto.from_config(config)
@@ -293,6 +313,8 @@ def _huggingface(name: str, batch: int | None, seq: int | None, sizes: dict) -> 
     desc = (f"{preset.title}: {layers} layers, hidden {config.hidden_size}, {config.num_attention_heads} heads"
             + (f" ({config.num_key_value_heads} KV)" if getattr(config, "num_key_value_heads", None)
                not in (None, config.num_attention_heads) else "")
+            + (f", {config.num_experts} experts of width {config.intermediate_size} ({config.num_experts_per_tok} "
+               "active)" if getattr(config, "num_experts", None) else "")
             + f", vocab {vocab}, {params / 1e6:.0f}M parameters, random init, sequence {seq}")
     return Workload(_Logits(model), (ids,), loss, batch, f"{batch}x{seq} tokens", desc)
 
@@ -306,22 +328,28 @@ class _Denoiser(nn.Module):
         return self.unet(latents, timesteps, encoder_hidden_states=text).sample
 
 
-def _diffusers(name: str, batch: int) -> Workload:
+def _diffusers(name: str, batch: int | None) -> Workload:
     source = f"diffusers:{name}"
     if name not in DIFFUSERS_NAMES:
         raise ModelSourceError(f"unknown model {source!r}; diffusers: models are {', '.join(DIFFUSERS_NAMES)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     diffusers = _import("diffusers", source)
-    # Stable Diffusion 1.x's U-Net configuration (860M parameters).
+    build_model = _sd_unet if name == "sd-unet" else _dit_xl_2
     try:
-        unet = diffusers.UNet2DConditionModel(
-            sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
-            block_out_channels=(320, 640, 1280, 1280), cross_attention_dim=768, attention_head_dim=8,
-            down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
-                              "DownBlock2D"),
-            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"))
+        return build_model(diffusers, batch)
     except Exception as exc:
         raise ModelSourceError(f"{source}: the config does not build: {type(exc).__name__}: {exc}") from exc
+
+
+def _sd_unet(diffusers, batch: int | None) -> Workload:
+    batch = batch or 8
+    # Stable Diffusion 1.x's U-Net configuration (860M parameters).
+    unet = diffusers.UNet2DConditionModel(
+        sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
+        block_out_channels=(320, 640, 1280, 1280), cross_attention_dim=768, attention_head_dim=8,
+        down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
+                          "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"))
     unet.train()
     latents = torch.randn(batch, 4, 64, 64)
     timesteps = torch.randint(0, 1000, (batch,))
@@ -331,6 +359,35 @@ def _diffusers(name: str, batch: int) -> Workload:
     return Workload(_Denoiser(unet), (latents, timesteps, text), lambda pred: F.mse_loss(pred, noise), batch,
                     f"{batch}x4x64x64 latents, {batch}x77x768 text",
                     f"Stable Diffusion 1.x U-Net, {params / 1e6:.0f}M parameters, random init, 512px images")
+
+
+class _ClassConditionalDenoiser(nn.Module):
+    def __init__(self, transformer: nn.Module):
+        super().__init__()
+        self.transformer = transformer
+
+    def forward(self, latents, timesteps, labels):
+        return self.transformer(latents, timestep=timesteps, class_labels=labels).sample
+
+
+def _dit_xl_2(diffusers, batch: int | None) -> Workload:
+    batch = batch or 32
+    # DiT-XL/2 (Peebles and Xie 2023) at 256px: 28 blocks, width 1152 (16 heads of 72), patch 2 on
+    # 32x32x4 latents (256 tokens), adaLN-Zero conditioning on timestep and one of 1000 classes;
+    # 8 output channels (noise and the learned variance).
+    transformer = diffusers.DiTTransformer2DModel(
+        num_attention_heads=16, attention_head_dim=72, in_channels=4, out_channels=8, num_layers=28,
+        sample_size=32, patch_size=2, num_embeds_ada_norm=1000, norm_type="ada_norm_zero")
+    transformer.train()
+    latents = torch.randn(batch, 4, 32, 32)
+    timesteps = torch.randint(0, 1000, (batch,))
+    labels = torch.randint(0, 1000, (batch,))
+    noise = torch.randn(batch, 4, 32, 32)
+    params = sum(p.numel() for p in transformer.parameters())
+    return Workload(_ClassConditionalDenoiser(transformer), (latents, timesteps, labels),
+                    lambda pred: F.mse_loss(pred[:, :4], noise), batch, f"{batch}x4x32x32 latents, {batch} classes",
+                    f"DiT-XL/2: 28 blocks, hidden 1152, 16 heads, patch 2, {params / 1e6:.0f}M parameters, random "
+                    "init, 256px images (32x32x4 latents, 256 tokens), loss on the noise prediction only")
 
 
 def _user_function(source: str, batch: int | None, seq: int | None) -> Workload:
