@@ -8,7 +8,9 @@ setup(
                   extra_compile_args=["-O3", "-std=c11"]),
         Extension("dtrlab.runtime._core", ["dtrlab/runtime/_core.c"],
                   depends=["dtrlab/runtime/_regions_core.h", "dtrlab/runtime/_policy_spec.h",
-                           "dtrlab/runtime/_policy_core.h"],
+                           "dtrlab/runtime/_policy_core.h", "dtrlab/runtime/_memory_core.h"],
+                  extra_compile_args=["-O3", "-std=c11"]),
+        Extension("dtrlab.runtime._memory", ["dtrlab/runtime/_memory.c"], depends=["dtrlab/runtime/_memory_core.h"],
                   extra_compile_args=["-O3", "-std=c11"]),
     ],
 )
