@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dtrlab.integrity import sha256_file
 from dtrlab.runtime import baseline
 from dtrlab.trace import load_directory, load_log
 
@@ -24,9 +25,9 @@ def entries():
 
 def test_manifest_records_command_and_versions():
     fields = {"name", "title", "desc", "log", "has_start", "model", "source", "batch_size", "input_shape", "dtype",
-              "device", "torch_version", "versions", "cost_model", "ops", "peak_live_bytes", "command"}
+              "device", "torch_version", "versions", "cost_model", "ops", "peak_live_bytes", "command", "sha256", "bytes"}
     listed = entries()
-    assert len(listed) >= 6
+    assert len(listed) >= 10
     readme = (TRACES / "README.md").read_text()
     for entry in listed:
         assert fields <= set(entry), entry["log"]
@@ -36,6 +37,44 @@ def test_manifest_records_command_and_versions():
         assert command[:3] == ["dtrlab", "capture", entry["source"]]
         assert command[command.index("--out") + 1] == f"traces/models/{entry['log']}"
         assert command[command.index("--batch") + 1] == str(entry["batch_size"])
+        assert sha256_file(MODELS / entry["log"]) == entry["sha256"]
+        assert (MODELS / entry["log"]).stat().st_size == entry["bytes"]
+
+
+def test_corpus_has_a_moe_decoder_a_diffusion_transformer_and_a_long_context_step():
+    by_model = {e["model"]: e for e in entries()}
+    moe, dit, long_context = by_model["olmoe"], by_model["dit-xl-2"], by_model["llama-1b-8k"]
+    assert moe["source"] == "hf:olmoe" and "64 experts" in moe["desc"] and "16 layers" in moe["desc"]
+    assert dit["source"] == "diffusers:dit-xl-2" and "28 blocks" in dit["desc"]
+    assert long_context["source"] == "hf:llama" and "--seq 8192" in long_context["command"]
+    traces = load_directory(MODELS)
+    moe_ops = [op.name for op in traces[moe["log"].removesuffix(".jsonl.gz")].operators]
+    # 16 layers x (2 grouped matmuls forward + 2 x 2 backward) over the experts
+    assert moe_ops.count("_grouped_mm") == 16 * 6
+    # the 8k step has the 2k step's operators (Llama 3.2 1B's 16 layers) on 4x longer sequences, batch 1
+    assert abs(long_context["ops"] - by_model["llama-1b"]["ops"]) < 10
+
+
+def test_grouped_matmul_costs_two_flops_per_multiply_add():
+    torch = pytest.importorskip("torch")
+    from dtrlab.trace.capture import record
+
+    class Experts(torch.nn.Module):  # 4 experts of 32 -> 48 over 64 rows sorted by expert
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(4, 48, 32, dtype=torch.bfloat16))
+
+        def forward(self, rows):
+            offsets = torch.tensor([16, 32, 48, 64], dtype=torch.int32)
+            out = torch.nn.functional.grouped_mm(rows, self.weight.transpose(-2, -1), offs=offsets)
+            return (out * out).sum()
+
+    with torch.device("meta"):
+        rows = torch.randn(64, 32, dtype=torch.bfloat16, requires_grad=True)
+        recording = record(Experts(), rows, cost="flops")
+    costs = [int(line["TIME"]) for line in recording.lines if line.get("NAME") == "_grouped_mm"]
+    # forward (64x32 @ 32x48 per group), gradient of the weight (48x64 @ 64x32 per group) and of the rows
+    assert costs == [2 * 64 * 32 * 48] * 3
 
 
 def test_corpus_is_small():

@@ -374,7 +374,8 @@ def _dit_xl_2(diffusers, batch: int | None) -> Workload:
     batch = batch or 32
     # DiT-XL/2 (Peebles and Xie 2023) at 256px: 28 blocks, width 1152 (16 heads of 72), patch 2 on
     # 32x32x4 latents (256 tokens), adaLN-Zero conditioning on timestep and one of 1000 classes;
-    # 8 output channels (noise and the learned variance).
+    # 8 output channels (noise and the learned variance). diffusers gives every block its own
+    # timestep and class embedding (77.8M parameters in all, against the paper's one shared copy).
     transformer = diffusers.DiTTransformer2DModel(
         num_attention_heads=16, attention_head_dim=72, in_channels=4, out_channels=8, num_layers=28,
         sample_size=32, patch_size=2, num_embeds_ada_norm=1000, norm_type="ada_norm_zero")
@@ -386,7 +387,8 @@ def _dit_xl_2(diffusers, batch: int | None) -> Workload:
     params = sum(p.numel() for p in transformer.parameters())
     return Workload(_ClassConditionalDenoiser(transformer), (latents, timesteps, labels),
                     lambda pred: F.mse_loss(pred[:, :4], noise), batch, f"{batch}x4x32x32 latents, {batch} classes",
-                    f"DiT-XL/2: 28 blocks, hidden 1152, 16 heads, patch 2, {params / 1e6:.0f}M parameters, random "
+                    f"DiT-XL/2: 28 blocks, hidden 1152, 16 heads, patch 2, {params / 1e6:.0f}M parameters (the "
+                    "paper's 675M with diffusers' copy of the timestep and class embedding in every block), random "
                     "init, 256px images (32x32x4 latents, 256 tokens), loss on the noise prediction only")
 
 
