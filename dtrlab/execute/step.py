@@ -247,7 +247,7 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
     executor = executors[0]
     sim = executor.sim
     status = "pass" if sim.failure is None else sim.failure.kind
-    metrics = {} if model is None else memory_metrics(sim)
+    metrics = {} if model is None else memory_metrics(sim, sim.memory_model)
     run = RunResult(
         trace=trace.name, policy=policy.label, status=status, budget_bytes=budget, ratio=ratio, clock=sim.clock,
         model_compute=sim.model_compute, remat_compute=sim.remat_compute, peak_memory=sim.peak_memory,

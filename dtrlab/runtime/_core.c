@@ -11,12 +11,24 @@
  */
 #include "_regions_core.h"
 #include "_policy_spec.h"
+#include "_memory_core.h"
 #include <math.h>
 
 static PyObject *SimulationError; /* dtrlab.runtime.simulator.SimulationError */
 
 enum { K_COMPUTE = 0, K_GET = 1, K_PIN = 2, K_RELEASE = 3 };
 #define NEVER INT64_MIN /* last_access of a storage never accessed: -inf in the reference */
+/* An OOM's cause, as Failure.cause: simrd's bytes, no block placeable although the bytes fit,
+ * or the device's allocator failing under enforce="allocated". */
+enum { CAUSE_NONE, CAUSE_BYTES, CAUSE_FRAGMENTATION, CAUSE_DEVICE };
+
+/* What the runtime must place while a policy chooses under a memory model (simulator.py's
+ * PlacementRequest, the fields the compiled address-aware policies read). */
+typedef struct {
+    int32_t tensor, block_id;
+    int64_t needed, block_size;
+    int bytes_fit;
+} Request;
 
 /* ------------------------------------------------------------------ trace */
 typedef struct {
@@ -184,6 +196,19 @@ typedef struct {
     int32_t *scratch;    /* remat storages of one computation */
     int32_t *candidates; /* the storages offered to the policy, in pool order */
     IntVec chosen;       /* what the policy chose */
+
+    /* A memory model (simulator.py's memory_model), when has_model: every storage of nonzero
+     * size holds one block while it is materialized. */
+    int has_model, enforce_allocated, place_first;
+    MemoryCore model;
+    int64_t charged;                   /* the model's counted (rounded) bytes of the live blocks */
+    int64_t peak_reserved, allocated_at_peak, fragmentation_evictions;
+    Request request;                   /* set while the policy chooses under the model */
+    int32_t *block_id;                 /* one operator's output blocks: ids (temporaries n + u) ... */
+    int64_t *block_size;               /* ... and sizes */
+    Py_ssize_t block_count;
+    int fail_cause;
+    int64_t fail_largest_free;
 } Sim;
 
 /* ----------------------------------------------------------------- pool */
@@ -295,6 +320,10 @@ static int64_t eq_class_compute(Sim *sim, int32_t s) {
 
 /* ------------------------------------------------------------- replay */
 static int evict(Sim *sim, int32_t s) {
+    if (sim->has_model && sim->size[s]) {
+        memory_free(&sim->model, s);
+        sim->charged -= memory_request_bytes(&sim->model, sim->size[s]);
+    }
     sim->material[s] = 0;
     sim->memory -= sim->size[s];
     pool_remove(sim, s);
@@ -316,8 +345,14 @@ static int evict(Sim *sim, int32_t s) {
     return 0;
 }
 
-static void fail(Sim *sim, int kind, int32_t t, int64_t needed) {
+static void fail(Sim *sim, int kind, int32_t t, int64_t needed, int cause) {
     if (sim->failed) return;
+    sim->fail_cause = cause;
+    if (sim->has_model) {
+        MemStats stats;
+        memory_stats(&sim->model, &stats);
+        sim->fail_largest_free = stats.largest_free_block;
+    }
     sim->failed = kind;
     sim->fail_step = sim->step;
     sim->fail_op = sim->tr->tensor_op[t];
@@ -327,15 +362,47 @@ static void fail(Sim *sim, int kind, int32_t t, int64_t needed) {
     sim->fail_candidates = candidate_count(sim);
 }
 
+/* The candidates in pool order, without withheld storages and, when op >= 0, without op's
+ * outputs' storages (enforce="allocated": the prototype pools an operator's outputs only after
+ * its eviction loop). */
+static Py_ssize_t collect_candidates(Sim *sim, int32_t op) {
+    const CoreTrace *tr = sim->tr;
+    const uint8_t *withhold = sim->withhold;
+    Py_ssize_t n = 0;
+    for (int32_t s = sim->pool_head; s >= 0; s = sim->pool_next[s]) {
+        if (withhold && withhold[s]) continue;
+        if (op >= 0) {
+            int output = 0;
+            for (int32_t j = tr->op_out_off[op]; j < tr->op_out_off[op + 1] && !output; j++)
+                output = sim->storage[tr->op_outs[j]] == s;
+            if (output) continue;
+        }
+        sim->candidates[n++] = s;
+    }
+    return n;
+}
+
+/* Ask the policy among n collected candidates and evict what it chose; the count, or -1. */
+static Py_ssize_t evict_chosen(Sim *sim, Py_ssize_t n) {
+    sim->chosen.len = 0;
+    if (policy_choose(sim, sim->candidates, n, &sim->chosen) < 0) return -1;
+    if (sim->chosen.len == 0) {
+        PyErr_Format(PyExc_RuntimeError, "the policy chose nothing to evict from %zd candidates", n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < sim->chosen.len; i++) {
+        int32_t s = sim->chosen.items[i];
+        if (vec_push(&sim->evicted, s) < 0 || evict(sim, s) < 0) return -1;
+    }
+    return sim->chosen.len;
+}
+
 /* Evict by the policy until `needed` more bytes fit; 1 on OOM, -1 on error. */
 static int free_memory(Sim *sim, int64_t needed, int32_t t) {
     while (sim->memory + needed > sim->budget) {
-        Py_ssize_t n = 0;
-        const uint8_t *withhold = sim->withhold;
-        for (int32_t s = sim->pool_head; s >= 0; s = sim->pool_next[s])
-            if (!withhold || !withhold[s]) sim->candidates[n++] = s;
+        Py_ssize_t n = collect_candidates(sim, -1);
         if (n == 0) {
-            fail(sim, 1, t, needed);
+            fail(sim, 1, t, needed, CAUSE_BYTES);
             return 1;
         }
         sim->chosen.len = 0;
@@ -345,6 +412,138 @@ static int free_memory(Sim *sim, int64_t needed, int32_t t) {
             if (vec_push(&sim->evicted, s) < 0 || evict(sim, s) < 0) return -1;
         }
     }
+    return 0;
+}
+
+/* ------------------------------------------------------- memory model */
+/* simulator.py's _output_blocks: (block id, size) of op's non-alias outputs with bytes, in output
+ * order; a still-resident output (an operator recomputing all its outputs) gets a temporary id n + u. */
+static void output_blocks(Sim *sim, int32_t op) {
+    const CoreTrace *tr = sim->tr;
+    Py_ssize_t count = 0;
+    for (int32_t j = tr->op_out_off[op]; j < tr->op_out_off[op + 1]; j++) {
+        if (!tr->out_size[j] || tr->out_alias[j] != -1) continue;
+        int32_t u = tr->op_outs[j];
+        sim->block_id[count] = sim->material[u] ? (int32_t)(tr->n + u) : u;
+        sim->block_size[count++] = tr->out_size[j];
+    }
+    sim->block_count = count;
+}
+
+/* _try_place: place every block (-1) or none (the index of the first that did not fit); -2 on error. */
+static Py_ssize_t try_place(Sim *sim) {
+    for (Py_ssize_t i = 0; i < sim->block_count; i++) {
+        int placed = memory_allocate(&sim->model, sim->block_id[i], sim->block_size[i]);
+        if (placed < 0) return -2;
+        if (!placed) {
+            for (Py_ssize_t k = 0; k < i; k++) memory_free(&sim->model, sim->block_id[k]);
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* _note_reserved_peak */
+static void note_reserved_peak(Sim *sim) {
+    MemStats stats;
+    memory_stats(&sim->model, &stats);
+    if (stats.reserved > sim->peak_reserved) {
+        sim->peak_reserved = stats.reserved;
+        sim->allocated_at_peak = stats.allocated;
+    } else if (stats.reserved == sim->peak_reserved && stats.allocated > sim->allocated_at_peak) {
+        sim->allocated_at_peak = stats.allocated;
+    }
+}
+
+/* _free_temporaries: drop the temporary blocks of still-resident outputs. */
+static void free_temporaries(Sim *sim) {
+    for (Py_ssize_t i = 0; i < sim->block_count; i++) {
+        if (sim->block_id[i] < sim->tr->n) continue;
+        memory_free(&sim->model, sim->block_id[i]);
+        sim->charged -= memory_request_bytes(&sim->model, sim->block_size[i]);
+    }
+}
+
+static void set_request(Sim *sim, int32_t t, int64_t needed, Py_ssize_t index, int bytes_fit) {
+    sim->request.tensor = t;
+    sim->request.needed = needed;
+    sim->request.bytes_fit = bytes_fit;
+    if (index < sim->block_count) {
+        sim->request.block_id = sim->block_id[index];
+        sim->request.block_size = sim->block_size[index];
+    } else { /* no block: the reference names (storage of t, 0) */
+        sim->request.block_id = sim->storage[t];
+        sim->request.block_size = 0;
+    }
+}
+
+/* enforce="reserved" (Simulator._place): evict by the policy until the rounded bytes fit and every
+ * block is placed; evictions made while the bytes already fit count as fragmentation evictions.
+ * 0, 1 on OOM (recorded), -1 on error. */
+static int place(Sim *sim, int32_t t, int32_t op) {
+    const CoreTrace *tr = sim->tr;
+    int64_t needed = 0;
+    for (int32_t j = tr->op_out_off[op]; j < tr->op_out_off[op + 1]; j++)
+        if (tr->out_size[j] && tr->out_alias[j] == -1) needed += memory_request_bytes(&sim->model, tr->out_size[j]);
+    for (;;) {
+        output_blocks(sim, op); /* a resident output may have been evicted meanwhile */
+        int bytes_fit = sim->charged + needed <= sim->budget;
+        Py_ssize_t unplaced = 0;
+        if (bytes_fit || sim->place_first) {
+            unplaced = try_place(sim);
+            if (unplaced == -2) return -1;
+            if (unplaced < 0) break;
+        }
+        Py_ssize_t n = collect_candidates(sim, -1);
+        if (n == 0) {
+            fail(sim, 1, t, needed, bytes_fit ? CAUSE_FRAGMENTATION : CAUSE_BYTES);
+            return 1;
+        }
+        set_request(sim, t, needed, unplaced, bytes_fit);
+        Py_ssize_t chosen = evict_chosen(sim, n);
+        if (chosen < 0) return -1;
+        if (bytes_fit) sim->fragmentation_evictions += chosen;
+    }
+    sim->charged += needed;
+    note_reserved_peak(sim);
+    free_temporaries(sim);
+    return 0;
+}
+
+/* enforce="allocated" (Simulator._allocate_outputs): allocate the outputs one at a time, evicting
+ * nothing; a failed allocation frees the earlier ones and is a device OOM. */
+static int allocate_outputs(Sim *sim, int32_t t, int32_t op) {
+    output_blocks(sim, op);
+    for (Py_ssize_t i = 0; i < sim->block_count; i++) {
+        int placed = memory_allocate(&sim->model, sim->block_id[i], sim->block_size[i]);
+        if (placed < 0) return -1;
+        if (!placed) {
+            for (Py_ssize_t k = 0; k < i; k++) memory_free(&sim->model, sim->block_id[k]);
+            fail(sim, 1, t, memory_request_bytes(&sim->model, sim->block_size[i]), CAUSE_DEVICE);
+            return 1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < sim->block_count; i++) sim->charged += memory_request_bytes(&sim->model, sim->block_size[i]);
+    note_reserved_peak(sim);
+    return 0;
+}
+
+/* enforce="allocated" (Simulator._evict_over_budget): after the operator ran, evict while the
+ * allocated bytes exceed the budget (the prototype's auto_evict); op's outputs are no candidates. */
+static int evict_over_budget(Sim *sim, int32_t t, int32_t op) {
+    MemStats stats;
+    memory_stats(&sim->model, &stats);
+    while (stats.allocated > sim->budget) {
+        Py_ssize_t n = collect_candidates(sim, op);
+        if (n == 0) {
+            fail(sim, 1, t, stats.allocated - sim->budget, CAUSE_BYTES);
+            return 1;
+        }
+        set_request(sim, t, stats.allocated - sim->budget, 0, 0);
+        if (evict_chosen(sim, n) < 0) return -1;
+        memory_stats(&sim->model, &stats);
+    }
+    free_temporaries(sim);
     return 0;
 }
 
@@ -447,17 +646,21 @@ static int materialize(Sim *sim, int32_t t, int rematerialize) {
             continue;
         }
         int32_t u = frame->t, op = tr->tensor_op[u];
-        int64_t total = tr->op_total[op];
-        if (sim->memory + total > sim->budget) {
-            int status = free_memory(sim, total, u);
-            if (status) return status;
+        int status = 0;
+        if (!sim->has_model) {
+            int64_t total = tr->op_total[op];
+            if (sim->memory + total > sim->budget) status = free_memory(sim, total, u);
+        } else {
+            status = sim->enforce_allocated ? allocate_outputs(sim, u, op) : place(sim, u, op);
         }
+        if (status) return status;
         if (compute(sim, u, frame->remat) < 0) return -1;
+        if (sim->has_model && sim->enforce_allocated && (status = evict_over_budget(sim, u, op))) return status;
         for (int32_t j = tr->op_arg_off[op]; j < tr->op_arg_off[op + 1]; j++) unlock(sim, sim->storage[tr->op_args[j]]);
         sim->undefined.len = frame->begin;
         depth--;
         if (sim->remat_compute > sim->remat_limit) {
-            fail(sim, 2, u, 0);
+            fail(sim, 2, u, 0, CAUSE_NONE);
             return 1;
         }
     }
@@ -544,12 +747,13 @@ static int run_step(Sim *sim, int kind, int32_t operand) {
 static void sim_free(Sim *sim) {
     regions_release(&sim->regions);
     policy_spec_release(&sim->policy);
+    memory_release(&sim->model);
     void *buffers[] = {sim->defined, sim->material, sim->pinned, sim->storage, sim->size, sim->compute_cost,
                        sim->ref_int, sim->ref_ext, sim->last_access, sim->tensor_next, sim->tensor_last,
                        sim->tensor_first, sim->region_compute, sim->region_rev_compute, sim->pool_prev,
                        sim->pool_next, sim->in_pool, sim->eq_node, sim->eq_parent, sim->eq_value, sim->eq_seen,
                        sim->evicted.items, sim->undefined.items, sim->frames, sim->scratch, sim->candidates,
-                       sim->chosen.items};
+                       sim->chosen.items, sim->block_id, sim->block_size};
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) PyMem_Free(buffers[i]);
 }
 
@@ -560,7 +764,8 @@ static int sim_alloc(Sim *sim) {
           ALLOC(compute_cost, n) && ALLOC(ref_int, n) && ALLOC(ref_ext, n) && ALLOC(last_access, n) &&
           ALLOC(tensor_next, n) && ALLOC(tensor_last, n) && ALLOC(tensor_first, n) && ALLOC(region_compute, n) &&
           ALLOC(region_rev_compute, n) && ALLOC(pool_prev, n) && ALLOC(pool_next, n) && ALLOC(in_pool, n) &&
-          ALLOC(eq_node, n) && ALLOC(frames, n + 1) && ALLOC(scratch, n + 1) && ALLOC(candidates, n))) {
+          ALLOC(eq_node, n) && ALLOC(frames, n + 1) && ALLOC(scratch, n + 1) && ALLOC(candidates, n) &&
+          ALLOC(block_id, n) && ALLOC(block_size, n))) {
         PyErr_NoMemory();
         return -1;
     }
@@ -576,23 +781,64 @@ static int sim_alloc(Sim *sim) {
                         sim->region_rev_compute);
 }
 
-/* replay(trace, policy, budget, remat_limit, withhold, record_steps)
+/* Build sim->model from memory_spec.core_memory_args's tuple
+ * (kind, capacity, granularity, expandable, max_split, divisions, limit_before_mapping, reuse_addresses). */
+static int model_init(Sim *sim, PyObject *args) {
+    int kind, expandable, limit_before_mapping, reuse_addresses;
+    long long capacity, granularity, max_split;
+    PyObject *divisions_obj;
+    if (!PyArg_ParseTuple(args, "iLLpLOpp", &kind, &capacity, &granularity, &expandable, &max_split, &divisions_obj,
+                          &limit_before_mapping, &reuse_addresses))
+        return -1;
+    int32_t divisions[16];
+    PyObject *items = PySequence_Fast(divisions_obj, "divisions must be a sequence of 16 ints");
+    if (!items) return -1;
+    if (PySequence_Fast_GET_SIZE(items) != 16) {
+        Py_DECREF(items);
+        PyErr_SetString(PyExc_ValueError, "divisions must hold 16 ints");
+        return -1;
+    }
+    for (int i = 0; i < 16; i++) {
+        long value = PyLong_AsLong(PySequence_Fast_GET_ITEM(items, i));
+        if (value == -1 && PyErr_Occurred()) { Py_DECREF(items); return -1; }
+        divisions[i] = (int32_t)value;
+    }
+    Py_DECREF(items);
+    if (sim->tr->n > INT32_MAX / 2) {
+        PyErr_SetString(PyExc_ValueError, "too many tensors for the compiled memory model's block ids");
+        return -1;
+    }
+    sim->has_model = 1;
+    /* Block ids: storages, and temporaries n + u for resident outputs recomputed. */
+    return memory_init(&sim->model, kind, capacity, granularity, expandable, max_split, divisions,
+                       limit_before_mapping, reuse_addresses, 2 * sim->tr->n + 1);
+}
+
+/* replay(trace, policy, budget, remat_limit, withhold, record_steps[, memory, enforce_allocated, place_first])
  *   -> (status, clock, model_compute, remat_compute, peak_memory, remats, evicted, failure, steps)
  * policy: the spec tuple of compiled_policies.policy_spec;
- * status: 0 pass, 1 oom, 2 thrash; failure: None or (step, operator, tensor, requested, memory, candidates);
- * steps: None or a list of (clock, memory, evictions, remat_compute) after each completed step. */
+ * memory: None (simrd's byte counter) or the arguments of model_init; enforce_allocated: the
+ * "allocated" semantics (else "reserved"); place_first: an address-aware policy (place before evicting).
+ * status: 0 pass, 1 oom, 2 thrash; failure: None or (step, operator, tensor, requested, memory, candidates,
+ * cause, largest free block or None); steps: None or a list of (clock, memory, evictions, remat_compute)
+ * after each completed step, with (allocated, reserved) appended under a model; memory_result: None, or
+ * (fragmentation_evictions, peak_reserved, allocated_at_peak, (the model's MemStats at the end)). */
 static PyObject *replay(PyObject *module, PyObject *args) {
     CoreTrace *tr;
     int record_steps;
     long long budget, remat_limit;
-    PyObject *withhold_obj, *policy;
-    if (!PyArg_ParseTuple(args, "O!O!LLOp", &CoreTraceType, &tr, &PyTuple_Type, &policy, &budget, &remat_limit,
-                          &withhold_obj, &record_steps))
+    PyObject *withhold_obj, *policy, *memory = Py_None;
+    int enforce_allocated = 0, place_first = 0;
+    if (!PyArg_ParseTuple(args, "O!O!LLOp|Opp", &CoreTraceType, &tr, &PyTuple_Type, &policy, &budget, &remat_limit,
+                          &withhold_obj, &record_steps, &memory, &enforce_allocated, &place_first))
         return NULL;
     if (!tr->well_formed) return PyErr_Format(PyExc_ValueError, "the trace has an index out of range");
     Sim sim;
     memset(&sim, 0, sizeof(sim));
-    if (policy_spec_parse(policy, &sim.policy) < 0) return NULL;
+    if (policy_spec_parse(policy, &sim.policy, tr->n) < 0) {
+        policy_spec_release(&sim.policy);
+        return NULL;
+    }
     sim.tr = tr;
     sim.budget = budget;
     sim.remat_limit = remat_limit;
@@ -609,6 +855,9 @@ static PyObject *replay(PyObject *module, PyObject *args) {
         sim.withhold = withhold.buf;
     }
     if (sim_alloc(&sim) < 0) goto done;
+    if (memory != Py_None && model_init(&sim, memory) < 0) goto done;
+    sim.enforce_allocated = enforce_allocated;
+    sim.place_first = place_first;
     if (record_steps && !(steps = PyList_New(0))) goto done;
 
     int status = 0;
@@ -618,8 +867,16 @@ static PyObject *replay(PyObject *module, PyObject *args) {
         if (status < 0) goto done;
         if (status) break;
         if (steps) {
-            PyObject *row = Py_BuildValue("(LLnL)", (long long)sim.clock, (long long)sim.memory, sim.evicted.len,
-                                          (long long)sim.remat_compute);
+            PyObject *row;
+            if (sim.has_model) {
+                MemStats stats;
+                memory_stats(&sim.model, &stats);
+                row = Py_BuildValue("(LLnLLL)", (long long)sim.clock, (long long)sim.memory, sim.evicted.len,
+                                    (long long)sim.remat_compute, (long long)stats.allocated, (long long)stats.reserved);
+            } else {
+                row = Py_BuildValue("(LLnL)", (long long)sim.clock, (long long)sim.memory, sim.evicted.len,
+                                    (long long)sim.remat_compute);
+            }
             if (!row || PyList_Append(steps, row) < 0) { Py_XDECREF(row); goto done; }
             Py_DECREF(row);
         }
@@ -633,15 +890,29 @@ static PyObject *replay(PyObject *module, PyObject *args) {
     }
     PyObject *failure;
     if (sim.failed)
-        failure = Py_BuildValue("(LLLLLL)", (long long)sim.fail_step, (long long)sim.fail_op,
+        failure = Py_BuildValue("(LLLLLLiN)", (long long)sim.fail_step, (long long)sim.fail_op,
                                 (long long)sim.fail_tensor, (long long)sim.fail_needed, (long long)sim.fail_memory,
-                                (long long)sim.fail_candidates);
+                                (long long)sim.fail_candidates, sim.fail_cause,
+                                sim.has_model ? PyLong_FromLongLong(sim.fail_largest_free) : Py_NewRef(Py_None));
     else
         failure = Py_NewRef(Py_None);
     if (!failure) { Py_DECREF(evicted); goto done; }
-    result = Py_BuildValue("(iLLLLLNNO)", sim.failed, (long long)sim.clock, (long long)sim.model_compute,
+    PyObject *memory_result;
+    if (sim.has_model) {
+        MemStats stats;
+        memory_stats(&sim.model, &stats);
+        memory_result = Py_BuildValue("(LLL(LLLLLL))", (long long)sim.fragmentation_evictions,
+                                      (long long)sim.peak_reserved, (long long)sim.allocated_at_peak,
+                                      (long long)stats.allocated, (long long)stats.reserved,
+                                      (long long)stats.peak_allocated, (long long)stats.peak_reserved,
+                                      (long long)stats.largest_free_block, (long long)stats.segments);
+    } else {
+        memory_result = Py_NewRef(Py_None);
+    }
+    if (!memory_result) { Py_DECREF(evicted); Py_DECREF(failure); goto done; }
+    result = Py_BuildValue("(iLLLLLNNON)", sim.failed, (long long)sim.clock, (long long)sim.model_compute,
                            (long long)sim.remat_compute, (long long)sim.peak, (long long)sim.remats, evicted, failure,
-                           steps ? steps : Py_None);
+                           steps ? steps : Py_None, memory_result);
 done:
     Py_XDECREF(steps);
     if (withhold.obj) PyBuffer_Release(&withhold);

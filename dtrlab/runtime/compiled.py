@@ -1,11 +1,13 @@
 """The compiled replay core (``_core.c``): which runs it can take, and how to run one.
 
-The core replays a whole trace in C for the flat memory model and the policies that
-:mod:`~dtrlab.runtime.compiled_policies` encodes, decision for decision like
-:class:`~dtrlab.runtime.simulator.Simulator` (the readable reference, which stays
-the only path for policies written in Python, other memory models, recorders and
-step-by-step analyses). ``tests/test_compiled_core.py`` compares the two step by
-step on random traces.
+The core replays a whole trace in C for the policies that
+:mod:`~dtrlab.runtime.compiled_policies` encodes and the memory models that
+:mod:`~dtrlab.runtime.memory_spec` encodes (flat, aligned, caching; both budget
+semantics), decision for decision like :class:`~dtrlab.runtime.simulator.Simulator`
+(the readable reference, which stays the only path for policies written in Python,
+user-registered memory models, recorders and step-by-step analyses).
+``tests/test_compiled_core.py``, ``tests/test_compiled_policies.py`` and
+``tests/test_compiled_memory.py`` compare the two step by step on random traces.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from array import array
 from dataclasses import dataclass
 
 from ..trace.model import Trace
+from ..memory import MemoryStats
 from .compiled_policies import POLICY_CODES, policy_reason, policy_spec  # noqa: F401 (POLICY_CODES: re-exported)
+from .memory_spec import core_memory_args
 from .per_trace import cache_per_trace
-from .simulator import Failure, Intervention, remat_allowance
+from .simulator import ALLOCATED, RESERVED, Failure, Intervention, remat_allowance
 
 try:
     from . import _core
@@ -33,8 +37,10 @@ def available() -> bool:
     return _core is not None
 
 
-def unsupported_reason(trace: Trace, policy, intervention: Intervention | None = None, recorder=None) -> str | None:
-    """Why the core cannot take this run, or None when it can."""
+def unsupported_reason(trace: Trace, policy, intervention: Intervention | None = None, recorder=None,
+                       model=None) -> str | None:
+    """Why the core cannot take this run (``model``: the run's memory model instance, None for simrd's
+    byte counter), or None when it can."""
     if _core is None:
         return "the compiled core is not built (reinstall dtrlab with `pip install -e .`)"
     if not core_trace(trace).fits:
@@ -47,6 +53,10 @@ def unsupported_reason(trace: Trace, policy, intervention: Intervention | None =
         return "a recorder needs the step-by-step Python simulator"
     if intervention is not None and (intervention.pin or intervention.force_evict):
         return "timed pins and forced evictions run on the Python simulator"
+    if model is not None and core_memory_args(model) is None:
+        return f"the {model.name!r} memory model ({type(model).__name__}) is not one the compiled core models"
+    if getattr(policy, "address_aware", False) and (model is None or not model.address_aware):
+        return f"policy {policy.label!r} needs an address-aware memory model (the Python simulator says why)"
     return None
 
 
@@ -62,7 +72,14 @@ class CoreRun:
     remats: int
     evicted: list[int]
     failure: Failure | None
-    steps: list[tuple[int, int, int, int]] | None  # (clock, memory, evictions, remat_compute) after each step
+    # (clock, memory, evictions, remat_compute) after each step, and (allocated, reserved) under a model
+    steps: list[tuple[int, ...]] | None
+    # Under a memory model, what memory_metrics reads (Simulator's fields of the same names) and the
+    # model's statistics at the end.
+    fragmentation_evictions: int = 0
+    peak_reserved: int = 0
+    allocated_at_peak: int = 0
+    memory_stats: MemoryStats | None = None
 
 
 _STATUS = ("pass", "oom", "thrash")
@@ -118,9 +135,17 @@ def _exceeded_at(limit: float) -> int:
     return _INT64_MAX if allowance is None else min(allowance, _INT64_MAX)
 
 
+_CAUSES = (None, "bytes", "fragmentation", "device")  # the core's cause codes
+
+
 def run(trace: Trace, policy, budget_bytes: float, remat_limit: float = math.inf,
-        intervention: Intervention | None = None, record_steps: bool = False) -> CoreRun:
-    """One replay on the compiled core; the caller checked :func:`unsupported_reason`."""
+        intervention: Intervention | None = None, record_steps: bool = False, model=None,
+        enforce: str = RESERVED) -> CoreRun:
+    """One replay on the compiled core; the caller checked :func:`unsupported_reason`.
+
+    ``model`` is the run's unused memory model instance (None: simrd's byte counter); the core
+    builds its own copy from the instance's capacity and options and leaves the instance unused.
+    """
     withhold = None
     if intervention is not None and intervention.withhold:
         flags = bytearray(trace.n_tensors)
@@ -128,13 +153,24 @@ def run(trace: Trace, policy, budget_bytes: float, remat_limit: float = math.inf
             if 0 <= s < trace.n_tensors:
                 flags[s] = 1
         withhold = flags
-    status, clock, model_compute, remat_compute, peak, remats, evicted, failure, steps = _core.replay(
+    memory = None if model is None else core_memory_args(model)
+    status, clock, model_compute, remat_compute, peak, remats, evicted, failure, steps, memory_result = _core.replay(
         core_trace(trace).flat, policy_spec(policy), _exceeded_at(budget_bytes), _exceeded_at(remat_limit),
-        withhold, record_steps)
+        withhold, record_steps, memory, enforce == ALLOCATED, bool(getattr(policy, "address_aware", False)))
     if failure is not None:
-        step, operator, tensor, requested, memory, candidates = failure
+        step, operator, tensor, requested, memory_in_use, candidates, cause, largest_free = failure
         failure = Failure(kind=_STATUS[status], step=step, operator=operator, tensor=tensor,
-                          requested_bytes=requested, memory_in_use=memory, candidates=candidates,
-                          cause="bytes" if status == 1 else None)
+                          requested_bytes=requested, memory_in_use=memory_in_use, candidates=candidates,
+                          cause=_CAUSES[cause], largest_free_block=largest_free)
+    metrics = {}
+    if memory_result is not None:
+        fragmentation_evictions, peak_reserved, allocated_at_peak, stats = memory_result
+        allocated, reserved, peak_allocated, peak_reserved_model, largest, segments = stats
+        metrics = dict(fragmentation_evictions=fragmentation_evictions, peak_reserved=peak_reserved,
+                       allocated_at_peak=allocated_at_peak,
+                       memory_stats=MemoryStats(allocated_bytes=allocated, reserved_bytes=reserved,
+                                                peak_allocated_bytes=peak_allocated,
+                                                peak_reserved_bytes=peak_reserved_model, largest_free_block=largest,
+                                                segments=segments))
     return CoreRun(status=_STATUS[status], clock=clock, model_compute=model_compute, remat_compute=remat_compute,
-                   peak_memory=peak, remats=remats, evicted=evicted, failure=failure, steps=steps)
+                   peak_memory=peak, remats=remats, evicted=evicted, failure=failure, steps=steps, **metrics)

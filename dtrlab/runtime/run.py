@@ -149,14 +149,15 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
     base = baseline(trace)
     remat_limit = base.model_compute * (overhead_limit - 1)
     if _use_compiled(engine, trace, policy, intervention, recorder, regions, model):
-        sim = compiled.run(trace, policy, budget_bytes, remat_limit, intervention)
+        sim = compiled.run(trace, policy, budget_bytes, remat_limit, intervention, model=model, enforce=enforce)
         status = sim.status
+        metrics = {} if model is None else memory_metrics(sim, model, sim.memory_stats)
     else:
         sim = Simulator(trace, policy, budget_bytes, remat_limit, intervention=intervention, recorder=recorder,
                         regions=regions, memory_model=model, enforce=enforce)
         status = sim.run()
+        metrics = {} if model is None else memory_metrics(sim, model)
     names = trace.tensor_names
-    metrics = {} if model is None else memory_metrics(sim)
     return RunResult(
         trace=trace.name, policy=policy.label, status=status, budget_bytes=budget_bytes, ratio=ratio,
         clock=sim.clock, model_compute=sim.model_compute, remat_compute=sim.remat_compute,
@@ -191,10 +192,8 @@ def _use_compiled(engine: str, trace: Trace, policy: Policy, intervention, recor
         raise ValueError(f"engine must be one of {', '.join(compiled.ENGINES)}, got {engine!r}")
     if engine == "python":
         return False
-    reason = compiled.unsupported_reason(trace, policy, intervention, recorder)
-    if model is not None:
-        reason = f"the {model.name!r} memory model runs on the Python simulator"
-    elif regions == "python":
+    reason = compiled.unsupported_reason(trace, policy, intervention, recorder, model)
+    if reason is None and regions == "python":
         reason = "regions='python' asks for the reference region index of the Python simulator"
     if reason is not None and engine == "compiled":
         raise ValueError(f"engine='compiled' cannot take this run: {reason}; use engine='auto' or 'python'")
@@ -263,10 +262,11 @@ def memory_model(memory: str | MemoryModel, budget_bytes: int, options: dict | N
     return model
 
 
-def memory_metrics(sim: Simulator) -> dict:
-    """RunResult fields of a run under a memory model (see :class:`RunResult`)."""
-    model = sim.memory_model
-    stats = model.stats()
+def memory_metrics(sim, model: MemoryModel, stats=None) -> dict:
+    """RunResult fields of a run under a memory model (see :class:`RunResult`): ``sim`` is the
+    :class:`Simulator` or the compiled core's :class:`~dtrlab.runtime.compiled.CoreRun`; ``stats`` the
+    model's :class:`~dtrlab.memory.MemoryStats` at the end (read from ``model`` when not given)."""
+    stats = model.stats() if stats is None else stats
     return dict(
         memory=model.name, memory_options=tuple(sorted(model.options().items())),
         fragmentation_evictions=sim.fragmentation_evictions, peak_reserved_bytes=stats.peak_reserved_bytes,
