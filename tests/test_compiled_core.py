@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from test_properties import random_traces
 
 from dtrlab import simulate
+from dtrlab.memory import get_memory_model
 from dtrlab.policies import get_policy, score_policy
 from dtrlab.runtime import Intervention, OutOfMemory, Simulator, Thrash, baseline, compiled
 from dtrlab.runtime.baseline import _replay as reference_baseline
@@ -136,8 +137,8 @@ def test_runs_the_core_cannot_take_go_to_the_reference_or_are_refused(small_resn
     assert compiled.unsupported_reason(small_resnet, overridden) is not None
     with pytest.raises(ValueError, match="cannot take this run"):
         simulate(small_resnet, smallest_first(), ratio=0.5, engine="compiled")
-    with pytest.raises(ValueError, match="cannot take this run"):
-        simulate(small_resnet, "dtr", ratio=0.5, engine="compiled", memory="aligned")
+    with pytest.raises(ValueError, match="cannot take this run: a memory model instance"):
+        simulate(small_resnet, "dtr", budget_bytes=10**6, engine="compiled", memory=get_memory_model("aligned", 10**6))
     with pytest.raises(ValueError, match="auto, compiled, python"):
         simulate(small_resnet, "dtr", ratio=0.5, engine="fast")
     # auto sends the user policy to the Python simulator, with the same result as forcing it there

@@ -148,7 +148,7 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
     model = memory_model(memory, budget_bytes, memory_options, enforce, device)
     base = baseline(trace)
     remat_limit = base.model_compute * (overhead_limit - 1)
-    if _use_compiled(engine, trace, policy, intervention, recorder, regions, model):
+    if _use_compiled(engine, trace, policy, intervention, recorder, regions, model, isinstance(memory, MemoryModel)):
         sim = compiled.run(trace, policy, budget_bytes, remat_limit, intervention, model=model, enforce=enforce)
         status = sim.status
         metrics = {} if model is None else memory_metrics(sim, model, sim.memory_stats)
@@ -186,8 +186,10 @@ def check_semantics(enforce: str, device_capacity=None, policy: Policy | None = 
     return parse_device_capacity(device_capacity)
 
 
-def _use_compiled(engine: str, trace: Trace, policy: Policy, intervention, recorder, regions: str, model) -> bool:
-    """Whether this run goes to the compiled core (see ``engine`` in :func:`simulate`)."""
+def _use_compiled(engine: str, trace: Trace, policy: Policy, intervention, recorder, regions: str, model,
+                  model_given: bool = False) -> bool:
+    """Whether this run goes to the compiled core (see ``engine`` in :func:`simulate`); ``model_given``: the
+    caller passed the model instance, whose final state is then the run's (the core keeps its own copy)."""
     if engine not in compiled.ENGINES:
         raise ValueError(f"engine must be one of {', '.join(compiled.ENGINES)}, got {engine!r}")
     if engine == "python":
@@ -195,6 +197,9 @@ def _use_compiled(engine: str, trace: Trace, policy: Policy, intervention, recor
     reason = compiled.unsupported_reason(trace, policy, intervention, recorder, model)
     if reason is None and regions == "python":
         reason = "regions='python' asks for the reference region index of the Python simulator"
+    if reason is None and model_given:
+        reason = ("a memory model instance given to simulate() is left holding the run's final state, which only "
+                  "the Python simulator does; give the model's name and options to run compiled")
     if reason is not None and engine == "compiled":
         raise ValueError(f"engine='compiled' cannot take this run: {reason}; use engine='auto' or 'python'")
     return reason is None
