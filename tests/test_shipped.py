@@ -185,8 +185,9 @@ def test_dtr_log_census_is_shipped(log_traces, tmp_path):
 
     assert sorted(p.stem for p in LOGS_BUNDLE) == sorted(log_traces), "run scripts/ship_results.py"
     wanted = [("dtr", {}, CENSUS_GRID), ("dtr", {}, FINE_CENSUS_GRID)]
-    wanted += [(policy, dict(zip(("memory", "memory_options"), memory_spec(memory, options))), CENSUS_GRID)
-               for policy, memory, options in DEFAULT_CONFIGS if memory != "flat"]
+    wanted += [(c.policy, {**dict(zip(("memory", "memory_options"), memory_spec(c.memory, c.options, c.enforce))),
+                           **({"enforce": c.enforce, "device_capacity": c.device_label} if c.device_label else {})},
+                CENSUS_GRID) for c in DEFAULT_CONFIGS if c.memory != "flat"]
     for path in LOGS_BUNDLE:
         trace = _trace_of(path, log_traces)
         rows = _bundle_rows(path)

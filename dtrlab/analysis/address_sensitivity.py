@@ -24,15 +24,15 @@ FLIP_COLUMNS = ["ratio", "budget_bytes", "status_bump", "status_reuse", "evictio
 
 def address_policy_flips(trace: Trace | str, policy="dtr", *, ratios=None, budgets=None,
                          memory_options: dict | None = None, enforce: str = RESERVED, device_capacity=None,
-                         overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, jobs: int = 1, cache=True,
-                         progress: bool = False) -> pd.DataFrame:
+                         overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, jobs: int = 1, backend: str = "loky",
+                         cache=True, progress: bool = False) -> pd.DataFrame:
     """One row per budget (:data:`FLIP_COLUMNS`): the status and evictions of the caching model with
     ``address_policy="bump"`` and ``"reuse"`` (other options from ``memory_options``), and
     ``flipped``, whether the status differs. Sweeps are cached like any other."""
     options = {k: v for k, v in (memory_options or {}).items() if k != "address_policy"}
     frames = {}
     for address_policy in ADDRESS_POLICIES:
-        frames[address_policy] = sweep(trace, policy, ratios=ratios, budgets=budgets, jobs=jobs, cache=cache,
+        frames[address_policy] = sweep(trace, policy, ratios=ratios, budgets=budgets, jobs=jobs, backend=backend, cache=cache,
                                        progress=progress, overhead_limit=overhead_limit, memory="caching",
                                        memory_options={**options, "address_policy": address_policy},
                                        enforce=enforce, device_capacity=device_capacity)
