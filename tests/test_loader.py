@@ -6,7 +6,7 @@ import zipfile
 
 import pytest
 
-from conftest import RESNET_LOG
+from conftest import RESNET_LOG, UNET_LOG
 from dtrlab.trace import COMPUTE, GET, PIN, RELEASE, LogBuilder, TraceFormatError, load, load_log, parse_lines
 
 
@@ -49,7 +49,7 @@ def test_schedule_follows_simrd_semantics():
 STEP = {COMPUTE: "compute", GET: "get", PIN: "pin", RELEASE: "release"}
 
 
-@pytest.mark.parametrize("lines, line_number, message", [
+BAD_LOGS = [
     (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION": "CONST'], 2, "malformed JSON"),
     (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION":"FROB"}'], 2, "unknown instruction 'FROB'"),
     (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION":"COPY","DST":"a","SRC":"zz"}'], 2,
@@ -64,13 +64,41 @@ STEP = {COMPUTE: "compute", GET: "get", PIN: "pin", RELEASE: "release"}
     (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION":"MEMORY","NAME":"r","MEMORY":"4"}'], 2,
      "does not follow a CONSTANT or CALL"),
     (['["not", "an", "object"]'], 1, "JSON object with an INSTRUCTION"),
-])
+]
+
+
+@pytest.mark.parametrize("lines, line_number, message", BAD_LOGS)
 def test_errors_name_file_and_line(lines, line_number, message):
     with pytest.raises(TraceFormatError) as error:
         parse_lines(lines, source="bad.log")
     assert str(error.value).startswith(f"bad.log:{line_number}: ")
     assert message in str(error.value)
     assert error.value.line_number == line_number
+
+
+@pytest.mark.parametrize("lines, line_number, message", BAD_LOGS + [
+    (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION":"ANNOTATE"}, {"INSTRUCTION":"ANNOTATE"}'], 2,
+     "malformed JSON"),
+    (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION":"ANNOTATE"'], 2, "malformed JSON"),
+])
+def test_a_log_file_read_at_once_names_the_same_line(tmp_path, lines, line_number, message):
+    """load_log decodes a whole file in one JSON call; any bad line sends it to the line-by-line reader."""
+    path = tmp_path / "bad.log"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceFormatError) as error:
+        load_log(path, cache=False)
+    assert str(error.value).startswith(f"{path}:{line_number}: ")
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize("log", [RESNET_LOG, UNET_LOG])
+def test_reading_a_log_at_once_gives_the_line_by_line_trace(logs_dir, log):
+    path = logs_dir / log
+    if not path.exists():
+        pytest.skip(f"{path} is absent (../shared/dtr-logs)")
+    trace = load_log(path, cache=False)
+    with open(path, "rb") as lines:
+        assert parse_lines(lines, source=str(path), name=trace.name) == trace
 
 
 @pytest.mark.parametrize("line, message", [
