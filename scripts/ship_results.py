@@ -22,6 +22,14 @@ kept), which the shipped layer checks before it reads a file. Figures go to a
 temporary directory unless ``--figures``.
 
     python scripts/ship_results.py --manifest-only  # rehash every file of the bundle (after checking them)
+    python scripts/ship_results.py --allocator-census --cache DIR --figures figures   # notebook 08 only
+
+``--allocator-census`` runs only notebook 08 (the allocator census under both runtime
+semantics) on traces/, the DTR logs and traces/models (there with ``gpu="A100-80GB"`` and
+h_DTR and Coop only), reading the bundle as it is (not ``DTRLAB_RECOMPUTE``), so only the
+runs it lacks are simulated, and adds them to each trace's bundle file, whose other rows
+stay (:func:`merge_pack`). A ``--cache`` filled beforehand (the same runs, e.g. from
+``dtrlab.analysis.allocator_census`` with the notebook's parameters) makes it plot only.
     python scripts/ship_results.py --execute-only   # notebook 11's real runs only (about 15 s here)
 
 Notebook 11's real runs (training steps executed around a census hole) are shipped as JSON
@@ -50,7 +58,7 @@ from dtrlab.execute.record import SHIPPED_SUBDIR as EXECUTE_SUBDIR  # noqa: E402
 from dtrlab.integrity import write_manifest  # noqa: E402
 from dtrlab.sweep.cache import rows_from_cache  # noqa: E402
 from dtrlab.sweep.shipped import (  # noqa: E402
-    DEFAULT_SHIPPED_DIR, RECOMPUTE_ENV, bundle_table, tables_from_cache, write_bundle_file)
+    DEFAULT_SHIPPED_DIR, RECOMPUTE_ENV, bundle_table, read_metadata, tables_from_cache, verified, write_bundle_file)
 from dtrlab.trace import load_directory  # noqa: E402
 
 import make_figures  # noqa: E402  (beside this script)
@@ -61,6 +69,10 @@ import make_figures  # noqa: E402  (beside this script)
 LOG_NOTEBOOKS = ["01", "02", "08"]
 #: The notebook whose real runs (not sweeps) are shipped, in results/shipped/execute/.
 EXECUTE_NOTEBOOK = "11"
+#: The allocator census (--allocator-census) and its parameters per trace set beyond the defaults: the
+#: modern models (traces/models) also on an A100's 80 GB, with h_DTR and Coop under `reserved` (issue 20).
+ALLOCATOR_NOTEBOOK = "08"
+MODELS_PARAMETERS = {"gpu": "A100-80GB", "policies": ["dtr", "coop"]}
 
 
 def default_logs() -> Path | None:
@@ -69,10 +81,10 @@ def default_logs() -> Path | None:
 
 
 def run_notebooks(traces_dir: Path, cache: Path, work: Path, figures: Path, only: list[str] | None,
-                  skip: list[str], jobs: int) -> None:
+                  skip: list[str], jobs: int, extra: dict | None = None) -> None:
     name = make_figures.trace_set_name(traces_dir)
     parameters = make_figures.notebook_parameters(traces_dir, figures / name, cache, quick=False, jobs=jobs,
-                                                  reference=None)
+                                                  reference=None) | (extra or {})
     for path in make_figures.notebook_paths(only):
         if path.name.startswith(tuple(skip)):
             continue
@@ -98,6 +110,28 @@ def pack(traces_dir: Path, cache: Path, output: Path) -> list[tuple[str, int, in
             shutil.copyfile(table, path)  # write_manifest below hashes the copy
             written.append((path, len(pd.read_parquet(path))))
     return [(path, rows, path.stat().st_size) for path, rows in written]
+
+
+def merge_pack(traces_dir: Path, cache: Path, output: Path) -> list[tuple[str, int, int]]:
+    """Add each trace's cached rows to its bundle file in ``output``, keeping the file's other rows (a
+    cached row replaces a shipped one of the same configuration and budget); (file, rows, bytes) each.
+    A bundle file that does not match the manifest is refused, not merged."""
+    written = []
+    for name, trace in load_directory(traces_dir).items():
+        rows, configs = rows_from_cache(cache, trace.content_hash)
+        if not len(rows):
+            continue
+        path = output / f"{name}.parquet"
+        if path.exists():
+            if not verified(path, output.parent):
+                raise SystemExit(f"ship_results: {path} does not match {output.parent / 'MANIFEST.json'}; "
+                                 "regenerate the bundle instead of merging into it")
+            rows = pd.concat([pd.read_parquet(path), rows], ignore_index=True)
+            rows = rows.drop_duplicates(["config_key", "budget_bytes"], keep="last")
+            configs = read_metadata(path)["configs"] | configs
+        write_bundle_file(bundle_table(rows, trace=name, trace_hash=trace.content_hash, configs=configs), path)
+        written.append((path, len(rows), path.stat().st_size))
+    return written
 
 
 def pack_execute(cache: Path, output: Path) -> list[tuple[str, int, int]]:
@@ -131,7 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--execute-only", action="store_true",
                         help=f"only run notebook {EXECUTE_NOTEBOOK} and ship its real runs (OUTPUT/{EXECUTE_SUBDIR}/); "
                              "the rest of the bundle stays as it is")
+    parser.add_argument("--allocator-census", action="store_true",
+                        help=f"only run notebook {ALLOCATOR_NOTEBOOK} on traces/, the DTR logs and traces/models and "
+                             "add its runs to their bundle files (the rest of the bundle stays as it is)")
     args = parser.parse_args(argv)
+    if args.allocator_census:
+        return ship_allocator_census(args)
     if args.manifest_only:
         manifest = write_manifest(args.output)
         print(f"ship_results: {args.output / 'MANIFEST.json'}: {len(manifest['files'])} files")
@@ -163,6 +202,30 @@ def main(argv: list[str] | None = None) -> int:
               f"{size / 1e3:.0f} kB")
     total = sum(size for _, _, size in written)
     print(f"ship_results: {len(written)} files, {total / 1e6:.2f} MB, in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+def ship_allocator_census(args) -> int:
+    """``--allocator-census``: notebook 08 on every trace set, its new runs merged into the bundle."""
+    if args.logs is None or not args.logs.is_dir():
+        raise SystemExit("ship_results: no DTR logs found (set $DTRLAB_LOGS or --logs)")
+    os.environ["MPLBACKEND"] = "agg"
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="ship-allocator-"))
+    cache = args.cache or work / "cache"
+    try:
+        written = []
+        for traces_dir, extra in ((args.traces, {}), (args.logs, {}), (args.traces / "models", MODELS_PARAMETERS)):
+            run_notebooks(traces_dir, cache, work, args.figures or work / "figures", [ALLOCATOR_NOTEBOOK], [],
+                          args.jobs, extra)
+            merged = merge_pack(traces_dir, cache, args.output / traces_dir.resolve().name)
+            write_manifest(args.output, [path for path, _, _ in merged])  # per set: a rerun can merge again
+            written += merged
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for path, rows, size in written:
+        print(f"ship_results: {path}: {rows} rows, {size / 1e3:.0f} kB")
+    print(f"ship_results: {len(written)} files in {time.perf_counter() - started:.0f} s")
     return 0
 
 

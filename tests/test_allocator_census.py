@@ -124,3 +124,53 @@ def test_labels_and_the_default_configurations():
     assert len({c.label for c in DEFAULT_CONFIGS}) == len(DEFAULT_CONFIGS)
     with pytest.raises(ValueError, match="evicts to place a block"):
         census(four_mib_chain(), [Config("coop", "caching", {}, "allocated", "1.25x")])
+
+
+def load_ship_results():
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("ship_results", ROOT / "scripts" / "ship_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_shipping_merges_new_runs_into_a_verified_bundle(tmp_path, monkeypatch):
+    """scripts/ship_results.py --allocator-census adds the cached runs of new configurations to a
+    trace's bundle file and keeps its other rows; the shipped layer then serves both without
+    simulating, and a bundle file that no longer matches the manifest is refused, not merged."""
+    from dtrlab.integrity import write_manifest
+    from dtrlab.sweep import sweep
+    from dtrlab.sweep.shipped import RECOMPUTE_ENV, SHIPPED_ENV, read_metadata
+    from dtrlab.trace import LogBuilder
+
+    ship = load_ship_results()
+    log = LogBuilder()
+    log.constant("x", 0)
+    for name in "abc":
+        log.call("f" + name, ["x"], [(name, 4 * MIB)], time=1)
+    log.release("a", "b", "c")
+    (tmp_path / "set").mkdir()
+    log.write(tmp_path / "set" / "chain.log")
+    bundle = tmp_path / "shipped"
+    monkeypatch.setenv(SHIPPED_ENV, str(bundle))
+    first, second = tmp_path / "first", tmp_path / "second"
+    old = sweep(tmp_path / "set" / "chain.log", "dtr", ratios=RATIOS, cache=first, progress=False)
+    ship.merge_pack(tmp_path / "set", first, bundle / "set")  # no file yet: a new one
+    write_manifest(bundle)
+    new = sweep(tmp_path / "set" / "chain.log", "dtr", ratios=RATIOS, cache=second, progress=False,
+                **UNLIMITED.sweep_arguments())
+    (path, rows, _), = ship.merge_pack(tmp_path / "set", second, bundle / "set")
+    write_manifest(bundle, [path])
+    assert rows == 6 and len(read_metadata(path)["configs"]) == 2
+    monkeypatch.delenv(RECOMPUTE_ENV)  # read the shipped layer (tests/conftest.py ignores it)
+    monkeypatch.setattr("dtrlab.sweep.engine.run_spec", None)  # any simulation would fail now
+    for frame, arguments in ((old, {}), (new, UNLIMITED.sweep_arguments())):
+        shipped = sweep(tmp_path / "set" / "chain.log", "dtr", ratios=RATIOS, cache=tmp_path / "empty",
+                        progress=False, **arguments)
+        assert shipped["status"].tolist() == frame["status"].tolist()
+    path.write_bytes(path.read_bytes() + b"\0")
+    with pytest.raises(SystemExit, match="does not match"), pytest.warns(UserWarning):
+        ship.merge_pack(tmp_path / "set", second, bundle / "set")
