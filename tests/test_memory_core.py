@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import test_memory_models as hand
@@ -196,17 +196,25 @@ caching_options = st.fixed_dictionaries({
     "limit_check": st.sampled_from(("mapped", "allocation_size")),
     "address_policy": st.sampled_from(("bump", "reuse")),
 }).map(lambda o: {**o, "max_split_size": None} if o["expandable_segments"] else o)
-specs = st.one_of(
-    st.just(("flat", {})),
-    st.tuples(st.just("aligned"), st.fixed_dictionaries({"granularity": st.sampled_from((1, 3, 512, 4096, MiB))})),
-    st.tuples(st.just("caching"), caching_options),
-    st.tuples(st.just("caching"), caching_options),
-)
-capacities = st.sampled_from((0, 2, 4, 21, 24, 36, 44, 64, 100, 160, 512)).map(lambda mib: mib * MiB) | \
+specs = st.sampled_from(("caching",) * 6 + ("flat", "aligned")).flatmap(lambda name: st.tuples(st.just(name), {
+    "flat": st.just({}), "caching": caching_options,
+    "aligned": st.fixed_dictionaries({"granularity": st.sampled_from((1, 3, 512, 4096, MiB))})}[name]))
+capacities = st.sampled_from((0, 2, 4, 21, 24, 36, 42, 44, 64, 80, 100, 160)).map(lambda mib: mib * MiB) | \
     st.integers(0, 200 * MiB)
-# ("alloc", size, reuse): a new block id, or (reuse) a freed one; ("free", index): a live block by index.
-operations = st.lists(st.one_of(st.tuples(st.just("alloc"), sizes, st.booleans()),
-                                st.tuples(st.just("free"), st.integers(0, 1 << 16))), max_size=40)
+
+
+@st.composite
+def scenarios(draw, max_ops):
+    """(spec, capacity, ops): ("alloc", size, reuse) allocates a new block id, or (reuse) a freed one;
+    ("free", index) frees a live block by index. Sizes are boundary-biased or a share of the capacity,
+    so that segments fill, empty and are released."""
+    spec, capacity = draw(specs), draw(capacities)
+    size = (sizes | st.integers(1, 48).map(lambda k: k * MiB) | st.integers(1, 64).map(lambda k: k * 512 * KiB)
+            | st.integers(0, max(capacity * 6 // 10, 1)) | st.integers(0, max(capacity // 8, 1)))
+    ops = draw(st.lists(st.one_of(st.tuples(st.just("alloc"), size, st.booleans()),
+                                  st.tuples(st.just("free"), st.integers(0, 1 << 16))),
+                        min_size=max_ops // 2, max_size=max_ops))
+    return spec, capacity, ops
 
 
 def python_layout(model):
@@ -237,21 +245,61 @@ def check_same(spec, capacity, ops):
             freed.append(block_id)
         assert MemoryStats(*core.stats()) == python.stats()
         assert core.layout() == python_layout(python)
-    if name == "caching":
-        for block_id in live:
-            block = python.block_of(block_id)
-            assert (None if core.block_of(block_id) is None else Block(*core.block_of(block_id))) == block
+    placed = {block.block_id: block for segment in python.layout() for block in segment.blocks}
+    for block_id in live:  # a 0-byte request holds no block: None
+        block = core.block_of(block_id)
+        assert (None if block is None else Block(*block)) == placed.get(block_id)
 
 
-@settings(max_examples=250, deadline=None)
-@given(spec=specs, capacity=capacities, ops=operations)
-def test_random_sequences_match_the_python_models(spec, capacity, ops):
-    check_same(spec, capacity, ops)
+def alloc(size):
+    return ("alloc", size, False)
+
+
+def free(index):
+    return ("free", index)
+
+
+PLAIN = {"expandable_segments": False, "max_split_size": None, "roundup_power2_divisions": 0,
+         "limit_check": "mapped", "address_policy": "bump"}
+
+
+# Paths that random sequences of this length reach rarely, so the quick run always takes them:
+@example(scenario=(("caching", {**PLAIN, "expandable_segments": True}), 64 * MiB,
+                   # 60 MiB fails; the release unmaps [20, 40) MiB of the free block [1.5, 40): its low
+                   # partial page stays free and mapped.
+                   [alloc(3 * MiB // 2), alloc(30 * MiB), free(1), alloc(60 * MiB), alloc(40 * MiB)]))
+@example(scenario=(("caching", {**PLAIN, "address_policy": "reuse"}), 30 * MiB,
+                   # 14 MiB releases [2, 14) then [0, 2) (large pool first): the ranges merge, 14 MiB reuses [0, 14)
+                   [alloc(512 * KiB), alloc(12 * MiB), alloc(12 * MiB), free(0), free(0), alloc(14 * MiB),
+                    alloc(MiB)]))
+@example(scenario=(("caching", {**PLAIN, "address_policy": "reuse"}), 32 * MiB,
+                   # 18 MiB reuses the low end of the released [0, 20) MiB; 512 KiB's segment takes the rest
+                   [alloc(10 * MiB), alloc(10 * MiB), alloc(10 * MiB), free(0), free(0), alloc(18 * MiB),
+                    alloc(512 * KiB)]))
+@example(scenario=(("caching", {**PLAIN, "address_policy": "reuse"}), 30 * MiB,
+                   # the released [0, 2) MiB cannot hold 20 MiB: the bump pointer places it
+                   [alloc(512 * KiB), alloc(12 * MiB), free(0), alloc(20 * MiB)]))
+@example(scenario=(("caching", {**PLAIN, "expandable_segments": True}), 100 * MiB,
+                   # test_expandable_segments' sequence: the last release keeps a 10 MiB partial page mapped
+                   [alloc(1000), alloc(3 * MiB), alloc(25 * MiB), free(1), free(1), alloc(70 * MiB),
+                    alloc(30 * MiB), free(0), alloc(30 * MiB), free(0), alloc(1000)]))
+@example(scenario=(("caching", {**PLAIN, "max_split_size": 24 * MiB}), 80 * MiB,
+                   # release_available_cached_blocks: the smallest oversize segment of at least 24 MiB
+                   [alloc(30 * MiB), alloc(40 * MiB), free(0), free(0), alloc(4 * MiB)]))
+@example(scenario=(("caching", {**PLAIN, "max_split_size": 24 * MiB}), 80 * MiB,
+                   # ... and the largest oversize segments down until 30 MiB are released
+                   [alloc(26 * MiB), alloc(28 * MiB), alloc(4 * MiB), free(0), free(0), alloc(30 * MiB)]))
+@example(scenario=(("caching", {**PLAIN, "expandable_segments": True}), 100 * MiB,
+                   # best fit walks past the 4 MiB tail, which could grow into unmapped space
+                   [alloc(5 * MiB), alloc(2 * MiB), alloc(9 * MiB), free(0), alloc(3 * MiB)]))
+@settings(max_examples=200, deadline=None)
+@given(scenario=scenarios(max_ops=40))
+def test_random_sequences_match_the_python_models(scenario):
+    check_same(*scenario)
 
 
 @pytest.mark.slow
-@settings(max_examples=4000, deadline=None)
-@given(spec=specs, capacity=capacities, ops=st.lists(operations.filter(bool), min_size=1, max_size=6).map(
-    lambda chunks: [op for chunk in chunks for op in chunk]))
-def test_random_sequences_match_the_python_models_at_length(spec, capacity, ops):
-    check_same(spec, capacity, ops)
+@settings(max_examples=1500, deadline=None)
+@given(scenario=scenarios(max_ops=200))
+def test_random_sequences_match_the_python_models_at_length(scenario):
+    check_same(*scenario)

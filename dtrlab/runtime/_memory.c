@@ -14,6 +14,7 @@
  *   layout() -> [(address, size, pool, ((address, size, requested, block_id or None), ...)), ...]
  *   block_of(block_id) -> (address, size, requested, block_id) or None (0 bytes); KeyError if none
  *   pool_of(size) -> 0 small, 1 large, 2 byte counting
+ *   replay(ids, sizes, stats_each=False) -> allocations refused (a whole call sequence in C, benchmarks)
  */
 #include "_memory_core.h"
 
@@ -182,7 +183,61 @@ static PyObject *MemoryCore_block_of(MemoryCoreObject *self, PyObject *arg) {
     return block_tuple(address, size, requested, block_id);
 }
 
+/* replay(ids, sizes, stats_each=False): a whole call sequence in C, for benchmarks. ids: array('i'),
+   sizes: array('q'), a size of -1 frees the id's block. With stats_each, memory_stats after every
+   placement (as the replay core does to track the reserved peak). Returns the allocations refused. */
+static PyObject *MemoryCore_replay(MemoryCoreObject *self, PyObject *args) {
+    PyObject *ids_arg, *sizes_arg;
+    int stats_each = 0;
+    if (!check_ready(self) || !PyArg_ParseTuple(args, "OO|p", &ids_arg, &sizes_arg, &stats_each)) return NULL;
+    Py_buffer ids, sizes;
+    if (PyObject_GetBuffer(ids_arg, &ids, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (PyObject_GetBuffer(sizes_arg, &sizes, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&ids);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n = ids.len / 4;
+    if (ids.itemsize != 4 || sizes.itemsize != 8 || sizes.len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "replay takes ids as array('i') and sizes as array('q') of one length");
+        goto done;
+    }
+    const int32_t *id = ids.buf;
+    const int64_t *size = sizes.buf;
+    int32_t top = -1;
+    for (Py_ssize_t i = 0; i < n; i++) top = id[i] > top ? id[i] : top;
+    if (top >= INT32_MAX - 1 || memory_grow_ids(&self->core, (Py_ssize_t)top + 1) < 0) goto done;
+    long long refused = 0;
+    int64_t sink = 0;
+    MemStats stats;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (size[i] == -1) {
+            if (!memory_holds(&self->core, id[i])) {
+                PyErr_Format(PyExc_KeyError, "call %zd frees block %d, which holds none", i, id[i]);
+                goto done;
+            }
+            memory_free(&self->core, id[i]);
+            continue;
+        }
+        int placed = memory_allocate(&self->core, id[i], size[i]);
+        if (placed < 0) goto done;
+        if (!placed) refused++;
+        else if (stats_each) {
+            memory_stats(&self->core, &stats);
+            sink += stats.peak_reserved + stats.largest_free_block;
+        }
+    }
+    if (sink < 0) refused = -1;  /* keeps the stats calls from being optimized away; never true */
+    result = PyLong_FromLongLong(refused);
+done:
+    PyBuffer_Release(&ids);
+    PyBuffer_Release(&sizes);
+    return result;
+}
+
 static PyMethodDef MemoryCore_methods[] = {
+    {"replay", (PyCFunction)MemoryCore_replay, METH_VARARGS,
+     "replay(ids, sizes, stats_each=False) -> allocations refused; a size of -1 frees (benchmarks)."},
     {"request_bytes", (PyCFunction)MemoryCore_request_bytes, METH_O, "What a request of size bytes counts (rounded)."},
     {"pool_of", (PyCFunction)MemoryCore_pool_of, METH_O, "The pool a request goes to: 0 small, 1 large, 2 bytes."},
     {"allocate", (PyCFunction)MemoryCore_allocate, METH_VARARGS, "allocate(block_id, size) -> placed (bool)."},

@@ -36,6 +36,9 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The API's functions are static; unused ones (an includer need not call them all) draw no warning. */
+#define MEM_API static __attribute__((unused))
+
 enum { MEM_BYTES = 0, MEM_CACHING = 1 };           /* byte counting (flat: granularity 1; aligned) or caching */
 typedef struct { int64_t allocated, reserved, peak_allocated, peak_reserved, largest_free_block, segments; } MemStats;
 typedef struct {                                    /* one layout walk, reused between calls (arrays grow) */
@@ -291,7 +294,7 @@ static int64_t mem_roundup_power2_next_division(int64_t size, int64_t divisions)
 }
 
 /* round_size (caching) or the granularity's rounding (bytes); size in [0, MEM_MAX_BYTES]. */
-static int64_t memory_request_bytes(const MemoryCore *m, int64_t size) {
+MEM_API int64_t memory_request_bytes(const MemoryCore *m, int64_t size) {
     if (m->kind == MEM_BYTES) {
         int64_t g = m->granularity;
         return g == 1 ? size : (size + g - 1) / g * g;
@@ -315,7 +318,7 @@ static int64_t mem_allocation_size(int64_t size) {
 }
 
 /* get_pool: the pool a request goes to (0 small, 1 large; 2 for byte counting). */
-static int memory_block_pool(const MemoryCore *m, int64_t size) {
+MEM_API int memory_block_pool(const MemoryCore *m, int64_t size) {
     if (m->kind == MEM_BYTES) return MEM_POOL_FLAT;
     return memory_request_bytes(m, size) <= MEM_SMALL_SIZE ? MEM_POOL_SMALL : MEM_POOL_LARGE;
 }
@@ -664,7 +667,7 @@ static void mem_release_cached_blocks(MemoryCore *m) {  /* memory_allocate made 
 
 /* ------------------------------------------------------------------ the API */
 
-static int memory_grow_ids(MemoryCore *m, Py_ssize_t max_block_id) {
+MEM_API int memory_grow_ids(MemoryCore *m, Py_ssize_t max_block_id) {
     if (max_block_id <= m->max_block_id) return 0;
     if (max_block_id > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "memory model: block ids must be below 2^31 - 1");
@@ -678,7 +681,7 @@ static int memory_grow_ids(MemoryCore *m, Py_ssize_t max_block_id) {
 }
 
 /* CachingModel.__init__ / ByteCountingModel.__init__. */
-static int memory_init(MemoryCore *m, int kind, int64_t capacity, int64_t granularity, int expandable,
+MEM_API int memory_init(MemoryCore *m, int kind, int64_t capacity, int64_t granularity, int expandable,
                        int64_t max_split, const int32_t *divisions, int limit_before_mapping, int reuse_addresses,
                        Py_ssize_t max_block_id) {
     if (kind != MEM_BYTES && kind != MEM_CACHING) {
@@ -733,7 +736,7 @@ static int memory_init(MemoryCore *m, int kind, int64_t capacity, int64_t granul
     return 0;
 }
 
-static void memory_release(MemoryCore *m) {
+MEM_API void memory_release(MemoryCore *m) {
     PyMem_Free(m->owned);
     PyMem_Free(m->blocks);
     PyMem_Free(m->segs);
@@ -742,13 +745,13 @@ static void memory_release(MemoryCore *m) {
     memset(m, 0, sizeof(*m));
 }
 
-static int memory_holds(const MemoryCore *m, int32_t block_id) {
+MEM_API int memory_holds(const MemoryCore *m, int32_t block_id) {
     return block_id >= 0 && block_id < m->max_block_id && m->owned[block_id] != MEM_NIL;
 }
 
 /* caching.py malloc (CachingModel.allocate) / ByteCountingModel.allocate: 1 placed, 0 cannot be
    placed now, -1 error (id out of range or already holding a block, request above 2^62, no memory). */
-static int memory_allocate(MemoryCore *m, int32_t block_id, int64_t size) {
+MEM_API int memory_allocate(MemoryCore *m, int32_t block_id, int64_t size) {
     if (block_id < 0 || block_id >= m->max_block_id) {
         PyErr_Format(PyExc_IndexError, "memory model: block id %d out of range [0, %zd)", block_id, m->max_block_id);
         return -1;
@@ -803,7 +806,7 @@ static int memory_allocate(MemoryCore *m, int32_t block_id, int64_t size) {
 }
 
 /* free_block (CachingModel.free) / ByteCountingModel.free; an id holding no block is ignored. */
-static void memory_free(MemoryCore *m, int32_t block_id) {
+MEM_API void memory_free(MemoryCore *m, int32_t block_id) {
     if (!memory_holds(m, block_id)) return;
     int32_t b = m->owned[block_id];
     m->owned[block_id] = MEM_NIL;
@@ -822,7 +825,7 @@ static void memory_free(MemoryCore *m, int32_t block_id) {
 }
 
 /* CachingModel.stats / ByteCountingModel.stats; O(log n): the largest free block is a tree maximum. */
-static void memory_stats(const MemoryCore *m, MemStats *out) {
+MEM_API void memory_stats(const MemoryCore *m, MemStats *out) {
     out->allocated = m->allocated;
     out->peak_allocated = m->peak_allocated;
     if (m->kind == MEM_BYTES) {
@@ -844,11 +847,11 @@ static void memory_stats(const MemoryCore *m, MemStats *out) {
 }
 
 /* CachingModel.block_of: 1 and the block, 0 for a 0-byte request, -1 when the id holds none. */
-static int memory_block_of(const MemoryCore *m, int32_t block_id, int64_t *address, int64_t *size, int64_t *requested) {
+MEM_API int memory_block_of(const MemoryCore *m, int32_t block_id, int64_t *address, int64_t *size, int64_t *requested) {
     if (!memory_holds(m, block_id)) return -1;
     int32_t b = m->owned[block_id];
-    if (b == MEM_ZERO_BYTES) return 0;
-    if (m->kind == MEM_BYTES) {  /* its address in the packed layout */
+    if (b == MEM_ZERO_BYTES || !m->blocks[b].size) return 0;
+    if (m->kind == MEM_BYTES) {  /* its address in the packed layout (a walk: for tests, not hot paths) */
         int64_t at = 0;
         for (int32_t o = m->order_first; o != b; o = m->blocks[o].next) at += m->blocks[o].size;
         *address = at;
@@ -905,7 +908,7 @@ static void mem_layout_segment(MemLayout *l, Py_ssize_t first, int pool) {
 
 /* CachingModel.layout / ByteCountingModel.layout: segments in address order, one per mapped run of an
    expandable segment (as torch.cuda.memory_snapshot()); byte counting packs the blocks from 0. */
-static int memory_layout(const MemoryCore *m, MemLayout *out) {
+MEM_API int memory_layout(const MemoryCore *m, MemLayout *out) {
     out->n_segments = out->n_blocks = 0;
     if (mem_layout_room(out, m->kind == MEM_BYTES ? 1 : m->n_segments + m->mapped_runs, m->block_live) < 0) return -1;
     if (out->seg_first) out->seg_first[0] = 0;
@@ -938,7 +941,7 @@ static int memory_layout(const MemoryCore *m, MemLayout *out) {
     return 0;
 }
 
-static void memory_layout_release(MemLayout *l) {
+MEM_API void memory_layout_release(MemLayout *l) {
     PyMem_Free(l->seg_first); PyMem_Free(l->seg_address); PyMem_Free(l->seg_size); PyMem_Free(l->seg_pool);
     PyMem_Free(l->block_address); PyMem_Free(l->block_size); PyMem_Free(l->block_requested);
     PyMem_Free(l->block_owner);
