@@ -20,10 +20,15 @@ from dtrlab.analysis.anatomy import (ANATOMY_COLUMNS, CLIFF_MARGIN, LIMIT_READER
                                      check_limit_blind, failing_budgets, hole_anatomy, needed_limit, outcome_at,
                                      outcomes_at, unlimited_runs)
 from dtrlab.analysis.holes import HOLE_COLUMNS, census_table, find_holes
+from dtrlab.analysis.limit_census import KINDS, limit_census, read_anatomy_table
+from dtrlab.integrity import IntegrityError, read_json, write_manifest
 from dtrlab.policies import available_policies, get_policy, policy_class
 from dtrlab.runtime import baseline, recompute_allowance
 from dtrlab.runtime.compiled import POLICY_CODES
 from dtrlab.sweep import sweep
+from dtrlab.sweep import budget_sweep
+from dtrlab.sweep.cache import SweepCache
+from dtrlab.sweep.shipped import read_metadata
 from dtrlab.trace import LogBuilder
 
 from test_properties import random_logs
@@ -260,8 +265,8 @@ def test_handbuilt_hole_is_classified_as_built(build):
         assert "thrash" in set(every_budget_at(trace, budgets, math.nextafter(hole.closes_at, 0))["status"])
 
 
-def every_budget_at(trace, budgets, limit):
-    return sweep(trace, "dtr", budgets=budgets, overhead_limit=limit, cache=False, progress=False,
+def every_budget_at(trace, budgets, limit, policy="dtr"):
+    return sweep(trace, policy, budgets=budgets, overhead_limit=limit, cache=False, progress=False,
                  backend="sequential")
 
 
@@ -352,3 +357,109 @@ def test_issue_holes_on_todays_models(name, ratios, anatomy, closes_at):
         for limit in (2.0, 2.5, 3.0):
             assert outcome_at(unlimited, limit) == simulate(trace, "dtr", budget_bytes=budget,
                                                             overhead_limit=limit).status
+
+
+# --------------------------------------------------------------- sweeps without a limit
+def test_sweep_without_a_limit_is_cached_under_its_own_key(tmp_path, monkeypatch):
+    """sweep(overhead_limit=math.inf): no run thrashes, rows say inf, the rows come back from the cache
+    under a key of their own, and the keys of finite limits are as before (the shipped bundle's)."""
+    trace = near_miss_trace()
+    budgets = list(range(40, 61))
+    unlimited = sweep(trace, "dtr", budgets=budgets, overhead_limit=math.inf, cache=tmp_path, progress=False)
+    assert set(unlimited["status"]) <= {"pass", "oom"} and "pass" in set(unlimited["status"])
+    assert (unlimited["overhead_limit"] == math.inf).all()
+    at_2 = sweep(trace, "dtr", budgets=budgets, overhead_limit=2.0, cache=tmp_path, progress=False)
+    assert "thrash" in set(at_2["status"])  # the hole at 52-54: another configuration, not the same rows
+    keys = {d.name: read_json(d / "key.json") for d in tmp_path.glob("sim-v*/*/*")}
+    assert sorted(k["overhead_limit"] for k in keys.values()) == [2.0, math.inf]
+    def no_runs(trace, specs, **options):
+        assert not specs, "every row is cached: nothing is simulated"
+        return iter(())
+    monkeypatch.setattr(budget_sweep, "iter_runs", no_runs)
+    again = sweep(trace, "dtr", budgets=budgets, overhead_limit=math.inf, cache=tmp_path, progress=False)
+    assert again["status"].tolist() == unlimited["status"].tolist()
+    assert again["remat_compute"].tolist() == unlimited["remat_compute"].tolist()
+    for bad in (math.nan, 0.5):
+        with pytest.raises(ValueError, match="overhead_limit must be a number >= 1"):
+            sweep(trace, "dtr", budgets=budgets, overhead_limit=bad, cache=False, progress=False)
+
+
+def test_finite_limits_keep_their_shipped_cache_keys():
+    """Accepting inf changed no finite key: the shipped bundle's rows at 2.0 are still found."""
+    bundle = Path(__file__).resolve().parent.parent / "results" / "shipped" / "traces" / "resnet32-b8.parquet"
+    if not bundle.exists():
+        pytest.skip(f"{bundle} is absent")
+    import dtrlab
+    trace = dtrlab.load("traces/resnet32-b8.jsonl.gz")
+    key = SweepCache("unused", trace, get_policy("dtr"), 2.0).config_key
+    assert key in read_metadata(bundle)["configs"]
+
+
+# --------------------------------------------------------------- the limit census
+CENSUS_LIMITS = (1.25, 1.5, 2.0, 3.0, math.inf)
+COMPILED = sorted(name for name in available_policies() if type(get_policy(name)) in POLICY_CODES)
+
+
+def check_limit_census(trace, policy, tmp_path, ratios="0.1:1.0:0.05"):
+    """limit_census's outcome at each limit, derived from one sweep without a limit (and refined on the
+    derived outcomes), equals direct sweeps at that limit at every budget it sampled; so do its holes,
+    threshold and failures, and its anatomy counts are its hole table's."""
+    result = limit_census({trace.name: trace}, [policy], limits=CENSUS_LIMITS, ratios=ratios, cache=tmp_path,
+                          progress=False)
+    assert sorted(result.table["limit"]) == sorted(CENSUS_LIMITS)
+    for row in result.table.itertuples():
+        ours = result.samples[result.samples["limit"] == row.limit]
+        direct = sweep(trace, policy, budgets=ours["budget_bytes"].tolist(), overhead_limit=row.limit, cache=False,
+                       progress=False, backend="sequential")
+        assert ours["status"].tolist() == direct["status"].tolist(), (policy, row.limit)
+        census = find_holes(direct)
+        assert (row.samples, row.failures, row.holes) == (len(direct), census.failures, len(census.holes))
+        assert (pd.isna(row.threshold_ratio) and census.threshold_ratio is None) or \
+            row.threshold_ratio == pytest.approx(census.threshold_ratio, rel=1e-12)  # a grid ratio, or bytes/peak
+        holes = result.holes[result.holes["limit"] == row.limit]
+        assert holes["fail_low_bytes"].tolist() == census.holes["fail_low_bytes"].tolist()
+        if policy not in LIMIT_READERS:
+            assert [getattr(row, c) for c in KINDS.values()] == [int((holes["anatomy"] == k).sum()) for k in KINDS]
+            for hole in holes.itertuples():  # closes_at: every failing sample passes there (direct runs)
+                if hole.anatomy != "oom":
+                    failing = [b for b in ours["budget_bytes"] if hole.fail_low_bytes <= b <= hole.fail_high_bytes]
+                    assert set(every_budget_at(trace, failing, hole.closes_at, policy)["status"]) == {"pass"}
+    return result
+
+
+@pytest.mark.parametrize("build", HANDBUILT, ids=lambda b: b.__name__)
+def test_limit_census_on_handbuilt_holes(build, tmp_path):
+    """Each hand-built hole, censused every byte: at 2.0 the census finds and classifies it as built."""
+    trace = build()
+    peak = baseline(trace).peak_memory
+    result = check_limit_census(trace, "dtr", tmp_path, ratios=f"{1 / peak}:1.0:{1 / peak}")
+    at_2 = result.holes[result.holes["limit"] == 2.0]
+    assert [(h.fail_low_bytes, h.fail_high_bytes, h.anatomy) for h in at_2.itertuples()] == \
+        [(low, high, anatomy) for low, high, anatomy, _, _ in HANDBUILT[build][1]]
+    at_inf = result.table[result.table["limit"] == math.inf].iloc[0]
+    assert at_inf.holes == at_inf.oom_holes  # without a limit, only failures at any cost are left
+
+
+@pytest.mark.parametrize("policy", ["dtr"] + [pytest.param(name, marks=pytest.mark.slow) for name in
+                                              COMPILED + ["twophase", "monotone"] if name != "dtr"])
+def test_limit_census_equals_direct_sweeps(policy, tmp_path_factory):
+    """Every compiled policy (and twophase; monotone, which reads the limit, is swept at each limit) on
+    random traces: the census at every limit equals direct sweeps at that limit."""
+    @settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(log=random_logs())
+    def check(log):
+        check_limit_census(log.trace("random"), policy, tmp_path_factory.mktemp("cache"))
+    check()
+
+
+def test_read_anatomy_table_refuses_an_unlisted_or_edited_file(tmp_path):
+    (tmp_path / "anatomy").mkdir()
+    path = tmp_path / "anatomy" / "set-table.csv"
+    path.write_text("trace,limit,holes\na,2.0,1\n")
+    with pytest.raises(IntegrityError, match="refusing"):
+        read_anatomy_table("set-table.csv", tmp_path / "anatomy")  # no manifest
+    write_manifest(tmp_path / "anatomy", [path])
+    assert read_anatomy_table("set-table.csv", tmp_path / "anatomy")["holes"].tolist() == [1]
+    path.write_text("trace,limit,holes\na,2.0,0\n")
+    with pytest.raises(IntegrityError, match="refusing"):
+        read_anatomy_table("set-table.csv", tmp_path / "anatomy")

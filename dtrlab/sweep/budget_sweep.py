@@ -126,7 +126,9 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
     instance stands for its name and options: every run builds its own); ``enforce`` and
     ``device_capacity`` pick the runtime semantics as there (columns ``enforce`` and
     ``device_capacity``, the latter's label such as ``"1.25x"``; part of the cache key
-    unless ``enforce`` is the default, ``"reserved"``).
+    unless ``enforce`` is the default, ``"reserved"``). ``overhead_limit=math.inf`` runs
+    without a thrash limit (cached under its own key): a run then finishes or runs out of
+    memory, and :func:`dtrlab.analysis.anatomy.outcomes_at` derives every limit from it.
     """
     trace = resolve_trace(trace)
     policy = get_policy(policy, **policy_params)
@@ -135,9 +137,9 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
     memory, memory_options = memory_spec(memory, memory_options, enforce)
     if (ratios is None) == (budgets is None):
         raise ValueError("give exactly one of ratios= (e.g. '0.05:1.0:0.005' or [0.25, 0.5]) or budgets= (bytes)")
-    if not (isinstance(overhead_limit, numbers.Real) and math.isfinite(overhead_limit) and overhead_limit >= 1):
-        raise ValueError(f"overhead_limit must be a finite number >= 1 (2.0 allows as much recompute as compute), "
-                         f"got {overhead_limit!r}")
+    if not (isinstance(overhead_limit, numbers.Real) and overhead_limit >= 1):  # `>=` is False for nan
+        raise ValueError(f"overhead_limit must be a number >= 1 (2.0 allows as much recompute as compute; math.inf "
+                         f"is no limit), got {overhead_limit!r}")
     peak = baseline(trace).peak_memory
     if ratios is not None:
         ratio_list = parse_ratios(ratios)

@@ -100,6 +100,8 @@ class SweepCache:
                  enforce: str = "reserved", device_capacity: str | None = None):
         self.key = {
             "simulator_version": SIMULATOR_VERSION, "trace": trace.name, "trace_hash": trace.content_hash,
+            # No limit (math.inf) is JSON's Infinity, which Python's json writes and reads back: its own key,
+            # and every finite limit's key stays as it was.
             "policy": policy_fingerprint(policy), "overhead_limit": float(overhead_limit),
             "withhold": sorted(intervention.withhold) if intervention else [],
         }

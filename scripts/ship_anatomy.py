@@ -1,0 +1,115 @@
+"""Run the limit census (dtrlab.analysis.limit_census) and ship its tables in results/shipped/anatomy/.
+
+    python scripts/ship_anatomy.py ../shared/dtr-logs --policies dtr lru --limits 1.25 1.5 2 3 5
+    python scripts/ship_anatomy.py traces/models --policies twophase --ratios 0.05:1.0:0.001
+
+Per trace set (the directory's name: ``dtr-logs``, ``traces``, ``models``) it writes
+``SET-table.csv`` (one row per trace, policy, memory model and limit), ``SET-holes.csv`` (every
+hole at every limit with its anatomy) and ``SET-samples.csv.gz`` (every budget's outcome at every
+limit), then records them in ``results/shipped/MANIFEST.json``, where ``read_anatomy_table`` checks
+them. Rows of the (trace, policy, memory, ratios) configurations already shipped are replaced, the
+others kept, so a set is shipped policy by policy. Runs go through the sweep cache (``--cache``, default
+``$DTRLAB_CACHE`` or ``~/.cache/dtrlab``): an interrupted run resumes. ``SET-timing.csv`` records each
+configuration's wall and CPU seconds on this machine (0 when its runs were cached).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dtrlab.analysis.limit_census import SHIPPED_ANATOMY, limit_census  # noqa: E402
+import dtrlab.calibrated  # noqa: E402,F401  (registers monotone)
+from dtrlab.policies import get_policy  # noqa: E402
+from dtrlab.integrity import atomic_write_bytes, write_manifest  # noqa: E402
+from dtrlab.sweep.shipped import DEFAULT_SHIPPED_DIR  # noqa: E402
+from dtrlab.trace import load_directory  # noqa: E402
+
+KEY = ["trace", "policy", "memory", "ratios"]
+
+
+def merge_write(path: Path, new: pd.DataFrame) -> None:
+    """Replace ``path``'s rows of ``new``'s configurations by ``new`` (atomically)."""
+    if path.exists():
+        old = pd.read_csv(path)
+        configs = set(map(tuple, new[KEY].astype(str).to_numpy()))
+        keep = [tuple(row) not in configs for row in old[KEY].astype(str).to_numpy()]
+        new = pd.concat([old[keep], new], ignore_index=True)
+    data = new.to_csv(index=False, float_format="%.10g").encode()
+    atomic_write_bytes(path, gzip.compress(data, mtime=0) if path.suffix == ".gz" else data)
+
+
+def shipped_samples(result) -> pd.DataFrame:
+    """The samples worth shipping: a limit-blind policy's at its sweep's limit only (every budget run for any
+    limit, whose ``needed_limit`` and ``sweep_status`` give the outcome at every limit), a policy swept at each
+    limit (monotone) at every limit."""
+    samples = result.samples.merge(result.table[["trace", "policy", "memory", "limit", "sweep_limit"]])
+    derived = samples["sweep_limit"] == samples.groupby(["trace", "policy", "memory"])["limit"].transform("max")
+    direct = samples["sweep_limit"] == samples["limit"]
+    keep = (derived & (samples["limit"] == samples["sweep_limit"])) | (direct & ~derived)
+    return samples[keep].drop(columns=["sweep_limit", "remat_compute", "baseline_compute"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("traces", type=Path, help="directory of traces (a trace set)")
+    parser.add_argument("--policies", nargs="+", default=["dtr"])
+    parser.add_argument("--memories", nargs="+", default=["flat"])
+    parser.add_argument("--limits", nargs="+", type=float, default=[1.25, 1.5, 2, 3, 5, math.inf])
+    parser.add_argument("--ratios", default="0.05:1.0:0.005")
+    parser.add_argument("--only", nargs="+", metavar="PREFIX", help="only the traces whose name starts so")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--cache", type=Path, help="sweep cache directory")
+    parser.add_argument("--output", type=Path, default=SHIPPED_ANATOMY)
+    args = parser.parse_args(argv)
+    if not args.traces.is_dir():
+        parser.error(f"{args.traces} is not a directory of traces")
+    try:  # a typo is an error now, not after an hour of runs
+        for policy in args.policies:
+            get_policy(policy)
+    except (KeyError, ValueError) as exc:
+        parser.error(str(exc).strip("'\""))
+    if args.cache:
+        os.environ["DTRLAB_CACHE"] = str(args.cache)
+    name = args.traces.resolve().name
+    traces = {n: t for n, t in load_directory(args.traces).items() if not args.only or n.startswith(tuple(args.only))}
+    args.output.mkdir(parents=True, exist_ok=True)
+    paths = {suffix: args.output / f"{name}-{suffix}" for suffix in ("table.csv", "holes.csv", "samples.csv.gz",
+                                                                      "timing.csv")}
+    bundle = DEFAULT_SHIPPED_DIR.resolve()
+    for trace_name, trace in traces.items():
+        for policy in args.policies:
+            for memory in args.memories:
+                wall, cpu = time.perf_counter(), time.process_time()
+                result = limit_census({trace_name: trace}, [policy], [memory], args.limits, ratios=args.ratios,
+                                      jobs=args.jobs, progress=False)
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                config = {"ratios": args.ratios}
+                timing = pd.DataFrame([{
+                    "trace": trace_name, "policy": result.table["policy"].iloc[0], "memory": memory, **config,
+                    "limits": " ".join(map(str, args.limits)), "wall_seconds": round(wall, 1),
+                    "cpu_seconds": round(cpu, 1), "jobs": args.jobs}])
+                # Shipped configuration by configuration, so that an interrupted run keeps what it finished.
+                for suffix, frame in (("table.csv", result.table), ("holes.csv", result.holes),
+                                      ("samples.csv.gz", shipped_samples(result)), ("timing.csv", timing)):
+                    merge_write(paths[suffix], frame.assign(**config))
+                write_manifest(bundle if args.output.resolve().is_relative_to(bundle) else args.output,
+                               list(paths.values()))
+                print(f"ship_anatomy: {name} {trace_name} {policy} {memory}: {wall:.0f} s wall, {cpu:.0f} s CPU; "
+                      f"holes by limit {dict(zip(result.table['limit'], result.table['holes']))}", flush=True)
+    print(f"ship_anatomy: wrote {', '.join(str(p) for p in paths.values())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
