@@ -85,7 +85,8 @@ def recompute_and_compare(path: Path, trace, rows: pd.DataFrame, tmp_path: Path,
     for config_key, group in rows.groupby("config_key"):
         key = configs[config_key]
         policy, intervention = _policy(key), _intervention(key)
-        memory = dict(memory=key.get("memory", "flat"), memory_options=key.get("memory_options"))
+        memory = dict(memory=key.get("memory", "flat"), memory_options=key.get("memory_options"),
+                      **{k: key[k] for k in ("enforce", "device_capacity") if k in key})  # under `allocated`
         # The rebuilt configuration is the stored one: the cache key hashes the same.
         assert SweepCache(tmp_path, trace, policy, key["overhead_limit"], intervention, **memory).config_key == \
             config_key

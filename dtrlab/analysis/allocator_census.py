@@ -50,9 +50,11 @@ class Config:
         return f"{self.policy} @ {memory_label(self.memory, self.options)}{semantics}"
 
     @property
-    def address_aware(self) -> bool:
-        """Whether outcomes can depend on where new segments go (the caching model's ``address_policy``)."""
-        return MEMORY_MODELS[self.memory].address_aware
+    def address_sensitive(self) -> bool:
+        """Whether outcomes can depend on where new segments go (the caching model's ``address_policy``):
+        an address-aware model that may release segments. It releases them only when a new one does
+        not fit on the device (``malloc``'s release-and-retry), which an unlimited device never asks."""
+        return MEMORY_MODELS[self.memory].address_aware and self.device_label != "unlimited"
 
     def sweep_arguments(self) -> dict:
         """The keywords of :func:`dtrlab.sweep` (and :func:`refine_holes`) for this configuration."""
@@ -125,7 +127,8 @@ def allocator_census(traces: dict[str, Trace], configs=DEFAULT_CONFIGS, *, ratio
     configuration's own semantics. The threshold shift is the configuration's threshold
     ratio minus flat h_DTR's on the same trace (None when either has no threshold; flat
     h_DTR must be among the configs for it). Every sample of an address-aware configuration
-    of a policy in ``address_flips`` is simulated again with ``address_policy="reuse"`` (the
+    of a policy in ``address_flips`` that may release segments (:attr:`Config.address_sensitive`;
+    not on an unlimited device) is simulated again with ``address_policy="reuse"`` (the
     census runs with the default, ``"bump"``) and the outcomes that differ are counted (Coop
     and dtr_fit are left out by default: on the Python simulator they cost minutes per sweep).
     """
@@ -144,7 +147,7 @@ def allocator_census(traces: dict[str, Trace], configs=DEFAULT_CONFIGS, *, ratio
             censuses[name, config.label] = census
             frames.append(census.samples.assign(config=config.label))
             flipped = None
-            if config.policy in address_flips and config.address_aware:
+            if config.policy in address_flips and config.address_sensitive:
                 flipped = address_policy_flips(trace, config.policy, budgets=census.samples["budget_bytes"].tolist(),
                                                memory_options=config.options, enforce=config.enforce,
                                                device_capacity=config.device_capacity,
@@ -176,7 +179,8 @@ def census_row(trace: str, config: Config, census: HoleCensus, flips: pd.DataFra
 
     ``reserved_over_budget_at_threshold`` is the threshold sample's peak reserved bytes over
     its budget, ``max_reserved_over_budget`` the largest of that ratio over the passing
-    samples (None under byte-counting models, which reserve nothing); ``address_flips``
+    samples (None under flat, which reports no reserved memory; byte-counting models reserve
+    exactly what they allocate, so theirs is at most 1); ``address_flips``
     counts the samples whose status differs in ``flips`` (None without ``flips``)."""
     samples = census.samples
     passing = samples[samples["status"] == "pass"]
