@@ -9,11 +9,17 @@ and best of ``--repeats``, through:
 * ``c``: the compiled caching model, the whole sequence in C (``MemoryCore.replay``);
 * ``c+stats``: the same, with ``memory_stats`` after every placement (as the replay core does);
 * ``c via wrapper``: the compiled model called from Python once per event (the wrapper's cost);
-* ``c flat``: the compiled byte counter on the placed allocations and their frees (a byte counter
-  at the budget places them all), against ``c`` on the same sub-sequence.
+* ``c flat placed``: the compiled byte counter on the placed allocations and their frees (a byte
+  counter at the budget places them all: its allocated bytes never exceed the caching model's).
+  The caching model cannot replay that sub-sequence (the refused calls released its cache), so
+  ``c / c flat placed`` compares what each model costs the same simulation.
+
+Then the whole simulation: ``simulate(..., memory="caching")`` on the Python simulator (once) and on
+the compiled core, and the compiled core's flat run (best of ``--repeats``).
 
 Every replay must refuse as many allocations as the recorded run and end with the Python model's
-statistics before a time counts. Times on a shared machine are noisy; read the ratios.
+statistics, and both caching simulations must match the recorded run (status, clock, evictions),
+before a time counts. Times on a shared machine are noisy; read the ratios.
 
     python benchmarks/bench_memory_core.py [--logs ../shared/dtr-logs] [--names densenet,transformer]
                                            [--ratio 0.3] [--repeats 5]
@@ -27,6 +33,7 @@ import os
 import sys
 import time
 from array import array
+from dataclasses import astuple
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,22 +47,24 @@ from dtrlab.runtime.memory_spec import core_memory_args  # noqa: E402
 
 
 class RecordingCaching(CachingModel):
-    """The Python caching model, recording each call: (block_id, size) for allocate, (block_id, -1) for free."""
+    """The Python caching model, recording each call: (block_id, size) for allocate, (block_id, -1) for
+    free, and which allocations it placed."""
 
     def __init__(self, capacity_bytes: int, **options):
         super().__init__(capacity_bytes, **options)
         self.calls: list[tuple[int, int]] = []
-        self.refused = 0
+        self.placed: list[bool] = []
 
     def allocate(self, block_id: int, size: int) -> bool:
-        self.calls.append((block_id, size))
         placed = super().allocate(block_id, size)
-        self.refused += not placed
+        self.calls.append((block_id, size))
+        self.placed.append(placed)
         return placed
 
     def free(self, block_id: int) -> None:
-        self.calls.append((block_id, -1))
         super().free(block_id)
+        self.calls.append((block_id, -1))
+        self.placed.append(True)
 
 
 def python_replay(capacity, calls):
@@ -66,7 +75,7 @@ def python_replay(capacity, calls):
             model.free(block_id)
         elif not model.allocate(block_id, size):
             refused += 1
-    return refused, tuple(model.stats())
+    return refused, astuple(model.stats())
 
 
 def c_replay(model, ids, sizes, stats_each=False):
@@ -85,6 +94,10 @@ def wrapper_replay(capacity, calls):
         elif not allocate(block_id, size):
             refused += 1
     return refused, core.stats()
+
+
+RATIOS = ("python / c", "python / c via wrapper", "c+stats / c", "c / c flat placed",
+          "simulation python caching / compiled caching", "simulation compiled caching / compiled flat")
 
 
 def arrays(calls):
@@ -112,29 +125,22 @@ def main(argv=None) -> int:
         budget = budget_for(trace, args.ratio)
         recorder = RecordingCaching(budget)
         start = time.perf_counter()
-        result = simulate(trace, "dtr", budget_bytes=budget, memory=recorder)
+        result = simulate(trace, "dtr", budget_bytes=budget, memory=recorder, engine="python")
         simulation = time.perf_counter() - start
         calls = recorder.calls
         ids, sizes = arrays(calls)
-        expected = (recorder.refused, tuple(recorder.stats()))
-        # The placed allocations and their frees: replayed by the byte counter and by caching alike.
-        placed, checker = [], CachingModel(budget)
-        for block_id, size in calls:
-            if size < 0:
-                checker.free(block_id)
-                placed.append((block_id, size))
-            elif checker.allocate(block_id, size):
-                placed.append((block_id, size))
+        refused = recorder.placed.count(False)
+        expected = (refused, astuple(recorder.stats()))
+        placed = [call for call, ok in zip(calls, recorder.placed) if ok]
         placed_ids, placed_sizes = arrays(placed)
         flat = FlatModel(budget)
-        timings = {name: [] for name in ("python", "c", "c+stats", "c via wrapper", "c placed", "c flat placed")}
+        timings = {name: [] for name in ("python", "c", "c+stats", "c via wrapper", "c flat placed")}
         for _ in range(args.repeats):
             for name, function in (
                     ("python", lambda: python_replay(budget, calls)),
                     ("c", lambda: c_replay(CachingModel(budget), ids, sizes)),
                     ("c+stats", lambda: c_replay(CachingModel(budget), ids, sizes, True)),
                     ("c via wrapper", lambda: wrapper_replay(budget, calls)),
-                    ("c placed", lambda: c_replay(CachingModel(budget), placed_ids, placed_sizes)),
                     ("c flat placed", lambda: c_replay(flat, placed_ids, placed_sizes))):
                 start = time.perf_counter()
                 outcome = function()
@@ -144,25 +150,39 @@ def main(argv=None) -> int:
                     print(f"{path.name}: {name} replay differs from the recorded run: {outcome} != {expected}",
                           file=sys.stderr)
                     return 1
-                if name.endswith("placed") and outcome[0] != 0:
+                if name == "c flat placed" and outcome[0] != 0:
                     print(f"{path.name}: {name} refused {outcome[0]} placed allocations", file=sys.stderr)
                     return 1
         t = {name: min(values) for name, values in timings.items()}
         n_alloc = sum(size >= 0 for _, size in calls)
         print(f"\n{trace.name}: {result.status}, {result.evictions} evictions, simulation {simulation:.2f} s; "
-              f"{len(calls)} calls ({n_alloc} allocate, {recorder.refused} refused), "
+              f"{len(calls)} calls ({n_alloc} allocate, {refused} refused), "
               f"{len(placed)} in the placed sub-sequence")
         for name, seconds in t.items():
             count = len(placed) if name.endswith("placed") else len(calls)
             print(f"  {name:14s} {seconds * 1e3:9.2f} ms  {seconds / count * 1e9:8.0f} ns/call")
+        # The whole simulation: Python caching once, the compiled core's caching and flat best of --repeats.
+        sims = {}
+        for name, repeats, options in (("python caching", 1, {"memory": "caching", "engine": "python"}),
+                                       ("compiled caching", args.repeats, {"memory": "caching", "engine": "compiled"}),
+                                       ("compiled flat", args.repeats, {"engine": "compiled"})):
+            sims[name] = math.inf
+            for _ in range(repeats):
+                start = time.perf_counter()
+                run = simulate(trace, "dtr", budget_bytes=budget, **options)
+                sims[name] = min(sims[name], time.perf_counter() - start)
+            if name != "compiled flat" and (run.status, run.clock, run.evictions) != (
+                    result.status, result.clock, result.evictions):
+                print(f"{path.name}: {name} simulation differs from the recorded one", file=sys.stderr)
+                return 1
+        print("  simulation: " + "; ".join(f"{name} {seconds * 1e3:.1f} ms" for name, seconds in sims.items()))
         ratios[trace.name] = (t["python"] / t["c"], t["python"] / t["c via wrapper"], t["c+stats"] / t["c"],
-                              t["c placed"] / t["c flat placed"])
-        print(f"  python / c {ratios[trace.name][0]:.1f}x; python / c via wrapper {ratios[trace.name][1]:.1f}x; "
-              f"c+stats / c {ratios[trace.name][2]:.2f}x; c caching / c flat (placed) {ratios[trace.name][3]:.2f}x")
+                              t["c"] / t["c flat placed"], sims["python caching"] / sims["compiled caching"],
+                              sims["compiled caching"] / sims["compiled flat"])
+        print("  " + "; ".join(f"{label} {value:.2f}x" for label, value in zip(RATIOS, ratios[trace.name])))
     if len(ratios) > 1:
-        geo = [math.exp(sum(math.log(r[i]) for r in ratios.values()) / len(ratios)) for i in range(4)]
-        print(f"\ngeometric means: python / c {geo[0]:.1f}x; python / c via wrapper {geo[1]:.1f}x; "
-              f"c+stats / c {geo[2]:.2f}x; c caching / c flat (placed) {geo[3]:.2f}x")
+        geo = [math.exp(sum(math.log(r[i]) for r in ratios.values()) / len(ratios)) for i in range(len(RATIOS))]
+        print("\ngeometric means: " + "; ".join(f"{label} {value:.2f}x" for label, value in zip(RATIOS, geo)))
     return 0
 
 
