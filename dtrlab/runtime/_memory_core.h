@@ -8,7 +8,7 @@
  * API (issue 23): the enum, MemStats, MemLayout and the functions memory_init, memory_release,
  * memory_request_bytes, memory_allocate, memory_free, memory_stats, memory_layout,
  * memory_layout_release, memory_block_pool as specified there. Additions:
- *   memory_grow_ids(m, n)      raise max_block_id to n (the Python wrapper takes any id);
+ *   memory_grow_ids(m, n)      raise max_block_id to at least n (the Python wrapper takes any id);
  *   memory_holds(m, id)        1 when id holds a block (a 0-byte request included), else 0;
  *   memory_block_of(m, id, &address, &size, &requested)
  *                              1 and the block, 0 for a 0-byte request, -1 when id holds none;
@@ -24,7 +24,8 @@
  * growth of an array happens before a call changes anything, so -1 (no memory) leaves the model as
  * it was. Addresses: a new segment must start at or below INT64_MAX (and a cudaMalloc segment end
  * there); the bump pointer itself is unsigned, since with a 2^62-byte device the large pool's
- * expandable range ends past 2^63. Beyond that, memory_allocate fails with OverflowError.
+ * expandable range ends past 2^63. Beyond that, memory_allocate fails with OverflowError (possibly
+ * after releasing cached blocks; no trace the core accepts comes near it).
  */
 #ifndef DTRLAB_MEMORY_CORE_H
 #define DTRLAB_MEMORY_CORE_H
