@@ -4,6 +4,7 @@
     DTRLAB_LOGS=../shared/dtr-logs python scripts/make_figures.py   # DTR logs -> figures/dtr-logs/
     python scripts/make_figures.py --only 01 06 --quick             # a quick run of two notebooks
     python scripts/make_figures.py --recompute                      # ignore results/shipped/ (also: DTRLAB_RECOMPUTE=1)
+    python scripts/make_figures.py --traces traces/models --only 12  # hole anatomy, from results/shipped/anatomy/
 
 Figures go to ``figures/<trace set>/`` (the trace set is the name of the traces
 directory, so the DTR logs never overwrite the shipped traces' figures, and a

@@ -28,7 +28,7 @@ NOTEBOOKS = make_figures.notebook_paths()
 
 
 def test_every_issue_notebook_is_there():
-    assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11"]
+    assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12"]
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -143,3 +143,20 @@ def test_strip_cells_meet_halfway_between_samples():
     from dtrlab.plots.feasibility import _cell_edges
 
     assert _cell_edges(pd.Series([0.1, 0.2, 0.4]).to_numpy()).tolist() == pytest.approx([0.05, 0.15, 0.3, 0.5])
+
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("traces", ["traces", "traces/models", "../shared/dtr-logs"])
+def test_anatomy_notebook_reads_only_shipped_tables(traces, tmp_path, monkeypatch):
+    """Notebook 12 on a trace set whose limit census is shipped (results/shipped/anatomy/) simulates nothing."""
+    pytest.importorskip("papermill")
+    directory = (ROOT / traces).resolve()
+    if not (ROOT / "results" / "shipped" / "anatomy" / f"{directory.name}-table.csv").exists() or not directory.is_dir():
+        pytest.skip(f"no shipped limit census of {directory} (scripts/ship_anatomy.py), or the traces are absent")
+    monkeypatch.setenv("MPLBACKEND", "agg")
+    parameters = make_figures.notebook_parameters(directory, tmp_path / "figures", tmp_path / "cache", quick=False,
+                                                  jobs=1, reference=None)
+    make_figures.run_notebook(make_figures.notebook_paths(["12"])[0], tmp_path / "executed", parameters)
+    assert sorted((tmp_path / "figures").glob("12-*.png"))
+    assert not list((tmp_path / "cache").rglob("*.parquet")), "runs were simulated: ship them (scripts/ship_anatomy.py)"
