@@ -2,28 +2,48 @@
  * The compiled core's eviction policies: scores and the choice among candidates,
  * decision for decision like dtrlab/policies (see _policy_spec.h for the spec).
  * Included by _core.c after the Sim struct and the pool and equivalence-class helpers.
+ *
+ * Every score is computed as Python computes it: exact int / int divisions rounded
+ * once, floats through C's pow() with CPython's float ** special cases. Where a value
+ * leaves what C can prove exact (integers past 2^53 or 128 bits, a pow() that overflows
+ * or underflows), the score is computed by Python's own arithmetic on the same values,
+ * which also raises Python's errors (OverflowError) where the reference raises them.
  */
+#include <float.h>
+
 #define EXACT_LIMIT ((int64_t)1 << 53)
+
+/* An __int128 as a Python int. */
+static PyObject *long_from_i128(__int128 value) {
+    PyObject *high = PyLong_FromLongLong((long long)(value >> 64));
+    PyObject *low = PyLong_FromUnsignedLongLong((unsigned long long)value);
+    PyObject *shift = PyLong_FromLong(64);
+    PyObject *shifted = high && shift ? PyNumber_Lshift(high, shift) : NULL;
+    PyObject *result = shifted && low ? PyNumber_Add(shifted, low) : NULL;
+    Py_XDECREF(high); Py_XDECREF(low); Py_XDECREF(shift); Py_XDECREF(shifted);
+    return result;
+}
+
+/* A Python float (or int) result as a double; steals the reference. */
+static int take_double(PyObject *value, double *out) {
+    if (!value) return -1;
+    *out = PyFloat_AsDouble(value);
+    Py_DECREF(value);
+    return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
 
 /* Python's int / int, correctly rounded: a double division is exact-rounded when both
  * operands are integers below 2^53; otherwise let Python's long division do it. */
-static int true_divide(int64_t numerator, __int128 denominator, double *out) {
-    if (numerator > -EXACT_LIMIT && numerator < EXACT_LIMIT && denominator < EXACT_LIMIT) {
-        *out = (double)numerator / (double)(int64_t)denominator;
+static int true_divide(__int128 numerator, __int128 denominator, double *out) {
+    if (numerator > -EXACT_LIMIT && numerator < EXACT_LIMIT && denominator > -EXACT_LIMIT &&
+        denominator < EXACT_LIMIT) {
+        *out = (double)(int64_t)numerator / (double)(int64_t)denominator;
         return 0;
     }
-    PyObject *num = PyLong_FromLongLong(numerator);
-    PyObject *high = PyLong_FromUnsignedLongLong((unsigned long long)(denominator >> 62));
-    PyObject *low = PyLong_FromLongLong((int64_t)(denominator & (((__int128)1 << 62) - 1)));
-    PyObject *shift = PyLong_FromLong(62);
-    PyObject *shifted = high && shift ? PyNumber_Lshift(high, shift) : NULL;
-    PyObject *den = shifted && low ? PyNumber_Or(shifted, low) : NULL;
-    PyObject *quotient = num && den ? PyNumber_TrueDivide(num, den) : NULL;
-    Py_XDECREF(num); Py_XDECREF(high); Py_XDECREF(low); Py_XDECREF(shift); Py_XDECREF(shifted); Py_XDECREF(den);
-    if (!quotient) return -1;
-    *out = PyFloat_AsDouble(quotient);
-    Py_DECREF(quotient);
-    return 0;
+    PyObject *num = long_from_i128(numerator), *den = num ? long_from_i128(denominator) : NULL;
+    PyObject *quotient = den ? PyNumber_TrueDivide(num, den) : NULL;
+    Py_XDECREF(num); Py_XDECREF(den);
+    return take_double(quotient, out);
 }
 
 /* numerator / (size x staleness), or inf when that is not positive (the DTR family). */
@@ -38,8 +58,226 @@ static int staleness_score(Sim *sim, int32_t s, int64_t numerator, double *out) 
     return true_divide(numerator, denominator, out);
 }
 
-static int score(Sim *sim, int32_t s, double *out) {
-    switch (sim->policy.code) {
+/* ------------------------------------------------------------ formulas */
+static int64_t cost_of(Sim *sim, int cost, int32_t s) {
+    switch (cost) {
+    case COST_ESTAR: return sim->compute_cost[s] + sim->region_compute[s] + sim->region_rev_compute[s];
+    case COST_EQCLASS: return eq_class_compute(sim, s);
+    case COST_LOCAL: return sim->compute_cost[s];
+    }
+    return 1;
+}
+
+/* Distinct evicted storages adjacent to s (Simulator.evicted_neighbours; s itself is resident). */
+static int evicted_neighbour_count(Sim *sim, int32_t s, int64_t *count) {
+    PolicySpec *spec = &sim->policy;
+    if (!spec->seen && !(spec->seen = PyMem_Calloc(sim->tr->n ? sim->tr->n : 1, sizeof(uint32_t)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (++spec->generation == 0) {
+        memset(spec->seen, 0, (sim->tr->n ? sim->tr->n : 1) * sizeof(uint32_t));
+        spec->generation = 1;
+    }
+    int64_t found = 0;
+    for (int dir = 0; dir < 2; dir++) {
+        const IntVec *edges = &sim->regions.edges[dir][s];
+        for (Py_ssize_t i = 0; i < edges->len; i++) {
+            int32_t u = edges->items[i];
+            if (!sim->material[u] && spec->seen[u] != spec->generation) {
+                spec->seen[u] = spec->generation;
+                found++;
+            }
+        }
+    }
+    *count = found;
+    return 0;
+}
+
+static int has_evicted_neighbour(Sim *sim, int32_t s) {
+    for (int dir = 0; dir < 2; dir++) {
+        const IntVec *edges = &sim->regions.edges[dir][s];
+        for (Py_ssize_t i = 0; i < edges->len; i++)
+            if (!sim->material[edges->items[i]]) return 1;
+    }
+    return 0;
+}
+
+/* base ** exponent for integers, or 1 when the result reaches 2^120 (then Python computes it). */
+static int int_power(__int128 base, int64_t exponent, __int128 *out) {
+    const __int128 limit = (__int128)1 << 120;
+    __int128 result = 1;
+    if (base == 0 || base == 1) { *out = exponent == 0 ? 1 : base; return 0; }
+    for (int64_t i = 0; i < exponent; i++) /* |base| >= 2: at most 120 rounds before the limit */
+        if (__builtin_mul_overflow(result, base, &result) || result >= limit || result <= -limit) return 1;
+    *out = result;
+    return 0;
+}
+
+/* Python's float ** for a base >= 0 (or inf) and a finite exponent >= 0 (what the spec admits):
+ * CPython's special cases, then pow(); 1 when Python would raise or the result is subnormal or 0
+ * through pow() (errno cases), so that Python computes it. */
+static int float_power(double base, double exponent, double *out) {
+    if (exponent == 0) { *out = 1.0; return 0; }
+    if (isnan(base)) { *out = base; return 0; }
+    if (isinf(base)) { *out = INFINITY; return 0; }
+    if (base == 0) { *out = 0.0; return 0; }
+    if (base == 1) { *out = 1.0; return 0; }
+    double result = pow(base, exponent);
+    if (isinf(result) || result < DBL_MIN) return 1;
+    *out = result;
+    return 0;
+}
+
+/* The staleness plus offset, as Python forms it: an int, or a float when the offset is a
+ * float or the storage was never accessed (clock - (-inf)). */
+typedef struct {
+    int is_float;
+    __int128 value;
+    double fvalue;
+} Staleness;
+
+static Staleness staleness_of(Sim *sim, const ScoreSpec *p, int32_t s) {
+    Staleness st = {0, 0, 0.0};
+    if (sim->last_access[s] == NEVER) {
+        st.is_float = 1;
+        st.fvalue = INFINITY;
+    } else if (p->offset_is_float) {
+        st.is_float = 1;
+        st.fvalue = (double)(sim->clock - sim->last_access[s]) + p->foffset;
+    } else {
+        st.value = (__int128)(sim->clock - sim->last_access[s]) + p->offset;
+    }
+    return st;
+}
+
+/* The formula by Python's own arithmetic on the same values (the rare large cases). */
+static int formula_score_python(Sim *sim, const ScoreSpec *p, int32_t s, int64_t cost, double *out) {
+    PyObject *num = NULL, *size = NULL, *stale = NULL, *den = NULL, *zero = NULL, *result = NULL, *tmp;
+    int status = -1;
+    if (!(num = PyLong_FromLongLong(cost)) || !(size = PyLong_FromLongLong(sim->size[s]))) goto done;
+    if (sim->last_access[s] == NEVER) stale = PyFloat_FromDouble(INFINITY);
+    else stale = PyLong_FromLongLong(sim->clock - sim->last_access[s]);
+    if (!stale) goto done;
+    if (!p->floating && !p->use_size && !p->use_stale) { /* never reached: integer scores stay integers */
+        PyErr_SetString(PyExc_SystemError, "an integer score has no Python fallback");
+        goto done;
+    }
+    tmp = PyNumber_Add(stale, p->offset_obj);
+    Py_SETREF(stale, tmp);
+    if (!stale) goto done;
+    if (p->floating) { /* float(size) ** b * float(staleness + offset) ** c; float(cost) ** a */
+        if (!(tmp = PyNumber_Float(size))) goto done;
+        Py_SETREF(size, tmp);
+        if (!(tmp = PyNumber_Float(stale))) goto done;
+        Py_SETREF(stale, tmp);
+        if (!(tmp = PyNumber_Float(num))) goto done;
+        Py_SETREF(num, tmp);
+    }
+    if (!(tmp = PyNumber_Power(num, p->a_obj, Py_None))) goto done;
+    Py_SETREF(num, tmp);
+    if (p->use_size && !(den = PyNumber_Power(size, p->b_obj, Py_None))) goto done;
+    if (p->use_stale) {
+        if (!(tmp = PyNumber_Power(stale, p->c_obj, Py_None))) goto done;
+        if (den) {
+            PyObject *product = PyNumber_Multiply(den, tmp);
+            Py_DECREF(tmp);
+            Py_SETREF(den, product);
+            if (!den) goto done;
+        } else {
+            den = tmp;
+        }
+    }
+    if (!(zero = PyLong_FromLong(0))) goto done;
+    int positive = PyObject_RichCompareBool(den, zero, Py_GT);
+    if (positive < 0) goto done;
+    result = positive ? PyNumber_TrueDivide(num, den) : PyFloat_FromDouble(INFINITY);
+    if (!result) goto done;
+    if (p->has_d) { /* score * (1 + n) ** d */
+        int64_t n;
+        PyObject *base = NULL, *factor = NULL;
+        if (evicted_neighbour_count(sim, s, &n) < 0) goto done;
+        if ((base = PyLong_FromLongLong(n + 1))) factor = PyNumber_Power(base, p->d_obj, Py_None);
+        Py_XDECREF(base);
+        if (!factor) goto done;
+        tmp = PyNumber_Multiply(result, factor);
+        Py_DECREF(factor);
+        Py_SETREF(result, tmp);
+        if (!result) goto done;
+    }
+    status = take_double(result, out);
+    result = NULL;
+done:
+    Py_XDECREF(num); Py_XDECREF(size); Py_XDECREF(stale); Py_XDECREF(den); Py_XDECREF(zero); Py_XDECREF(result);
+    return status;
+}
+
+/* The formula's score in C, or 1 when it needs Python's arithmetic. */
+static int formula_score_c(Sim *sim, const ScoreSpec *p, int32_t s, int64_t cost, double *out) {
+    double score;
+    Staleness st = staleness_of(sim, p, s);
+    if (p->floating) {
+        double size_factor = 1.0, stale_factor = 1.0, numerator, stale = st.fvalue;
+        int have_size = p->use_size, have_stale = p->use_stale;
+        if (!st.is_float) {
+            if (st.value >= EXACT_LIMIT) return 1; /* float(int) past 2^53: Python rounds it */
+            stale = (double)(int64_t)st.value;
+        }
+        if (have_size && float_power((double)sim->size[s], p->fb, &size_factor)) return 1;
+        if (have_stale && float_power(stale, p->fc, &stale_factor)) return 1;
+        double den = have_size && have_stale ? size_factor * stale_factor : have_size ? size_factor : stale_factor;
+        if (!(den > 0)) {
+            score = INFINITY;
+        } else {
+            if (float_power((double)cost, p->fa, &numerator)) return 1;
+            score = numerator / den;
+        }
+    } else {
+        __int128 numerator, size_factor = 1;
+        if (int_power(cost, p->a, &numerator) || numerator >= EXACT_LIMIT) return 1;
+        if (p->use_size && int_power(sim->size[s], p->b, &size_factor)) return 1;
+        if (p->use_stale && st.is_float) { /* int * float: the integer rounds to a float first */
+            double stale_factor, den;
+            if (float_power(st.fvalue, (double)p->c, &stale_factor)) return 1;
+            if (size_factor >= EXACT_LIMIT) return 1;
+            den = p->use_size ? (double)(int64_t)size_factor * stale_factor : stale_factor;
+            score = den > 0 ? (double)(int64_t)numerator / den : INFINITY;
+        } else {
+            __int128 den = size_factor, stale_factor;
+            if (p->use_stale) {
+                if (int_power(st.value, p->c, &stale_factor)) return 1;
+                if (__builtin_mul_overflow(den, stale_factor, &den)) return 1;
+            }
+            if (den <= 0) score = INFINITY;
+            else if (true_divide(numerator, den, &score) < 0) return -1;
+        }
+    }
+    if (p->has_d) {
+        int64_t n;
+        double factor;
+        if (evicted_neighbour_count(sim, s, &n) < 0) return -1;
+        if (p->d_is_float) {
+            if (float_power((double)(n + 1), p->fd, &factor)) return 1;
+        } else {
+            __int128 power;
+            if (int_power(n + 1, p->d, &power) || power >= EXACT_LIMIT) return 1;
+            factor = (double)(int64_t)power;
+        }
+        score *= factor;
+    }
+    *out = score;
+    return 0;
+}
+
+static int formula_score(Sim *sim, const ScoreSpec *p, int32_t s, double *out) {
+    int64_t cost = cost_of(sim, p->cost, s);
+    int status = formula_score_c(sim, p, s, cost, out);
+    return status == 1 ? formula_score_python(sim, p, s, cost, out) : status;
+}
+
+/* ------------------------------------------------------------- scores */
+static int score(Sim *sim, const ScoreSpec *p, int32_t s, double *out) {
+    switch (p->code) {
     case P_DTR:
         return staleness_score(sim, s, sim->compute_cost[s] + sim->region_compute[s] + sim->region_rev_compute[s], out);
     case P_DTR_EQ_CLASS:
@@ -52,19 +290,23 @@ static int score(Sim *sim, int32_t s, double *out) {
     case P_LARGEST_STORAGE:
         if (sim->size[s] <= 0) { *out = INFINITY; return 0; }
         return true_divide(1, sim->size[s], out);
+    case P_FORMULA:
+        return formula_score(sim, p, s, out);
     }
     PyErr_SetString(PyExc_SystemError, "unknown policy code");
     return -1;
 }
 
-/* Choose storages to evict among cand[0..n) (pool order; withheld and excluded storages already removed).
-   Append the chosen storage ids to *out (at least one when n > 0; none when n == 0).
-   Return 0, or -1 with a Python error set. */
-static int policy_choose(Sim *sim, const int32_t *cand, Py_ssize_t n, IntVec *out) {
-    if (n == 0) return 0;
+/* Integer scores (LRU's last access, an ablation's bare cost) compare as integers. */
+static int integer_scored(const ScoreSpec *p) {
+    return p->code == P_LRU || (p->code == P_FORMULA && !p->use_size && !p->use_stale);
+}
+
+/* One score policy's choice among cand[0..n), n > 0: an index into cand. */
+static int score_choose(Sim *sim, const ScoreSpec *p, const int32_t *cand, Py_ssize_t n, Py_ssize_t *chosen) {
     Py_ssize_t best = -1;
-    if (sim->policy.code == P_RANDOM) { /* ordered[randrange(0, len(ordered))], the same generator calls */
-        PyObject *drawn = PyObject_CallFunction(sim->policy.randrange, "in", 0, n);
+    if (p->code == P_RANDOM) { /* ordered[randrange(0, len(ordered))], the same generator calls */
+        PyObject *drawn = PyObject_CallFunction(p->randrange, "in", 0, n);
         if (!drawn) return -1;
         best = PyLong_AsSsize_t(drawn);
         Py_DECREF(drawn);
@@ -73,21 +315,31 @@ static int policy_choose(Sim *sim, const int32_t *cand, Py_ssize_t n, IntVec *ou
             PyErr_SetString(PyExc_IndexError, "randrange drew an index out of range");
             return -1;
         }
-    } else if (sim->policy.code == P_LRU) { /* the score is the last access, compared as integers */
+    } else if (integer_scored(p)) { /* the last minimal candidate, stopping at 0 */
         int64_t best_score = INT64_MAX;
         for (Py_ssize_t i = 0; i < n; i++) {
-            int64_t value = sim->last_access[cand[i]];
+            int64_t value = p->code == P_LRU ? sim->last_access[cand[i]] : cost_of(sim, p->cost, cand[i]);
             if (best < 0 || value <= best_score) {
                 best_score = value;
                 best = i;
             }
             if (value == 0) break;
         }
+    } else if (p->tie_by_id) { /* min over (score, storage id) */
+        double best_score = INFINITY;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            double value;
+            if (score(sim, p, cand[i], &value) < 0) return -1;
+            if (best < 0 || value < best_score || (value == best_score && cand[i] < cand[best])) {
+                best_score = value;
+                best = i;
+            }
+        }
     } else { /* the last candidate with the minimal score, stopping at a score of 0 (simrd's scan) */
         double best_score = INFINITY;
         for (Py_ssize_t i = 0; i < n; i++) {
             double value;
-            if (score(sim, cand[i], &value) < 0) return -1;
+            if (score(sim, p, cand[i], &value) < 0) return -1;
             if (value <= best_score) {
                 best_score = value;
                 best = i;
@@ -99,29 +351,152 @@ static int policy_choose(Sim *sim, const int32_t *cand, Py_ssize_t n, IntVec *ou
         PyErr_SetString(PyExc_TypeError, "the policy scored no candidate (every score is NaN)");
         return -1;
     }
-    return vec_push(out, cand[best]);
-}
-
-/* Decode the spec tuple (code, randrange) of compiled_policies.policy_spec; the tuple
-   outlives the replay, so the references stay borrowed. */
-static int policy_spec_parse(PyObject *obj, PolicySpec *spec) {
-    PyObject *randrange;
-    if (!PyArg_ParseTuple(obj, "iO;policy spec", &spec->code, &randrange)) return -1;
-    if (spec->code < 0 || spec->code >= P_COUNT) {
-        PyErr_Format(PyExc_ValueError, "unknown policy code %d", spec->code);
-        return -1;
-    }
-    if (spec->code == P_RANDOM && !PyCallable_Check(randrange)) {
-        PyErr_SetString(PyExc_TypeError, "the random policy needs a randrange callable");
-        return -1;
-    }
-    spec->randrange = randrange;
+    *chosen = best;
     return 0;
 }
 
-/* What the runtime must maintain for the policy. */
-static int policy_tracks_regions(const PolicySpec *spec) { return spec->code == P_DTR || spec->code == P_MSPS; }
-static int policy_tracks_eq(const PolicySpec *spec) { return spec->code == P_DTR_EQ_CLASS; }
+/* Choose storages to evict among cand[0..n) (pool order; withheld and excluded storages already removed).
+   Append the chosen storage ids to *out (at least one when n > 0; none when n == 0).
+   Return 0, or -1 with a Python error set. */
+static int policy_choose(Sim *sim, const int32_t *cand, Py_ssize_t n, IntVec *out) {
+    if (n == 0) return 0;
+    PolicySpec *spec = &sim->policy;
+    const ScoreSpec *phase = &spec->phase[0];
+    Py_ssize_t chosen;
+    if (spec->twophase) { /* phase 1 among the candidates with no evicted neighbour, if any */
+        Py_ssize_t isolated = 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!has_evicted_neighbour(sim, cand[i])) spec->isolated[isolated++] = cand[i];
+        if (isolated) {
+            if (score_choose(sim, phase, spec->isolated, isolated, &chosen) < 0) return -1;
+            return vec_push(out, spec->isolated[chosen]);
+        }
+        phase = &spec->phase[1];
+    }
+    if (score_choose(sim, phase, cand, n, &chosen) < 0) return -1;
+    return vec_push(out, cand[chosen]);
+}
 
-/* Free what the policy code allocated during a run. */
-static void policy_spec_release(PolicySpec *spec) { PyMem_Free(spec->seen); spec->seen = NULL; }
+/* ---------------------------------------------------------------- spec */
+static int parse_int64(PyObject *value, int64_t *out, const char *what) {
+    long long v = PyLong_AsLongLong(value);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (v < 0) {
+        PyErr_Format(PyExc_ValueError, "policy spec: %s must be >= 0", what);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A score policy's tuple: (code, randrange) for simrd's built-ins, or
+ * (P_FORMULA, None, cost, use_size, use_stale, floating, tie_by_id, a, b, c, stale_offset, d). */
+static int score_spec_parse(PyObject *obj, ScoreSpec *p) {
+    memset(p, 0, sizeof(*p));
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) < 2) {
+        PyErr_SetString(PyExc_TypeError, "policy spec: expected a tuple (code, randrange, ...)");
+        return -1;
+    }
+    long code = PyLong_AsLong(PyTuple_GET_ITEM(obj, 0));
+    if (code == -1 && PyErr_Occurred()) return -1;
+    if (code < 0 || code >= P_TWOPHASE) {
+        PyErr_Format(PyExc_ValueError, "unknown score policy code %ld", code);
+        return -1;
+    }
+    p->code = (int)code;
+    p->randrange = PyTuple_GET_ITEM(obj, 1);
+    if (p->code == P_RANDOM && !PyCallable_Check(p->randrange)) {
+        PyErr_SetString(PyExc_TypeError, "the random policy needs a randrange callable");
+        return -1;
+    }
+    if (p->code != P_FORMULA) return 0;
+    PyObject *randrange;
+    if (!PyArg_ParseTuple(obj, "iOippppOOOOO;formula spec", &p->code, &randrange, &p->cost, &p->use_size,
+                          &p->use_stale, &p->floating, &p->tie_by_id, &p->a_obj, &p->b_obj, &p->c_obj,
+                          &p->offset_obj, &p->d_obj))
+        return -1;
+    if (p->cost < 0 || p->cost >= COST_COUNT) {
+        PyErr_Format(PyExc_ValueError, "unknown cost code %d", p->cost);
+        return -1;
+    }
+    if (p->floating) {
+        if ((p->fa = PyFloat_AsDouble(p->a_obj)) == -1.0 && PyErr_Occurred()) return -1;
+        if ((p->fb = PyFloat_AsDouble(p->b_obj)) == -1.0 && PyErr_Occurred()) return -1;
+        if ((p->fc = PyFloat_AsDouble(p->c_obj)) == -1.0 && PyErr_Occurred()) return -1;
+        if (!(p->fa >= 0 && p->fb >= 0 && p->fc >= 0 && isfinite(p->fa) && isfinite(p->fb) && isfinite(p->fc))) {
+            PyErr_SetString(PyExc_ValueError, "policy spec: exponents must be finite and >= 0");
+            return -1;
+        }
+    } else if (parse_int64(p->a_obj, &p->a, "a") < 0 || parse_int64(p->b_obj, &p->b, "b") < 0 ||
+               parse_int64(p->c_obj, &p->c, "c") < 0) {
+        return -1;
+    }
+    p->offset_is_float = PyFloat_Check(p->offset_obj);
+    if (p->offset_is_float) {
+        p->foffset = PyFloat_AS_DOUBLE(p->offset_obj);
+        if (!(p->foffset >= 0 && isfinite(p->foffset))) {
+            PyErr_SetString(PyExc_ValueError, "policy spec: stale_offset must be finite and >= 0");
+            return -1;
+        }
+    } else if (parse_int64(p->offset_obj, &p->offset, "stale_offset") < 0) {
+        return -1;
+    }
+    p->d_is_float = PyFloat_Check(p->d_obj);
+    if (p->d_is_float) {
+        p->fd = PyFloat_AS_DOUBLE(p->d_obj);
+        if (!(p->fd >= 0 && isfinite(p->fd))) {
+            PyErr_SetString(PyExc_ValueError, "policy spec: d must be finite and >= 0");
+            return -1;
+        }
+        p->has_d = p->fd != 0;
+    } else {
+        if (parse_int64(p->d_obj, &p->d, "d") < 0) return -1;
+        p->has_d = p->d != 0;
+    }
+    if (!p->floating && !p->use_size && !p->use_stale && (p->a != 1 || p->has_d)) {
+        PyErr_SetString(PyExc_ValueError, "policy spec: a score without size and staleness is the bare cost");
+        return -1;
+    }
+    return 0;
+}
+
+/* Decode compiled_policies.policy_spec's tuple: a score policy's tuple, or
+ * (P_TWOPHASE, phase1, phase2). The tuple outlives the replay, so references stay borrowed. */
+static int policy_spec_parse(PyObject *obj, PolicySpec *spec, Py_ssize_t n_tensors) {
+    memset(spec, 0, sizeof(*spec));
+    if (PyTuple_Check(obj) && PyTuple_GET_SIZE(obj) == 3 && PyLong_Check(PyTuple_GET_ITEM(obj, 0)) &&
+        PyLong_AsLong(PyTuple_GET_ITEM(obj, 0)) == P_TWOPHASE) {
+        spec->twophase = 1;
+        if (score_spec_parse(PyTuple_GET_ITEM(obj, 1), &spec->phase[0]) < 0 ||
+            score_spec_parse(PyTuple_GET_ITEM(obj, 2), &spec->phase[1]) < 0)
+            return -1;
+        if (!(spec->isolated = PyMem_Malloc((n_tensors ? n_tensors : 1) * sizeof(int32_t)))) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        return 0;
+    }
+    return score_spec_parse(obj, &spec->phase[0]);
+}
+
+/* What the runtime must maintain for one score policy. */
+static int score_tracks_regions(const ScoreSpec *p) {
+    return p->code == P_DTR || p->code == P_MSPS || (p->code == P_FORMULA && p->cost == COST_ESTAR);
+}
+static int score_tracks_eq(const ScoreSpec *p) {
+    return p->code == P_DTR_EQ_CLASS || (p->code == P_FORMULA && p->cost == COST_EQCLASS);
+}
+static int policy_tracks_regions(const PolicySpec *spec) {
+    return score_tracks_regions(&spec->phase[0]) || (spec->twophase && score_tracks_regions(&spec->phase[1]));
+}
+static int policy_tracks_eq(const PolicySpec *spec) {
+    return score_tracks_eq(&spec->phase[0]) || (spec->twophase && score_tracks_eq(&spec->phase[1]));
+}
+
+/* Free what the policy code allocated. */
+static void policy_spec_release(PolicySpec *spec) {
+    PyMem_Free(spec->seen);
+    PyMem_Free(spec->isolated);
+    spec->seen = NULL;
+    spec->isolated = NULL;
+}

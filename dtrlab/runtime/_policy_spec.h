@@ -8,13 +8,39 @@
 #include <Python.h>
 #include <stdint.h>
 
-/* Policy codes, in the order of compiled_policies.py's codes. */
-enum { P_DTR, P_DTR_EQ_CLASS, P_DTR_LOCAL, P_MSPS, P_LRU, P_LARGEST_STORAGE, P_RANDOM, P_COUNT };
+/* Policy codes, in the order of compiled_policies.py's codes: simrd's built-ins, then
+ * the score formula (score family, score_search, ablations) and twophase. */
+enum { P_DTR, P_DTR_EQ_CLASS, P_DTR_LOCAL, P_MSPS, P_LRU, P_LARGEST_STORAGE, P_RANDOM, P_FORMULA, P_TWOPHASE,
+       P_COUNT };
+/* The compute a formula charges an eviction (policies/ablations.py's cost_function). */
+enum { COST_ESTAR, COST_EQCLASS, COST_LOCAL, COST_ONE, COST_COUNT };
 
+/* One score policy. P_FORMULA is
+ *     cost^a / ([size^b] x [(staleness + stale_offset)^c]) x (1 + evicted neighbours)^d,
+ * the bracketed factors present when use_size / use_stale, the neighbour factor when has_d;
+ * without size and staleness the score is the bare integer cost (an ablation). */
 typedef struct {
     int code;
     PyObject *randrange; /* P_RANDOM: the bound randrange of the policy's seeded random.Random (borrowed) */
-    uint32_t *seen;      /* per-run scratch of the policy code, NULL until needed */
+    int cost, use_size, use_stale, floating, tie_by_id, has_d;
+    int64_t a, b, c;     /* exact arithmetic: the integer exponents */
+    double fa, fb, fc;   /* float64: the exponents */
+    int offset_is_float; /* stale_offset a float (the staleness factor is then a float) */
+    int64_t offset;
+    double foffset;
+    int d_is_float;
+    int64_t d;
+    double fd;
+    /* The parameters as Python objects (borrowed from the spec tuple), for the scores whose
+     * integers outgrow 128 bits: those are computed by Python's own arithmetic. */
+    PyObject *a_obj, *b_obj, *c_obj, *offset_obj, *d_obj;
+} ScoreSpec;
+
+typedef struct {
+    int twophase;         /* phase[0] among the candidates with no evicted neighbour, else phase[1] */
+    ScoreSpec phase[2];   /* phase[0] alone unless twophase */
+    int32_t *isolated;    /* twophase's scratch: the candidates with no evicted neighbour */
+    uint32_t *seen;       /* stamps for counting distinct evicted neighbours, NULL until needed */
     uint32_t generation;
 } PolicySpec;
 

@@ -1,0 +1,254 @@
+"""Every score policy the compiled core runs decides exactly as the Python simulator.
+
+The score family over its whole parameter space (the nine variants), score_search and
+the searched policies, the 16 ablations and twophase with compiled phases are replayed
+by both engines on the random traces of test_properties and compared after every step
+(test_compiled_core.assert_same_replay); also with clocks and scores past 2^53, with
+errors Python raises (both engines raise the same), on malformed traces, and on
+policies the core must leave to the Python simulator.
+"""
+
+import dataclasses
+import math
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_compiled_core import assert_same_replay, scaled
+from test_properties import random_traces
+
+from dtrlab import simulate
+from dtrlab.calibrated.monotone import Monotone
+from dtrlab.policies import get_policy, score_policy
+from dtrlab.policies.ablations import ABLATIONS
+from dtrlab.policies.searched import SEARCHED, ScoreSearch
+from dtrlab.policies.twophase import TwoPhase
+from dtrlab.policies.variants import VARIANTS, ScoreFamily
+from dtrlab.runtime import Intervention, SimulationError, Simulator, baseline, compiled
+from dtrlab.runtime.compiled_policies import policy_reason, policy_spec
+from dtrlab.trace.model import RELEASE
+
+pytestmark = pytest.mark.skipif(not compiled.available(), reason="the compiled core is not built")
+
+QUICK = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+THOROUGH = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+exponents_exact = st.integers(0, 3)
+exponents_float = st.one_of(st.integers(0, 3), st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0]), st.floats(0, 3))
+
+
+@st.composite
+def family_params(draw):
+    """Parameters anywhere in the score family's space (as score_search, with d)."""
+    arithmetic = draw(st.sampled_from(["exact", "float64"]))
+    exponent = exponents_exact if arithmetic == "exact" else exponents_float
+    return dict(cost=draw(st.sampled_from(["estar", "eqclass", "local"])), a=draw(exponent), b=draw(exponent),
+                c=draw(exponent), stale_offset=draw(st.sampled_from([0, 1, 0.5, 3, 2.25])),
+                tie_break=draw(st.sampled_from(["order", "storage_id"])), arithmetic=arithmetic,
+                d=draw(st.sampled_from([0, 0.5, 1, 2, 1.5, 3])))
+
+
+def family_policy(params):
+    if params["d"]:
+        return ScoreSearch(**params)
+    return ScoreFamily(**{k: v for k, v in params.items() if k != "d"})
+
+
+NAMED = sorted([*VARIANTS, *ABLATIONS, *SEARCHED, "score_family", "score_search"])
+PHASES = ["dtr", "dtr_eq_class", "msps", "lru", "largest_storage", "random", "dtr_float64", "dtr_tiebreak_id",
+          "ablation:local-stale", "ablation:eqclass", "ablation:random", *SEARCHED]
+
+
+def same_replay_or_same_error(trace, policy, budget_bytes, remat_limit, intervention=None):
+    """assert_same_replay, or, where the reference raises (OverflowError, ...), the same error from both."""
+    try:
+        return assert_same_replay(trace, policy, budget_bytes, remat_limit, intervention)
+    except (OverflowError, ZeroDivisionError, ValueError, TypeError, SimulationError) as error:
+        with pytest.raises(type(error)):
+            Simulator(trace, policy, budget_bytes, remat_limit, intervention=intervention).run()
+        with pytest.raises(type(error), match=re.escape(str(error))):
+            compiled.run(trace, policy, budget_bytes, remat_limit, intervention)
+        return None
+
+
+def budgets(trace, fraction, overhead):
+    base = baseline(trace)
+    return int(base.peak_memory * fraction), base.model_compute * overhead
+
+
+@QUICK
+@given(trace=random_traces, fraction=st.floats(0.0, 1.2), params=family_params(),
+       overhead=st.sampled_from([0.0, 1.0, math.inf]))
+def test_the_score_family_matches_the_reference_at_every_step(trace, fraction, params, overhead):
+    policy = family_policy(params)
+    assert policy_reason(policy) is None
+    same_replay_or_same_error(trace, policy, *budgets(trace, fraction, overhead))
+
+
+@QUICK
+@given(trace=random_traces, fraction=st.floats(0.0, 1.2), name=st.sampled_from(NAMED))
+def test_every_named_variant_ablation_and_searched_policy_matches(trace, fraction, name):
+    policy = get_policy(name)
+    assert policy_reason(policy) is None, name
+    same_replay_or_same_error(trace, policy, *budgets(trace, fraction, 1.0))
+
+
+@QUICK
+@given(trace=random_traces, fraction=st.floats(0.0, 1.2), phase1=st.sampled_from(PHASES),
+       phase2=st.sampled_from(PHASES), params=family_params(), family_phase=st.sampled_from([None, 1, 2]))
+def test_twophase_with_compiled_phases_matches(trace, fraction, phase1, phase2, params, family_phase):
+    phases = {"phase1": phase1, "phase2": phase2}
+    if family_phase:
+        phases[f"phase{family_phase}"] = family_policy(params)
+    policy = TwoPhase(**phases)
+    assert policy_reason(policy) is None
+    same_replay_or_same_error(trace, policy, *budgets(trace, fraction, 1.0))
+
+
+@QUICK
+@given(trace=random_traces, fraction=st.floats(0.05, 1.1), params=family_params())
+def test_scores_and_clocks_above_2_53_are_computed_as_python_does(trace, fraction, params):
+    # Sizes x 2^40 and costs x 2^45: clocks, products and powers far past 2^53 (and past
+    # 128 bits for the larger exponents), where the core hands the arithmetic to Python.
+    big = scaled(trace, 2**40 + 7, 2**45 + 3)
+    core = same_replay_or_same_error(big, family_policy(params), *budgets(big, fraction, 1.0))
+    assert core is None or core.clock < 2**62
+
+
+@QUICK
+@given(trace=random_traces, fraction=st.floats(0.05, 1.1), name=st.sampled_from([*NAMED, "twophase"]))
+def test_named_policies_above_2_53(trace, fraction, name):
+    big = scaled(trace, 2**40 + 7, 2**45 + 3)
+    same_replay_or_same_error(big, get_policy(name), *budgets(big, fraction, 1.0))
+
+
+@QUICK
+@given(trace=random_traces, fraction=st.floats(0.05, 0.9), a=st.sampled_from([20, 40, 60.5]))
+def test_a_float_power_that_overflows_raises_on_both_engines(trace, fraction, a):
+    big = scaled(trace, 2**40 + 7, 2**45 + 3)
+    # cost^a overflows a float: Python raises OverflowError at the first such score, and so must the core.
+    same_replay_or_same_error(big, ScoreFamily(arithmetic="float64", a=a), *budgets(big, fraction, 1.0))
+
+
+@QUICK
+@given(trace=random_traces, fraction=st.floats(0.0, 1.0), params=family_params(), data=st.data())
+def test_a_malformed_trace_fails_alike(trace, fraction, params, data):
+    # Releasing a tensor more often than it was referenced: SimulationError on both engines.
+    tensor = data.draw(st.integers(0, trace.n_tensors - 1))
+    broken = dataclasses.replace(trace, schedule=trace.schedule + ((RELEASE, tensor),) * 4)
+    same_replay_or_same_error(broken, family_policy(params), *budgets(trace, fraction, 1.0))
+
+
+def test_withheld_storages_are_left_alone(small_resnet):
+    withheld = set(range(0, small_resnet.n_tensors, 3))
+    for name in ["dtr_tiebreak_id", "ablation:eqclass-size", "twophase", "dtr_sqrt_size"]:
+        core = same_replay_or_same_error(small_resnet, get_policy(name), *budgets(small_resnet, 0.5, 1.0),
+                                         Intervention(withhold=withheld))
+        assert core is not None and not withheld.intersection(core.evicted)
+
+
+def test_simulate_takes_the_core_for_every_score_policy(small_resnet):
+    for name in [*NAMED, "twophase"]:
+        fast = simulate(small_resnet, name, ratio=0.4, engine="compiled")
+        assert fast == simulate(small_resnet, name, ratio=0.4, engine="python"), name
+
+
+def test_a_random_phase_shared_by_both_phases_is_one_generator(small_resnet):
+    shared = get_policy("random", seed=5)
+    policy = TwoPhase(phase1=shared, phase2=shared)
+    spec = policy_spec(policy)
+    assert spec[1][1] is spec[2][1]
+    same_replay_or_same_error(small_resnet, policy, *budgets(small_resnet, 0.3, 1.0))
+
+
+class HalvedFamily(ScoreFamily):
+    name = "test_compiled_policies_halved"
+
+    def score_of(self, sim, s):  # never called: the instance's closure shadows it (still refused)
+        return 0.0
+
+
+class OwnChoice(ScoreFamily):
+    name = "test_compiled_policies_own_choice"
+
+    def choose(self, sim, candidates):
+        return [min(candidates)]
+
+
+class OwnScore(ScoreFamily):
+    name = "test_compiled_policies_own_score"
+
+    def score(self, view):
+        return view.size
+
+
+def test_policies_that_run_other_code_stay_on_the_python_simulator(small_resnet):
+    @score_policy("test_compiled_policies_user")
+    def smallest_first(view):
+        return view.size
+
+    overridden = ScoreFamily(a=2)
+    overridden.score_of = lambda sim, s: 1.0
+    wrapped = ScoreSearch(d=1)
+    wrapped.choose = lambda sim, candidates: [candidates[0]]
+    user_phase = TwoPhase(phase1=smallest_first())
+    nested = TwoPhase(phase1=TwoPhase())
+    refused = {"decorated": smallest_first(), "instance score_of": overridden, "instance choose": wrapped,
+               "class choose": OwnChoice(), "class score": OwnScore(), "user phase": user_phase,
+               "nested twophase": nested, "monotone": Monotone(base="dtr_float64"), "coop": get_policy("coop"),
+               "huge exponent": ScoreFamily(a=2**70)}
+    for what, policy in refused.items():
+        assert policy_spec(policy) is None, what
+        reason = compiled.unsupported_reason(small_resnet, policy)
+        assert reason and policy_reason(policy) in reason, what
+    # a class-level score_of under the family's closure: the closure runs, and is what the core runs
+    assert policy_reason(HalvedFamily()) is None
+    for policy in [smallest_first(), overridden, OwnChoice()]:
+        with pytest.raises(ValueError, match="cannot take this run"):
+            simulate(small_resnet, policy, ratio=0.5, engine="compiled")
+        assert simulate(small_resnet, policy, ratio=0.5) == simulate(small_resnet, policy, ratio=0.5,
+                                                                       engine="python")
+
+
+def test_parameters_changed_after_construction_follow_the_closure(small_resnet):
+    # The family's score is the closure built from the constructor's parameters; editing
+    # params later changes the label only. The core reads the closure, as the reference runs it.
+    policy = ScoreFamily(a=2)
+    policy.params["a"] = 3
+    assert policy_spec(policy)[7] == 2
+    same_replay_or_same_error(small_resnet, policy, *budgets(small_resnet, 0.4, 1.0))
+
+
+def test_monotone_calibrates_through_the_compiled_core(small_resnet, monkeypatch):
+    from dtrlab.calibrated import monotone
+
+    runs = []
+    real_run = compiled.run
+    monkeypatch.setattr(compiled, "run", lambda *args, **kwargs: runs.append(args[1]) or real_run(*args, **kwargs))
+    monkeypatch.setattr(monotone, "_cached_runs", lambda *args: {})
+    monotone._CALIBRATIONS.clear()
+    policy = Monotone(base="dtr_stale_plus1", calibration=[0.5, 0.7, 0.9])
+    result = simulate(small_resnet, policy, ratio=0.8, overhead_limit=2.0)
+    assert len(runs) == 3 and all(type(p).name == "dtr_stale_plus1" for p in runs)
+    assert result == simulate(small_resnet, policy, ratio=0.8, overhead_limit=2.0, engine="python")
+
+
+@pytest.mark.slow
+@THOROUGH
+@given(trace=random_traces, fraction=st.floats(0.0, 1.2), params=family_params(),
+       overhead=st.sampled_from([0.0, 0.5, 1.0, math.inf]), big=st.booleans())
+def test_the_score_family_matches_thoroughly(trace, fraction, params, overhead, big):
+    if big:
+        trace = scaled(trace, 2**40 + 7, 2**45 + 3)
+    same_replay_or_same_error(trace, family_policy(params), *budgets(trace, fraction, overhead))
+
+
+@pytest.mark.slow
+@THOROUGH
+@given(trace=random_traces, fraction=st.floats(0.0, 1.2), phase1=st.sampled_from(PHASES + NAMED),
+       phase2=st.sampled_from(PHASES + NAMED), big=st.booleans())
+def test_twophase_matches_thoroughly(trace, fraction, phase1, phase2, big):
+    if big:
+        trace = scaled(trace, 2**40 + 7, 2**45 + 3)
+    same_replay_or_same_error(trace, TwoPhase(phase1=phase1, phase2=phase2), *budgets(trace, fraction, 1.0))
