@@ -5,6 +5,7 @@
     python scripts/make_figures.py --only 01 06 --quick             # a quick run of two notebooks
     python scripts/make_figures.py --recompute                      # ignore results/shipped/ (also: DTRLAB_RECOMPUTE=1)
     python scripts/make_figures.py --traces traces/models --only 12  # hole anatomy, from results/shipped/anatomy/
+    python scripts/make_figures.py --traces traces/models --only 03 04   # today's models -> figures/models/
 
 Figures go to ``figures/<trace set>/`` (the trace set is the name of the traces
 directory, so the DTR logs never overwrite the shipped traces' figures, and a
