@@ -165,7 +165,7 @@ def test_a_random_phase_shared_by_both_phases_is_one_generator(small_resnet):
 class HalvedFamily(ScoreFamily):
     name = "test_compiled_policies_halved"
 
-    def score_of(self, sim, s):  # never called: the instance's closure shadows it (still refused)
+    def score_of(self, sim, s):  # shadowed by the instance's closure, and still refused
         return 0.0
 
 
@@ -195,15 +195,13 @@ def test_policies_that_run_other_code_stay_on_the_python_simulator(small_resnet)
     user_phase = TwoPhase(phase1=smallest_first())
     nested = TwoPhase(phase1=TwoPhase())
     refused = {"decorated": smallest_first(), "instance score_of": overridden, "instance choose": wrapped,
-               "class choose": OwnChoice(), "class score": OwnScore(), "user phase": user_phase,
+               "class choose": OwnChoice(), "class score": OwnScore(), "class score_of": HalvedFamily(), "user phase": user_phase,
                "nested twophase": nested, "monotone": Monotone(base="dtr_float64"), "coop": get_policy("coop"),
                "huge exponent": ScoreFamily(a=2**70)}
     for what, policy in refused.items():
         assert policy_spec(policy) is None, what
         reason = compiled.unsupported_reason(small_resnet, policy)
         assert reason and policy_reason(policy) in reason, what
-    # a class-level score_of under the family's closure: the closure runs, and is what the core runs
-    assert policy_reason(HalvedFamily()) is None
     for policy in [smallest_first(), overridden, OwnChoice()]:
         with pytest.raises(ValueError, match="cannot take this run"):
             simulate(small_resnet, policy, ratio=0.5, engine="compiled")

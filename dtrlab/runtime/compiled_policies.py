@@ -104,6 +104,9 @@ def _encode(policy, top, generators: dict) -> tuple:
         raise _Refused(f"has {', '.join(sorted(overridden - {'score_of'}))} overridden on the instance")
     if cls.score is not ScorePolicy.score or cls.start is not Policy.start or cls.choose not in _CHOOSERS:
         raise _Refused("defines its own score, choose or start")
+    if not (cls.score_of is ScorePolicy.score_of or cls.score_of in _BUILTIN_SCORES
+            or getattr(cls.score_of, "__code__", None) in _ABLATION_CODES):
+        raise _Refused("defines its own score_of")  # even where an instance's closure shadows it
     score_of = vars(policy).get("score_of", cls.score_of)
     if score_of in _BUILTIN_SCORES and "score_of" not in vars(policy):
         code = _BUILTIN_SCORES[score_of]
