@@ -22,7 +22,7 @@ kept), which the shipped layer checks before it reads a file. Figures go to a
 temporary directory unless ``--figures``.
 
     python scripts/ship_results.py --manifest-only  # rehash every file of the bundle (after checking them)
-    python scripts/ship_results.py --allocator-census --cache DIR --figures figures   # notebook 08 only
+    python scripts/ship_results.py --allocator-census [traces dtr-logs models] --cache DIR --figures figures
 
 ``--allocator-census`` runs only notebook 08 (the allocator census under both runtime
 semantics) on traces/, the DTR logs and traces/models (there with ``gpu="A100-80GB"`` and
@@ -73,6 +73,7 @@ EXECUTE_NOTEBOOK = "11"
 #: modern models (traces/models) also on an A100's 80 GB, with h_DTR and Coop under `reserved` (issue 20).
 ALLOCATOR_NOTEBOOK = "08"
 MODELS_PARAMETERS = {"gpu": "A100-80GB", "policies": ["dtr", "coop"]}
+ALLOCATOR_SETS = ("traces", "dtr-logs", "models")
 
 
 def default_logs() -> Path | None:
@@ -165,11 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--execute-only", action="store_true",
                         help=f"only run notebook {EXECUTE_NOTEBOOK} and ship its real runs (OUTPUT/{EXECUTE_SUBDIR}/); "
                              "the rest of the bundle stays as it is")
-    parser.add_argument("--allocator-census", action="store_true",
-                        help=f"only run notebook {ALLOCATOR_NOTEBOOK} on traces/, the DTR logs and traces/models and "
-                             "add its runs to their bundle files (the rest of the bundle stays as it is)")
+    parser.add_argument("--allocator-census", nargs="*", choices=ALLOCATOR_SETS, metavar="SET",
+                        help=f"only run notebook {ALLOCATOR_NOTEBOOK} on these trace sets ({', '.join(ALLOCATOR_SETS)}; "
+                             "default all) and add its runs to their bundle files (the rest of the bundle stays)")
     args = parser.parse_args(argv)
-    if args.allocator_census:
+    if args.allocator_census is not None:
         return ship_allocator_census(args)
     if args.manifest_only:
         manifest = write_manifest(args.output)
@@ -206,16 +207,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def ship_allocator_census(args) -> int:
-    """``--allocator-census``: notebook 08 on every trace set, its new runs merged into the bundle."""
-    if args.logs is None or not args.logs.is_dir():
+    """``--allocator-census [SET ...]``: notebook 08 on the trace sets, its new runs merged into the bundle."""
+    chosen = args.allocator_census or ALLOCATOR_SETS
+    if "dtr-logs" in chosen and (args.logs is None or not args.logs.is_dir()):
         raise SystemExit("ship_results: no DTR logs found (set $DTRLAB_LOGS or --logs)")
+    sets = {"traces": (args.traces, {}), "dtr-logs": (args.logs, {}),
+            "models": (args.traces / "models", MODELS_PARAMETERS)}
     os.environ["MPLBACKEND"] = "agg"
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="ship-allocator-"))
     cache = args.cache or work / "cache"
     try:
         written = []
-        for traces_dir, extra in ((args.traces, {}), (args.logs, {}), (args.traces / "models", MODELS_PARAMETERS)):
+        for traces_dir, extra in (sets[name] for name in chosen):
             run_notebooks(traces_dir, cache, work, args.figures or work / "figures", [ALLOCATOR_NOTEBOOK], [],
                           args.jobs, extra)
             merged = merge_pack(traces_dir, cache, args.output / traces_dir.resolve().name)
