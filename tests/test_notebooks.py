@@ -49,6 +49,20 @@ def test_notebook_runs_in_quick_mode_and_writes_figures(notebook, tmp_path, monk
         assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 1000
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("prefix", ["03", "04"])
+def test_models_notebooks_read_only_shipped_results(prefix, tmp_path, monkeypatch):
+    """Notebooks 03 and 04 on traces/models (figures/models/) simulate nothing: every run they ask for is shipped."""
+    pytest.importorskip("papermill")
+    monkeypatch.setenv("MPLBACKEND", "agg")
+    monkeypatch.delenv("DTRLAB_RECOMPUTE", raising=False)
+    parameters = make_figures.notebook_parameters(ROOT / "traces" / "models", tmp_path / "figures", tmp_path / "cache",
+                                                  quick=False, jobs=1, reference=None)
+    make_figures.run_notebook(make_figures.notebook_paths([prefix])[0], tmp_path / "executed", parameters)
+    assert sorted((tmp_path / "figures").glob(f"{prefix}-*.png"))
+    assert not list((tmp_path / "cache").rglob("*.parquet")), "runs were simulated: ship them (scripts/ship_results.py)"
+
+
 def test_only_selects_notebooks_by_prefix():
     assert [p.name[:2] for p in make_figures.notebook_paths(["06", "01"])] == ["01", "06"]
     with pytest.raises(SystemExit, match="no notebook matches"):
@@ -143,7 +157,6 @@ def test_strip_cells_meet_halfway_between_samples():
     from dtrlab.plots.feasibility import _cell_edges
 
     assert _cell_edges(pd.Series([0.1, 0.2, 0.4]).to_numpy()).tolist() == pytest.approx([0.05, 0.15, 0.3, 0.5])
-
 
 
 @pytest.mark.slow
