@@ -5,7 +5,8 @@ the searched policies, the 16 ablations and twophase with compiled phases are re
 by both engines on the random traces of test_properties and compared after every step
 (test_compiled_core.assert_same_replay); also with clocks and scores past 2^53, with
 errors Python raises (both engines raise the same), on malformed traces, and on
-policies the core must leave to the Python simulator.
+policies the core must leave to the Python simulator. coop and dtr_fit are compared
+under the caching model (test_compiled_memory.assert_same_memory_replay).
 """
 
 import dataclasses
@@ -16,7 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_compiled_core import assert_same_replay, scaled
-from test_properties import random_traces
+from test_compiled_memory import assert_same_memory_replay
+from test_memory_runtime import MODELS
+from test_memory_runtime import scaled as sized
+from test_properties import random_logs, random_traces
 
 from dtrlab import simulate
 from dtrlab.calibrated.monotone import Monotone
@@ -140,6 +144,46 @@ def test_a_malformed_trace_fails_alike(trace, fraction, params, data):
     same_replay_or_same_error(broken, family_policy(params), *budgets(trace, fraction, 1.0))
 
 
+CACHING = [model for model in MODELS if model[0] == "caching"]
+ADDRESS_AWARE = [("coop", {}), ("coop", {"cost": "eqclass"}), ("coop", {"cost": "local"}), ("dtr_fit", {})]
+
+
+@QUICK
+@given(log=random_logs(), fraction=st.floats(0.05, 1.6), model=st.sampled_from(CACHING),
+       policy=st.sampled_from(ADDRESS_AWARE), overhead=st.sampled_from([0.5, 1.0, math.inf]),
+       address_policy=st.sampled_from(["bump", "reuse"]))
+def test_coop_and_dtr_fit_decide_as_the_reference_under_the_caching_model(log, fraction, model, policy, overhead,
+                                                                           address_policy):
+    memory, options, scale = model
+    trace = sized(log.trace("random"), scale)
+    base = baseline(trace)
+    name, params = policy
+    assert policy_reason(get_policy(name, **params)) is None
+    assert_same_memory_replay(trace, get_policy(name, **params), int(base.peak_memory * fraction),
+                              base.model_compute * overhead, memory, {**options, "address_policy": address_policy})
+
+
+@QUICK
+@given(log=random_logs(), fraction=st.floats(0.05, 1.2), policy=st.sampled_from(ADDRESS_AWARE))
+def test_coop_and_dtr_fit_above_2_53(log, fraction, policy):
+    # Costs near 2^45: staleness and window costs past a double's exact integers.
+    trace = sized(log.trace("random"), 512 * 1024)
+    trace = dataclasses.replace(trace, operators=tuple(dataclasses.replace(op, cost=op.cost * (2**45 + 3))
+                                                       for op in trace.operators))
+    base = baseline(trace)
+    name, params = policy
+    assert_same_memory_replay(trace, get_policy(name, **params), int(base.peak_memory * fraction),
+                              base.model_compute * 1.0, "caching", {})
+
+
+def test_coop_and_dtr_fit_evict_on_a_real_trace_alike(small_resnet):
+    for name in ("coop", "dtr_fit"):
+        for ratio in (0.4, 0.7):
+            fast = simulate(small_resnet, name, ratio=ratio, memory="caching", engine="compiled")
+            assert fast == simulate(small_resnet, name, ratio=ratio, memory="caching", engine="python")
+            assert fast.evictions > 0
+
+
 def test_withheld_storages_are_left_alone(small_resnet):
     withheld = set(range(0, small_resnet.n_tensors, 3))
     for name in ["dtr_tiebreak_id", "ablation:eqclass-size", "twophase", "dtr_sqrt_size"]:
@@ -193,10 +237,13 @@ def test_policies_that_run_other_code_stay_on_the_python_simulator(small_resnet)
     wrapped = ScoreSearch(d=1)
     wrapped.choose = lambda sim, candidates: [candidates[0]]
     user_phase = TwoPhase(phase1=smallest_first())
+    own_cost = get_policy("coop")
+    own_cost.cost_of = lambda sim, s: 0.0
     nested = TwoPhase(phase1=TwoPhase())
     refused = {"decorated": smallest_first(), "instance score_of": overridden, "instance choose": wrapped,
                "class choose": OwnChoice(), "class score": OwnScore(), "class score_of": HalvedFamily(), "user phase": user_phase,
-               "nested twophase": nested, "monotone": Monotone(base="dtr_float64"), "coop": get_policy("coop"),
+               "nested twophase": nested, "monotone": Monotone(base="dtr_float64"),
+               "coop phase": TwoPhase(phase1="coop"), "coop with its own cost_of": own_cost,
                "huge exponent": ScoreFamily(a=2**70)}
     for what, policy in refused.items():
         assert policy_spec(policy) is None, what

@@ -275,6 +275,235 @@ static int formula_score(Sim *sim, const ScoreSpec *p, int32_t s, double *out) {
     return status == 1 ? formula_score_python(sim, p, s, cost, out) : status;
 }
 
+
+/* ------------------------------------------------ address-aware policies */
+/* coop and dtr_fit (policies/coop.py) read the memory model's layout and the request. */
+
+/* math.fsum of xs[0..n) (costs >= 0 or inf): the exactly rounded sum, by Shewchuk's
+ * non-overlapping partials, then the round-half-even correction of the last two. */
+static int exact_sum(const double *xs, Py_ssize_t n, double *partials, double *out) {
+    Py_ssize_t count = 0;
+    double special = 0.0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        double x = xs[k];
+        if (!isfinite(x)) { special += x; continue; }
+        Py_ssize_t kept = 0;
+        for (Py_ssize_t j = 0; j < count; j++) {
+            double y = partials[j];
+            if (fabs(x) < fabs(y)) { double swap = x; x = y; y = swap; }
+            double high = x + y, low = y - (high - x);
+            if (low != 0.0) partials[kept++] = low;
+            x = high;
+        }
+        if (!isfinite(x)) {
+            PyErr_SetString(PyExc_OverflowError, "intermediate overflow in fsum");
+            return -1;
+        }
+        if (x != 0.0) partials[kept++] = x;
+        count = kept;
+    }
+    if (special != 0.0) { *out = special; return 0; } /* inf (costs are never -inf or nan) */
+    double high = 0.0, low = 0.0;
+    if (count > 0) {
+        high = partials[--count];
+        while (count > 0) { /* add down from the largest until the sum is inexact */
+            double x = high, y = partials[--count];
+            high = x + y;
+            low = y - (high - x);
+            if (low != 0.0) break;
+        }
+        /* Half-way case: round toward the next partial's sign, as a sticky bit would. */
+        if (count > 0 && ((low < 0 && partials[count - 1] < 0) || (low > 0 && partials[count - 1] > 0))) {
+            double twice = low * 2, x = high + twice;
+            if (twice == x - high) high = x;
+        }
+    }
+    *out = high;
+    return 0;
+}
+
+/* Coop.cost_of: the cost over the staleness, inf at staleness 0. */
+static int coop_cost(Sim *sim, int cost, int32_t s, double *out) {
+    int64_t numerator = cost_of(sim, cost, s);
+    if (sim->last_access[s] == NEVER) { *out = (double)numerator / INFINITY; return 0; }
+    int64_t stale = sim->clock - sim->last_access[s];
+    if (stale <= 0) { *out = INFINITY; return 0; }
+    return true_divide(numerator, stale, out);
+}
+
+/* The layout and room for one value per layout block. */
+static int address_layout(Sim *sim) {
+    PolicySpec *spec = &sim->policy;
+    if (!sim->has_model) {
+        PyErr_SetString(PyExc_ValueError, "an address-aware policy needs an address-aware memory model");
+        return -1;
+    }
+    if (memory_layout(&sim->model, &spec->layout) < 0) return -1;
+    Py_ssize_t need = spec->layout.n_blocks + 1;
+    if (need > spec->cost_cap) {
+        double *costs = PyMem_Realloc(spec->block_cost, need * sizeof(double));
+        if (costs) spec->block_cost = costs;
+        double *partials = PyMem_Realloc(spec->partials, need * sizeof(double));
+        if (partials) spec->partials = partials;
+        if (!costs || !partials) { PyErr_NoMemory(); return -1; }
+        spec->cost_cap = need;
+    }
+    return 0;
+}
+
+/* The request's pool under the caching model (request_pool), or -1: any segment. */
+static int request_pool_of(Sim *sim, int64_t size) {
+    return sim->model.kind == MEM_CACHING ? memory_block_pool(&sim->model, size) : -1;
+}
+
+/* _cheapest_window over blocks [first, last) of the layout: the least fsum of costs over a run of
+ * unbroken blocks with >= need bytes holding at least one block; the lowest address wins a tie. */
+static int cheapest_window(Sim *sim, Py_ssize_t first, Py_ssize_t last, int64_t need, int *found, double *best,
+                           Py_ssize_t *best_first, Py_ssize_t *best_last) {
+    PolicySpec *spec = &sim->policy;
+    const MemLayout *l = &spec->layout;
+    const double *costs = spec->block_cost;
+    Py_ssize_t start = first;
+    int64_t span = 0;
+    *found = 0;
+    for (Py_ssize_t end = first; end < last; end++) {
+        if (isnan(costs[end])) { start = end + 1; span = 0; continue; }
+        span += l->block_size[end];
+        while (start < end && span - l->block_size[start] >= need) span -= l->block_size[start++];
+        if (span < need) continue;
+        int holds = 0;
+        for (Py_ssize_t i = start; i <= end && !holds; i++) holds = l->block_owner[i] >= 0;
+        if (!holds) continue;
+        double cost;
+        if (exact_sum(costs + start, end + 1 - start, spec->partials, &cost) < 0) return -1;
+        if (!*found || cost < *best) {
+            *found = 1;
+            *best = cost;
+            *best_first = start;
+            *best_last = end;
+        }
+    }
+    return 0;
+}
+
+/* Coop.choose */
+static int coop_choose(Sim *sim, const ScoreSpec *p, const int32_t *cand, Py_ssize_t n, IntVec *out) {
+    PolicySpec *spec = &sim->policy;
+    if (address_layout(sim) < 0) return -1;
+    const MemLayout *l = &spec->layout;
+    int64_t size = sim->request.block_size, need = memory_request_bytes(&sim->model, size);
+    int pool = request_pool_of(sim, size), status = 0;
+    for (Py_ssize_t i = 0; i < n; i++) spec->evictable[cand[i]] = 1;
+    for (Py_ssize_t b = 0; b < l->n_blocks && !status; b++) {
+        int32_t owner = l->block_owner[b];
+        if (owner < 0) spec->block_cost[b] = 0.0;
+        else if (owner < sim->tr->n && spec->evictable[owner]) status = coop_cost(sim, p->cost, owner, &spec->block_cost[b]);
+        else spec->block_cost[b] = NAN; /* locked, pinned, withheld or a temporary block */
+    }
+    for (Py_ssize_t i = 0; i < n; i++) spec->evictable[cand[i]] = 0;
+    if (status < 0) return -1;
+    int found = 0;
+    double best = 0.0;
+    Py_ssize_t best_first = 0, best_last = -1;
+    for (Py_ssize_t seg = 0; seg < l->n_segments; seg++) {
+        if (pool >= 0 && l->seg_pool[seg] != pool) continue;
+        int window;
+        double cost = 0.0;
+        Py_ssize_t first = 0, last = -1;
+        if (cheapest_window(sim, l->seg_first[seg], l->seg_first[seg + 1], need, &window, &cost, &first, &last) < 0)
+            return -1;
+        if (window && (!found || cost < best)) {
+            found = 1;
+            best = cost;
+            best_first = first;
+            best_last = last;
+        }
+    }
+    if (!found) { /* no segment holds the request: the cheapest wholly evictable segment */
+        for (Py_ssize_t seg = 0; seg < l->n_segments; seg++) {
+            Py_ssize_t first = l->seg_first[seg], last = l->seg_first[seg + 1];
+            int broken = 0, holds = 0;
+            for (Py_ssize_t b = first; b < last; b++) {
+                broken |= isnan(spec->block_cost[b]);
+                holds |= l->block_owner[b] >= 0;
+            }
+            if (broken || !holds) continue;
+            double cost;
+            if (exact_sum(spec->block_cost + first, last - first, spec->partials, &cost) < 0) return -1;
+            if (!found || cost < best) {
+                found = 1;
+                best = cost;
+                best_first = first;
+                best_last = last - 1;
+            }
+        }
+    }
+    if (!found) { /* nothing contiguous can be freed: the first candidate of least cost */
+        Py_ssize_t chosen = 0;
+        double least = 0.0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            double cost;
+            if (coop_cost(sim, p->cost, cand[i], &cost) < 0) return -1;
+            if (i == 0 || cost < least) { least = cost; chosen = i; }
+        }
+        return vec_push(out, cand[chosen]);
+    }
+    for (Py_ssize_t b = best_first; b <= best_last; b++)
+        if (l->block_owner[b] >= 0 && vec_push(out, l->block_owner[b]) < 0) return -1;
+    return 0;
+}
+
+/* DTRFit.choose */
+static int dtr_fit_choose(Sim *sim, const int32_t *cand, Py_ssize_t n, IntVec *out) {
+    PolicySpec *spec = &sim->policy;
+    if (address_layout(sim) < 0) return -1;
+    const MemLayout *l = &spec->layout;
+    int64_t size = sim->request.block_size, need = memory_request_bytes(&sim->model, size);
+    int pool = request_pool_of(sim, size);
+    for (Py_ssize_t i = 0; i < n; i++) spec->run[cand[i]] = 0; /* a 0-byte storage holds no block */
+    for (Py_ssize_t seg = 0; seg < l->n_segments; seg++) {
+        Py_ssize_t first = l->seg_first[seg], last = l->seg_first[seg + 1];
+        for (Py_ssize_t b = first; b < last; b++) {
+            int32_t owner = l->block_owner[b];
+            if (owner < 0 || owner >= sim->tr->n) continue; /* free, or a temporary block: no candidate */
+            int64_t run = l->block_size[b];
+            if (b > first && l->block_owner[b - 1] < 0) run += l->block_size[b - 1];
+            if (b + 1 < last && l->block_owner[b + 1] < 0) run += l->block_size[b + 1];
+            spec->run[owner] = run;
+            spec->run_fits[owner] = run >= need && (pool < 0 || l->seg_pool[seg] == pool);
+        }
+    }
+    int tiered = sim->request.bytes_fit, best_tier = 2;
+    double best_score = INFINITY;
+    Py_ssize_t best = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t s = cand[i];
+        int64_t run = spec->run[s];
+        int fits = run > 0 && spec->run_fits[s];
+        double score;
+        int64_t numerator = sim->compute_cost[s] + sim->region_compute[s] + sim->region_rev_compute[s];
+        if (sim->last_access[s] == NEVER) { /* run x inf: inf, or nan at run 0 */
+            score = run > 0 ? (double)numerator / INFINITY : INFINITY;
+        } else {
+            __int128 denominator = (__int128)run * (sim->clock - sim->last_access[s]);
+            if (denominator <= 0) score = INFINITY;
+            else if (true_divide(numerator, denominator, &score) < 0) return -1;
+        }
+        int tier = fits || !tiered ? 0 : 1;
+        if (tier < best_tier || (tier == best_tier && score <= best_score)) {
+            best_tier = tier;
+            best_score = score;
+            best = i;
+        }
+        if (tier == 0 && score == 0) break;
+    }
+    if (best < 0) {
+        PyErr_SetString(PyExc_TypeError, "dtr_fit scored no candidate");
+        return -1;
+    }
+    return vec_push(out, cand[best]);
+}
+
 /* ------------------------------------------------------------- scores */
 static int score(Sim *sim, const ScoreSpec *p, int32_t s, double *out) {
     switch (p->code) {
@@ -363,6 +592,8 @@ static int policy_choose(Sim *sim, const int32_t *cand, Py_ssize_t n, IntVec *ou
     PolicySpec *spec = &sim->policy;
     const ScoreSpec *phase = &spec->phase[0];
     Py_ssize_t chosen;
+    if (phase->code == P_COOP) return coop_choose(sim, phase, cand, n, out);
+    if (phase->code == P_DTR_FIT) return dtr_fit_choose(sim, cand, n, out);
     if (spec->twophase) { /* phase 1 among the candidates with no evicted neighbour, if any */
         Py_ssize_t isolated = 0;
         for (Py_ssize_t i = 0; i < n; i++)
@@ -399,7 +630,7 @@ static int score_spec_parse(PyObject *obj, ScoreSpec *p) {
     }
     long code = PyLong_AsLong(PyTuple_GET_ITEM(obj, 0));
     if (code == -1 && PyErr_Occurred()) return -1;
-    if (code < 0 || code >= P_TWOPHASE) {
+    if (code < 0 || code >= P_COUNT || code == P_TWOPHASE) {
         PyErr_Format(PyExc_ValueError, "unknown score policy code %ld", code);
         return -1;
     }
@@ -408,6 +639,14 @@ static int score_spec_parse(PyObject *obj, ScoreSpec *p) {
     if (p->code == P_RANDOM && !PyCallable_Check(p->randrange)) {
         PyErr_SetString(PyExc_TypeError, "the random policy needs a randrange callable");
         return -1;
+    }
+    if (p->code == P_COOP) { /* (P_COOP, None, cost) */
+        if (!PyArg_ParseTuple(obj, "iOi;coop spec", &p->code, &p->randrange, &p->cost)) return -1;
+        if (p->cost < 0 || p->cost >= COST_ONE) {
+            PyErr_Format(PyExc_ValueError, "coop needs a recompute cost, got cost code %d", p->cost);
+            return -1;
+        }
+        return 0;
     }
     if (p->code != P_FORMULA) return 0;
     PyObject *randrange;
@@ -476,15 +715,26 @@ static int policy_spec_parse(PyObject *obj, PolicySpec *spec, Py_ssize_t n_tenso
         }
         return 0;
     }
-    return score_spec_parse(obj, &spec->phase[0]);
+    if (score_spec_parse(obj, &spec->phase[0]) < 0) return -1;
+    int code = spec->phase[0].code;
+    if (code == P_COOP || code == P_DTR_FIT) {
+        Py_ssize_t n = n_tensors ? n_tensors : 1;
+        if (!(spec->evictable = PyMem_Calloc(n, 1)) || !(spec->run = PyMem_Calloc(n, sizeof(int64_t))) ||
+            !(spec->run_fits = PyMem_Calloc(n, 1))) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* What the runtime must maintain for one score policy. */
 static int score_tracks_regions(const ScoreSpec *p) {
-    return p->code == P_DTR || p->code == P_MSPS || (p->code == P_FORMULA && p->cost == COST_ESTAR);
+    return p->code == P_DTR || p->code == P_MSPS || p->code == P_DTR_FIT ||
+           ((p->code == P_FORMULA || p->code == P_COOP) && p->cost == COST_ESTAR);
 }
 static int score_tracks_eq(const ScoreSpec *p) {
-    return p->code == P_DTR_EQ_CLASS || (p->code == P_FORMULA && p->cost == COST_EQCLASS);
+    return p->code == P_DTR_EQ_CLASS || ((p->code == P_FORMULA || p->code == P_COOP) && p->cost == COST_EQCLASS);
 }
 static int policy_tracks_regions(const PolicySpec *spec) {
     return score_tracks_regions(&spec->phase[0]) || (spec->twophase && score_tracks_regions(&spec->phase[1]));
@@ -495,8 +745,9 @@ static int policy_tracks_eq(const PolicySpec *spec) {
 
 /* Free what the policy code allocated. */
 static void policy_spec_release(PolicySpec *spec) {
-    PyMem_Free(spec->seen);
-    PyMem_Free(spec->isolated);
-    spec->seen = NULL;
-    spec->isolated = NULL;
+    void *buffers[] = {spec->seen, spec->isolated, spec->evictable, spec->run, spec->run_fits, spec->block_cost,
+                       spec->partials};
+    for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) PyMem_Free(buffers[i]);
+    memory_layout_release(&spec->layout);
+    memset(spec, 0, sizeof(*spec));
 }

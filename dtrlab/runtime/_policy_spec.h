@@ -7,11 +7,13 @@
 #define DTRLAB_POLICY_SPEC_H
 #include <Python.h>
 #include <stdint.h>
+#include "_memory_core.h"
 
 /* Policy codes, in the order of compiled_policies.py's codes: simrd's built-ins, then
- * the score formula (score family, score_search, ablations) and twophase. */
+ * the score formula (score family, score_search, ablations), twophase, and the
+ * address-aware coop and dtr_fit (policies/coop.py; under a memory model only). */
 enum { P_DTR, P_DTR_EQ_CLASS, P_DTR_LOCAL, P_MSPS, P_LRU, P_LARGEST_STORAGE, P_RANDOM, P_FORMULA, P_TWOPHASE,
-       P_COUNT };
+       P_COOP, P_DTR_FIT, P_COUNT };
 /* The compute a formula charges an eviction (policies/ablations.py's cost_function). */
 enum { COST_ESTAR, COST_EQCLASS, COST_LOCAL, COST_ONE, COST_COUNT };
 
@@ -22,7 +24,7 @@ enum { COST_ESTAR, COST_EQCLASS, COST_LOCAL, COST_ONE, COST_COUNT };
 typedef struct {
     int code;
     PyObject *randrange; /* P_RANDOM: the bound randrange of the policy's seeded random.Random (borrowed) */
-    int cost, use_size, use_stale, floating, tie_by_id, has_d;
+    int cost, use_size, use_stale, floating, tie_by_id, has_d; /* cost: also coop's */
     int64_t a, b, c;     /* exact arithmetic: the integer exponents */
     double fa, fb, fc;   /* float64: the exponents */
     int offset_is_float; /* stale_offset a float (the staleness factor is then a float) */
@@ -42,6 +44,14 @@ typedef struct {
     int32_t *isolated;    /* twophase's scratch: the candidates with no evicted neighbour */
     uint32_t *seen;       /* stamps for counting distinct evicted neighbours, NULL until needed */
     uint32_t generation;
+    /* coop and dtr_fit's scratch, allocated by the spec parse */
+    MemLayout layout;
+    uint8_t *evictable;   /* per storage: among this call's candidates */
+    int64_t *run;         /* dtr_fit: per storage, the free run its eviction opens (-1: holds no block) */
+    uint8_t *run_fits;    /* dtr_fit: that run holds the request, in the request's pool */
+    double *block_cost;   /* coop: per layout block, its cost (0 free); NaN: breaks a window */
+    double *partials;     /* coop: math.fsum's partial sums */
+    Py_ssize_t cost_cap;  /* capacity of block_cost and partials */
 } PolicySpec;
 
 #endif

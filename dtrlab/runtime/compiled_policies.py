@@ -8,7 +8,8 @@ simulator. The core runs
 * every score formula of :mod:`dtrlab.policies`: the score family with all its
   parameters (the nine variants), ``score_search`` and the searched policies, the
   16 ablations;
-* ``twophase`` whose two phases are any of those.
+* ``twophase`` whose two phases are any of those;
+* the address-aware ``coop`` and ``dtr_fit`` (under a memory model that knows addresses).
 
 A policy is recognized by the code it would run, not by its name: the score function
 it calls (a built-in's method, or the closure that ``ScoreFamily``, ``ScoreSearch`` or
@@ -23,10 +24,11 @@ from __future__ import annotations
 
 import random
 
-from ..policies.ablations import COSTS, cost_function
+from ..policies.ablations import COSTS, cost_function, cost_key
 from ..policies.ablations import _score_function as _ablation_score_function
 from ..policies.base import Policy, ScorePolicy
 from ..policies.builtin import DTR, LRU, MSPS, DTREqClass, DTRLocal, LargestStorage, RandomStorage
+from ..policies.coop import AddressAware, Coop, DTRFit
 from ..policies.searched import ScoreSearch
 from ..policies.twophase import TwoPhase
 from ..policies.variants import ScoreFamily
@@ -34,7 +36,7 @@ from ..policies.variants import _score_function as _family_score_function
 
 #: simrd's built-in policy classes, mapped to the core's codes (``_policy_spec.h``).
 POLICY_CODES = {DTR: 0, DTREqClass: 1, DTRLocal: 2, MSPS: 3, LRU: 4, LargestStorage: 5, RandomStorage: 6}
-_FORMULA, _TWOPHASE = 7, 8
+_FORMULA, _TWOPHASE, _COOP, _DTR_FIT = 7, 8, 9, 10
 _COST_CODES = {"estar": 0, "eqclass": 1, "local": 2, "nocost": 3}
 
 # The functions the core knows, by identity (class methods) or by code (closures).
@@ -98,6 +100,8 @@ def _encode(policy, top, generators: dict) -> tuple:
         if id(policy) not in generators:
             generators[id(policy)] = random.Random(seed).randrange
         return (POLICY_CODES[RandomStorage], generators[id(policy)])
+    if isinstance(policy, AddressAware):
+        return _encode_address_aware(policy, top, overridden)
     if not isinstance(policy, ScorePolicy):
         raise _Refused("is a chooser policy the compiled core does not implement")
     if overridden - {"score_of"}:
@@ -127,7 +131,32 @@ def _encode(policy, top, generators: dict) -> tuple:
 def _encode_phase(phase, top, generators):
     if isinstance(phase, Policy) and type(phase).choose is TwoPhase.choose:
         raise _Refused("nests a twophase inside a twophase")
+    if isinstance(phase, AddressAware):
+        raise _Refused("has an address-aware phase (the runtime places first only for the policy itself)")
     return _encode(phase, top, generators)
+
+
+def _encode_address_aware(policy, top, overridden: set) -> tuple:
+    """coop (with its cost) or dtr_fit, exactly these methods."""
+    cls = type(policy)
+    if policy is not top:
+        raise _Refused("is address-aware inside another policy")
+    if overridden or {"cost_of", "_block_cost"} & set(vars(policy)):
+        raise _Refused("has methods overridden on the instance")
+    if cls.choose is DTRFit.choose and cls.start is AddressAware.start:
+        _check_features(top, "e_star")
+        return (_DTR_FIT, None)
+    if (cls.choose is Coop.choose and cls.start is Coop.start and cls.cost_of is Coop.cost_of
+            and cls._block_cost is Coop._block_cost):
+        try:
+            cost = cost_key(policy.params.get("cost"))  # what start() reads
+        except (AttributeError, ValueError):
+            cost = None
+        if cost not in ("estar", "eqclass", "local"):
+            raise _Refused(f"has cost {policy.params.get('cost')!r}, not a recompute cost")
+        _check_features(top, COSTS[cost][0])
+        return (_COOP, None, _COST_CODES[cost])
+    raise _Refused("is an address-aware policy the compiled core does not implement")
 
 
 def _tie_by_id(policy) -> bool:
