@@ -1,7 +1,7 @@
 """Per policy: the Python simulator against the compiled core, on a few traces.
 
 For each policy (h_DTR, score-family variants, an ablation, twophase, score_search
-with d = 1, a searched policy) and each trace (three of traces/ and one DTR log), one
+with d = 1, a searched policy, and coop and dtr_fit under the caching model) and each trace (three of traces/ and one DTR log), one
 simulation at ratio 0.5 on both engines in this one process: ``engine="python"`` (one
 run) and ``engine="compiled"`` (best of ``--repeats``). The two results must be equal
 field by field before a time counts. Times are CPU seconds of this process
@@ -27,9 +27,12 @@ from dtrlab.policies.searched import SEARCHED  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ("resnet32-b8", "transformer-b4", "treelstm-b4")
-POLICIES = [("dtr", {}), ("dtr_float64", {}), ("dtr_stale_plus1", {}), ("dtr_tiebreak_id", {}),
-            ("dtr_eq_class_float64", {}), ("dtr_sqrt_size", {}), ("ablation:local-size-stale", {}),
-            ("twophase", {}), ("score_search", {"d": 1})] + [(name, {}) for name in sorted(SEARCHED)[:1]]
+# (policy, parameters, memory model)
+POLICIES = [("dtr", {}, "flat"), ("dtr_float64", {}, "flat"), ("dtr_stale_plus1", {}, "flat"),
+            ("dtr_tiebreak_id", {}, "flat"), ("dtr_eq_class_float64", {}, "flat"), ("dtr_sqrt_size", {}, "flat"),
+            ("ablation:local-size-stale", {}, "flat"), ("twophase", {}, "flat"), ("score_search", {"d": 1}, "flat")]
+POLICIES += [(name, {}, "flat") for name in sorted(SEARCHED)[:1]]
+POLICIES += [("dtr", {}, "caching"), ("coop", {}, "caching"), ("dtr_fit", {}, "caching")]
 
 
 def timed(function, repeats: int):
@@ -62,12 +65,14 @@ def main() -> int:
     print(f"ratio {args.ratio}; CPU seconds (best of {args.repeats} compiled, 1 python)")
     for trace in traces:
         simulate(trace, "dtr", ratio=args.ratio)  # warm the per-trace caches (baseline, flattened arrays)
-        for name, params in POLICIES:
-            label = get_policy(name, **params).label
-            fast_cpu, fast_wall, fast = timed(
-                lambda: simulate(trace, get_policy(name, **params), ratio=args.ratio, engine="compiled"), args.repeats)
-            slow_cpu, slow_wall, slow = timed(
-                lambda: simulate(trace, get_policy(name, **params), ratio=args.ratio, engine="python"), 1)
+        for name, params, memory in POLICIES:
+            label = get_policy(name, **params).label + ("" if memory == "flat" else f" [{memory}]")
+
+            def run(engine):
+                return simulate(trace, get_policy(name, **params), ratio=args.ratio, memory=memory, engine=engine)
+
+            fast_cpu, fast_wall, fast = timed(lambda: run("compiled"), args.repeats)
+            slow_cpu, slow_wall, slow = timed(lambda: run("python"), 1)
             if fast != slow:
                 print(f"RESULTS DIFFER: {trace.name} {label}", file=sys.stderr)
                 return 1
