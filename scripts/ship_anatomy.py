@@ -2,6 +2,7 @@
 
     python scripts/ship_anatomy.py ../shared/dtr-logs --policies dtr lru --limits 1.25 1.5 2 3 5
     python scripts/ship_anatomy.py traces/models --policies twophase --ratios 0.05:1.0:0.001
+    python scripts/ship_anatomy.py ../shared/dtr-logs --census   # the anatomy of notebook 02's census at 2.0
 
 Per trace set (the directory's name: ``dtr-logs``, ``traces``, ``models``) it writes
 ``SET-table.csv`` (one row per trace, policy, memory model and limit), ``SET-holes.csv`` (every
@@ -11,6 +12,11 @@ them. Rows of the (trace, policy, memory, ratios) configurations already shipped
 others kept, so a set is shipped policy by policy. Runs go through the sweep cache (``--cache``, default
 ``$DTRLAB_CACHE`` or ``~/.cache/dtrlab``): an interrupted run resumes. ``SET-timing.csv`` records each
 configuration's wall and CPU seconds on this machine (0 when its runs were cached).
+
+``--census`` classifies the holes of notebook 02's census instead (the README's numbers: the range
+0.05-1.0 sampled every 0.001 of the peak, edges bisected to 1e-4 of it, at the limit 2.0; its runs are
+shipped): ``SET-census-holes.csv``, each hole with its anatomy and the limit at which it closes, from
+runs without a limit at its failing samples (:func:`~dtrlab.analysis.anatomy.unlimited_runs`).
 """
 
 from __future__ import annotations
@@ -28,11 +34,15 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dtrlab import baseline  # noqa: E402
+from dtrlab.analysis.anatomy import hole_anatomy, unlimited_runs  # noqa: E402
+from dtrlab.analysis.holes import census_grid, refine_holes  # noqa: E402
 from dtrlab.analysis.limit_census import SHIPPED_ANATOMY, limit_census  # noqa: E402
 import dtrlab.calibrated  # noqa: E402,F401  (registers monotone)
 from dtrlab.policies import get_policy  # noqa: E402
 from dtrlab.integrity import atomic_write_bytes, write_manifest  # noqa: E402
 from dtrlab.sweep.shipped import DEFAULT_SHIPPED_DIR  # noqa: E402
+from dtrlab.sweep import sweep  # noqa: E402
 from dtrlab.trace import load_directory  # noqa: E402
 
 KEY = ["trace", "policy", "memory", "ratios"]
@@ -60,6 +70,31 @@ def shipped_samples(result) -> pd.DataFrame:
     return samples[keep].drop(columns=["sweep_limit", "remat_compute", "baseline_compute"])
 
 
+def census_anatomy(traces: dict, args, name: str, manifest_dir: Path) -> int:
+    """``--census``: notebook 02's census of each trace (its default parameters), its holes classified."""
+    path = args.output / f"{name}-census-holes.csv"
+    for trace_name, trace in traces.items():
+        for policy in args.policies:
+            wall, cpu = time.perf_counter(), time.process_time()
+            options = dict(jobs=args.jobs, progress=False)
+            frame = sweep(trace, policy, **census_grid(trace, "0.05:1.0:0.005", 0.001), **options)
+            census = refine_holes(trace, frame, policy, delta=0.001,
+                                  resolution=max(1, int(baseline(trace).peak_memory * 1e-4)), **options).refined
+            holes = hole_anatomy(census, unlimited_runs(trace, census, progress=False))
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            merge_write(path, holes.assign(trace=trace_name, policy=census.policy, memory="flat",
+                                           ratios="0.05:1.0 delta 0.001", wall_seconds=round(wall, 1),
+                                           cpu_seconds=round(cpu, 1)) if len(holes) else
+                        pd.DataFrame([{"trace": trace_name, "policy": census.policy, "memory": "flat",
+                                       "ratios": "0.05:1.0 delta 0.001", "wall_seconds": round(wall, 1),
+                                       "cpu_seconds": round(cpu, 1)}]))
+            write_manifest(manifest_dir, [path])
+            print(f"ship_anatomy: {name} {trace_name} {policy} census: {len(holes)} holes "
+                  f"{holes['anatomy'].value_counts().to_dict() if len(holes) else {}}; {wall:.0f} s wall, "
+                  f"{cpu:.0f} s CPU", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("traces", type=Path, help="directory of traces (a trace set)")
@@ -71,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--cache", type=Path, help="sweep cache directory")
     parser.add_argument("--output", type=Path, default=SHIPPED_ANATOMY)
+    parser.add_argument("--census", action="store_true",
+                        help="classify the holes of notebook 02's census (delta 0.001, limit 2.0) instead")
     args = parser.parse_args(argv)
     if not args.traces.is_dir():
         parser.error(f"{args.traces} is not a directory of traces")
@@ -84,9 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     name = args.traces.resolve().name
     traces = {n: t for n, t in load_directory(args.traces).items() if not args.only or n.startswith(tuple(args.only))}
     args.output.mkdir(parents=True, exist_ok=True)
+    bundle = DEFAULT_SHIPPED_DIR.resolve()
+    manifest_dir = bundle if args.output.resolve().is_relative_to(bundle) else args.output
+    if args.census:
+        return census_anatomy(traces, args, name, manifest_dir)
     paths = {suffix: args.output / f"{name}-{suffix}" for suffix in ("table.csv", "holes.csv", "samples.csv.gz",
                                                                       "timing.csv")}
-    bundle = DEFAULT_SHIPPED_DIR.resolve()
     for trace_name, trace in traces.items():
         for policy in args.policies:
             for memory in args.memories:
@@ -103,8 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                 for suffix, frame in (("table.csv", result.table), ("holes.csv", result.holes),
                                       ("samples.csv.gz", shipped_samples(result)), ("timing.csv", timing)):
                     merge_write(paths[suffix], frame.assign(**config))
-                write_manifest(bundle if args.output.resolve().is_relative_to(bundle) else args.output,
-                               list(paths.values()))
+                write_manifest(manifest_dir, list(paths.values()))
                 print(f"ship_anatomy: {name} {trace_name} {policy} {memory}: {wall:.0f} s wall, {cpu:.0f} s CPU; "
                       f"holes by limit {dict(zip(result.table['limit'], result.table['holes']))}", flush=True)
     print(f"ship_anatomy: wrote {', '.join(str(p) for p in paths.values())}")

@@ -241,7 +241,7 @@ def test_handbuilt_hole_is_classified_as_built(build):
     base, expected = HANDBUILT[build]
     assert baseline(trace).model_compute == base
     census = find_holes(every_budget(trace))
-    unlimited = unlimited_runs(trace, census, progress=False, backend="sequential")
+    unlimited = unlimited_runs(trace, census, progress=False, backend="sequential", cache=False)
     assert sorted(unlimited["budget_bytes"]) == failing_budgets(census)
     table = hole_anatomy(census, unlimited)
     assert list(table.columns) == HOLE_COLUMNS + ANATOMY_COLUMNS
@@ -327,7 +327,7 @@ def test_refusals():
     with pytest.raises(ValueError, match="without a limit"):
         hole_anatomy(census, every_budget_at(trace, failing_budgets(census), 2.0))
     with pytest.raises(ValueError, match="no run without a limit"):
-        hole_anatomy(census, unlimited_runs(trace, census, progress=False, backend="sequential").iloc[:1])
+        hole_anatomy(census, unlimited_runs(trace, census, progress=False, backend="sequential", cache=False).iloc[:1])
 
 
 MODELS = Path(__file__).resolve().parent.parent / "traces" / "models"
@@ -347,7 +347,7 @@ def test_issue_holes_on_todays_models(name, ratios, anatomy, closes_at):
     import dtrlab
     trace = dtrlab.load(str(path))
     census = find_holes(sweep(trace, "dtr", ratios=ratios, cache=False, progress=False, backend="sequential"))
-    table = hole_anatomy(census, unlimited_runs(trace, census, progress=False, backend="sequential"))
+    table = hole_anatomy(census, unlimited_runs(trace, census, progress=False, backend="sequential", cache=False))
     assert len(table) == 1
     hole = table.iloc[0]
     assert hole.anatomy == anatomy

@@ -46,8 +46,8 @@ import numpy as np
 import pandas as pd
 
 from ..policies import get_policy
-from ..runtime import ALLOCATED, RESERVED, Intervention, recompute_allowance
-from ..sweep import RunSpec, run_many
+from ..runtime import ALLOCATED, Intervention, recompute_allowance
+from ..sweep import sweep
 from ..sweep.budget_sweep import resolve_trace
 from .holes import HoleCensus, _frame_memory, with_memory_columns
 
@@ -162,13 +162,14 @@ def failing_budgets(census: HoleCensus) -> list[int]:
 
 
 def unlimited_runs(trace, census: HoleCensus, *, jobs: int = 1, backend: str = "loky", client=None,
-                   progress: bool = True) -> pd.DataFrame:
+                   cache=True, progress: bool = True) -> pd.DataFrame:
     """The runs without a limit at the holes' failing samples only (a few budgets, not a
     census), under the census's policy (rebuilt from its ``policy_name`` and
     ``policy_params``), memory model, semantics and intervention: a frame with
     ``budget_bytes``, ``status``, ``remat_compute``, ``clock``, ``overhead``,
     ``baseline_compute`` and ``overhead_limit`` (inf). They go through
-    :func:`~dtrlab.sweep.run_many`, uncached: ``sweep`` keys its cache on a finite limit."""
+    :func:`~dtrlab.sweep.sweep` with ``overhead_limit=math.inf`` and its ``cache`` (such a
+    run can recompute a hundred times the step's compute: an interrupted one resumes)."""
     first = census.samples.iloc[0]
     check_limit_blind(str(first["policy_name"]))
     policy = get_policy(str(first["policy_name"]), **json.loads(first["policy_params"] or "{}"))
@@ -176,15 +177,13 @@ def unlimited_runs(trace, census: HoleCensus, *, jobs: int = 1, backend: str = "
         raise ValueError(f"the census's policy {census.policy!r} is not rebuilt by its policy_params ({policy.label!r})")
     withhold = json.loads(first["withhold"]) if first["withhold"] else []
     memory = _frame_memory(first)
-    specs = [RunSpec(budget, policy, math.inf, Intervention(frozenset(withhold)) if withhold else None, None,
-                     memory["memory"], tuple(sorted(memory["memory_options"].items())),
-                     memory.get("enforce", RESERVED), memory.get("device_capacity"))
-             for budget in failing_budgets(census)]
-    results = run_many(resolve_trace(trace), specs, jobs=jobs, backend=backend, client=client, progress=progress,
-                       desc=f"{census.trace} {census.policy} without a limit") if specs else []
-    return pd.DataFrame([{"budget_bytes": r.budget_bytes, "status": r.status, "remat_compute": r.remat_compute,
-                          "clock": r.clock, "overhead": r.overhead, "baseline_compute": r.baseline_compute,
-                          "overhead_limit": r.overhead_limit} for r in results], columns=UNLIMITED_COLUMNS)
+    budgets = failing_budgets(census)
+    if not budgets:
+        return pd.DataFrame(columns=UNLIMITED_COLUMNS)
+    frame = sweep(resolve_trace(trace), policy, budgets=budgets, overhead_limit=math.inf,
+                  intervention=Intervention(frozenset(withhold)) if withhold else None, jobs=jobs, backend=backend,
+                  client=client, cache=cache, progress=progress, **memory)
+    return frame[UNLIMITED_COLUMNS].reset_index(drop=True)
 
 
 def hole_anatomy(census: HoleCensus, unlimited: pd.DataFrame) -> pd.DataFrame:
