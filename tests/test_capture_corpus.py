@@ -55,6 +55,22 @@ def test_corpus_has_a_moe_decoder_a_diffusion_transformer_and_a_long_context_ste
     assert abs(long_context["ops"] - by_model["llama-1b"]["ops"]) < 10
 
 
+@pytest.mark.slow
+def test_moe_decoder_meta_trace_equals_real_trace():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers", reason="hf: models need the models extra")
+    from dtrlab.trace.capture import capture
+    from dtrlab.trace.models import ModelSourceError
+
+    sizes = dict(layers=2, hidden=64, heads=4, kv_heads=4, intermediate=32, vocab=100, seq=16, batch=2)
+    meta = capture("hf:olmoe", cost="roofline:A100", dtype=torch.bfloat16, **sizes)
+    real = capture("hf:olmoe", cost="roofline:A100", dtype=torch.bfloat16, real=True, **sizes)
+    assert meta.lines == real.lines and meta.peak_live_bytes == real.peak_live_bytes
+    assert sum(line.get("NAME") == "_grouped_mm" for line in meta.lines) == 2 * 6
+    with pytest.raises(ModelSourceError, match="hf:olmoe: .*bfloat16"):  # grouped matmuls take 16-bit floats only
+        capture("hf:olmoe", cost="flops", **sizes)
+
+
 def test_grouped_matmul_costs_two_flops_per_multiply_add():
     torch = pytest.importorskip("torch")
     from dtrlab.trace.capture import record

@@ -113,6 +113,9 @@ def _hf_presets() -> dict[str, HFPreset]:
 
 
 HF_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "bert-base", "bert-large", "llama", "olmoe")
+#: Sources whose kernels take 16-bit floats only: why.
+SIXTEEN_BIT_ONLY = {"hf:olmoe": "its experts run as grouped matmuls (aten._grouped_mm), which take bfloat16 or "
+                                "float16 only; add --dtype bfloat16"}
 DIFFUSERS_NAMES = ("sd-unet", "dit-xl-2")
 
 
@@ -130,6 +133,8 @@ def build(source: str, *, batch: int | None = None, seq: int | None = None, imag
     if unknown:
         raise ModelSourceError(f"{source}: unknown size settings {sorted(unknown)}; known: {', '.join(SIZE_KEYS)}")
     scheme, _, name = source.partition(":")
+    if source in SIXTEEN_BIT_ONLY and dtype not in (torch.bfloat16, torch.float16):
+        raise ModelSourceError(f"{source}: {SIXTEEN_BIT_ONLY[source]}")
     if sizes and scheme != "hf":
         raise ModelSourceError(f"{source}: {', '.join(sorted(sizes))} apply to hf: models only")
     torch.manual_seed(seed)
