@@ -127,8 +127,9 @@ def allocator_census(traces: dict[str, Trace], configs=DEFAULT_CONFIGS, *, ratio
     configuration's own semantics. The threshold shift is the configuration's threshold
     ratio minus flat h_DTR's on the same trace (None when either has no threshold; flat
     h_DTR must be among the configs for it). Every sample of an address-aware configuration
-    of a policy in ``address_flips`` that may release segments (:attr:`Config.address_sensitive`;
-    not on an unlimited device) is simulated again with ``address_policy="reuse"`` (the
+    named in ``address_flips`` (by policy or by :attr:`Config.label`) that may release
+    segments (:attr:`Config.address_sensitive`; not on an unlimited device) is simulated
+    again with ``address_policy="reuse"`` (the
     census runs with the default, ``"bump"``) and the outcomes that differ are counted (Coop
     and dtr_fit are left out by default: on the Python simulator they cost minutes per sweep).
     """
@@ -147,7 +148,7 @@ def allocator_census(traces: dict[str, Trace], configs=DEFAULT_CONFIGS, *, ratio
             censuses[name, config.label] = census
             frames.append(census.samples.assign(config=config.label))
             flipped = None
-            if config.policy in address_flips and config.address_sensitive:
+            if (config.policy in address_flips or config.label in address_flips) and config.address_sensitive:
                 flipped = address_policy_flips(trace, config.policy, budgets=census.samples["budget_bytes"].tolist(),
                                                memory_options=config.options, enforce=config.enforce,
                                                device_capacity=config.device_capacity,
