@@ -119,6 +119,7 @@ static int int_power(__int128 base, int64_t exponent, __int128 *out) {
  * through pow() (errno cases), so that Python computes it. */
 static int float_power(double base, double exponent, double *out) {
     if (exponent == 0) { *out = 1.0; return 0; }
+    if (base < 0) return 1; /* a negative base (an eq-class cost can be one): Python's rules, even complex */
     if (isnan(base)) { *out = base; return 0; }
     if (isinf(base)) { *out = INFINITY; return 0; }
     if (base == 0) { *out = 0.0; return 0; }
@@ -151,7 +152,8 @@ static Staleness staleness_of(Sim *sim, const ScoreSpec *p, int32_t s) {
     return st;
 }
 
-/* The formula by Python's own arithmetic on the same values (the rare large cases). */
+/* The formula by Python's own arithmetic on the same values (the rare large cases). 2 when the
+ * score is not a float (complex): then sim->policy.odd_score holds it, for Python to compare. */
 static int formula_score_python(Sim *sim, const ScoreSpec *p, int32_t s, int64_t cost, double *out) {
     PyObject *num = NULL, *size = NULL, *stale = NULL, *den = NULL, *zero = NULL, *result = NULL, *tmp;
     int status = -1;
@@ -205,6 +207,12 @@ static int formula_score_python(Sim *sim, const ScoreSpec *p, int32_t s, int64_t
         Py_SETREF(result, tmp);
         if (!result) goto done;
     }
+    if (!PyFloat_Check(result)) { /* complex: a negative cost to a fractional power */
+        sim->policy.odd_score = result;
+        result = NULL;
+        status = 2;
+        goto done;
+    }
     status = take_double(result, out);
     result = NULL;
 done:
@@ -234,7 +242,7 @@ static int formula_score_c(Sim *sim, const ScoreSpec *p, int32_t s, int64_t cost
         }
     } else {
         __int128 numerator, size_factor = 1;
-        if (int_power(cost, p->a, &numerator) || numerator >= EXACT_LIMIT) return 1;
+        if (int_power(cost, p->a, &numerator) || numerator >= EXACT_LIMIT || numerator <= -EXACT_LIMIT) return 1;
         if (p->use_size && int_power(sim->size[s], p->b, &size_factor)) return 1;
         if (p->use_stale && st.is_float) { /* int * float: the integer rounds to a float first */
             double stale_factor, den;
@@ -556,19 +564,43 @@ static int score_choose(Sim *sim, const ScoreSpec *p, const int32_t *cand, Py_ss
         }
     } else if (p->tie_by_id) { /* min over (score, storage id) */
         double best_score = INFINITY;
+        PyObject *best_key = NULL; /* once a score is not a float, min's comparisons are Python's */
         for (Py_ssize_t i = 0; i < n; i++) {
             double value;
-            if (score(sim, p, cand[i], &value) < 0) return -1;
+            int status = score(sim, p, cand[i], &value);
+            if (status < 0) { Py_XDECREF(best_key); return -1; }
+            if (status == 2 || best_key) {
+                PyObject *odd = status == 2 ? sim->policy.odd_score : PyFloat_FromDouble(value);
+                sim->policy.odd_score = NULL;
+                PyObject *key = odd ? Py_BuildValue("(Ni)", odd, cand[i]) : NULL;
+                if (key && best >= 0 && !best_key) best_key = Py_BuildValue("(di)", best_score, cand[best]);
+                int less = !key || (best >= 0 && !best_key) ? -1 : best < 0 ? 1 : PyObject_RichCompareBool(key, best_key, Py_LT);
+                if (less < 0) { Py_XDECREF(key); Py_XDECREF(best_key); return -1; }
+                if (less) { Py_XSETREF(best_key, key); best = i; }
+                else Py_DECREF(key);
+                continue;
+            }
             if (best < 0 || value < best_score || (value == best_score && cand[i] < cand[best])) {
                 best_score = value;
                 best = i;
             }
         }
+        Py_XDECREF(best_key);
     } else { /* the last candidate with the minimal score, stopping at a score of 0 (simrd's scan) */
         double best_score = INFINITY;
         for (Py_ssize_t i = 0; i < n; i++) {
             double value;
-            if (score(sim, p, cand[i], &value) < 0) return -1;
+            int status = score(sim, p, cand[i], &value);
+            if (status < 0) return -1;
+            if (status == 2) { /* value <= best_score in Python: raises for a complex value */
+                PyObject *odd = sim->policy.odd_score, *bound = PyFloat_FromDouble(best_score);
+                sim->policy.odd_score = NULL;
+                int le = bound ? PyObject_RichCompareBool(odd, bound, Py_LE) : -1;
+                Py_DECREF(odd);
+                Py_XDECREF(bound);
+                if (le >= 0) PyErr_SetString(PyExc_TypeError, "a score that is not a float compared as one");
+                return -1;
+            }
             if (value <= best_score) {
                 best_score = value;
                 best = i;
@@ -749,5 +781,6 @@ static void policy_spec_release(PolicySpec *spec) {
                        spec->partials};
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) PyMem_Free(buffers[i]);
     memory_layout_release(&spec->layout);
+    Py_XDECREF(spec->odd_score);
     memset(spec, 0, sizeof(*spec));
 }

@@ -52,6 +52,7 @@ typedef struct {
     double *block_cost;   /* coop: per layout block, its cost (0 free); NaN: breaks a window */
     double *partials;     /* coop: math.fsum's partial sums */
     Py_ssize_t cost_cap;  /* capacity of block_cost and partials */
+    PyObject *odd_score;  /* a score that is not a float (complex), handed from the scorer to the chooser */
 } PolicySpec;
 
 #endif
