@@ -144,7 +144,7 @@ def test_every_shipped_file_matches_the_manifest():
 def test_bundle_is_in_the_repository_for_every_shipped_trace(shipped_traces):
     assert [p.stem for p in TRACES_BUNDLE] == sorted(shipped_traces), "run scripts/ship_results.py"
     total = sum(p.stat().st_size for p in DEFAULT_SHIPPED_DIR.rglob("*.parquet"))
-    assert total < 5e6, f"the bundle is {total / 1e6:.1f} MB; keep it a few MB"
+    assert total < 6e6, f"the bundle is {total / 1e6:.1f} MB; keep it a few MB"
 
 
 @pytest.mark.parametrize("path", TRACES_BUNDLE + LOGS_BUNDLE, ids=lambda p: f"{p.parent.name}/{p.stem}")
