@@ -73,10 +73,6 @@ EXECUTE_NOTEBOOK = "11"
 #: modern models (traces/models) also on an A100's 80 GB, with h_DTR and Coop under `reserved` (issue 20).
 ALLOCATOR_NOTEBOOK = "08"
 MODELS_PARAMETERS = {"gpu": "A100-80GB", "policies": ["dtr", "coop"]}
-#: On the DTR logs the address policy is compared under `allocated` only: the `reserved` reruns (h_DTR's
-#: fragmentation loop on every sample again) have not been run for all eight logs yet (docs/memory.md).
-LOGS_PARAMETERS = {"address_flips": [f"dtr @ caching{options} [allocated, device {device}]"
-                                     for options in ("", "(expandable_segments=True)") for device in ("1x", "1.25x")]}
 ALLOCATOR_SETS = ("traces", "dtr-logs", "models")
 
 
@@ -215,7 +211,7 @@ def ship_allocator_census(args) -> int:
     chosen = args.allocator_census or ALLOCATOR_SETS
     if "dtr-logs" in chosen and (args.logs is None or not args.logs.is_dir()):
         raise SystemExit("ship_results: no DTR logs found (set $DTRLAB_LOGS or --logs)")
-    sets = {"traces": (args.traces, {}), "dtr-logs": (args.logs, LOGS_PARAMETERS),
+    sets = {"traces": (args.traces, {}), "dtr-logs": (args.logs, {}),
             "models": (args.traces / "models", MODELS_PARAMETERS)}
     os.environ["MPLBACKEND"] = "agg"
     started = time.perf_counter()
