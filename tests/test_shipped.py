@@ -225,10 +225,9 @@ def test_every_shipped_trace_row_recomputes(shipped_traces, tmp_path):
 
 @pytest.mark.slow
 def test_every_shipped_dtr_log_census_row_recomputes(log_traces, tmp_path):
-    """Every row of the flat census (notebooks 01 and 02, on the compiled core), and
-    NON_FLAT_SAMPLE budgets of each configuration of notebook 08's allocator census:
-    all of those run on the Python simulator and take about two hours on 2 cores
-    (scripts/ship_results.py recomputes them)."""
+    """Every row of the flat census (notebooks 01 and 02), and NON_FLAT_SAMPLE budgets of each
+    configuration of notebook 08's allocator census: all of them take most of an hour on 2 cores
+    even compiled (scripts/ship_results.py recomputes them)."""
     for path in LOGS_BUNDLE:
         rows, configs = _bundle_rows(path), read_metadata(path)["configs"]
         non_flat = rows["config_key"].map(lambda key: configs[key].get("memory", "flat") != "flat")
