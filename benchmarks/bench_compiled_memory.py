@@ -27,25 +27,15 @@ import math
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dtrlab import load_log, simulate  # noqa: E402
+from bench_replay import timed  # noqa: E402 (best-of CPU and wall time, as the replay benchmark)
 
 SEMANTICS = {"reserved": {}, "allocated": {"enforce": "allocated", "device_capacity": "1.25x"}}
-
-
-def cpu_time(function, repeats: int):
-    """(best CPU seconds over ``repeats`` calls, the last result)."""
-    best, result = math.inf, None
-    for _ in range(repeats):
-        start = time.process_time()
-        result = function()
-        best = min(best, time.process_time() - start)
-    return best, result
 
 
 def geo(values) -> float:
@@ -70,12 +60,12 @@ def main() -> int:
     for path in logs:
         trace = load_log(path)
         for ratio in ratios:
-            flat_time, flat = cpu_time(lambda: simulate(trace, "dtr", ratio=ratio, engine="compiled"), args.repeats)
+            flat_time, _, flat = timed(lambda: simulate(trace, "dtr", ratio=ratio, engine="compiled"), args.repeats)
             for semantics, extra in SEMANTICS.items():
                 options = dict(memory="caching", **extra)
-                python_time, reference = cpu_time(
+                python_time, _, reference = timed(
                     lambda: simulate(trace, "dtr", ratio=ratio, engine="python", **options), 1)
-                compiled_time, result = cpu_time(
+                compiled_time, _, result = timed(
                     lambda: simulate(trace, "dtr", ratio=ratio, engine="compiled", **options), args.repeats)
                 if result != reference:
                     raise SystemExit(f"{path.name} at {ratio} ({semantics}): the engines disagree")

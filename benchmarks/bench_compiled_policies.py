@@ -13,10 +13,8 @@ field by field before a time counts. Times are CPU seconds of this process
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -24,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dtrlab import load_log, simulate  # noqa: E402
 from dtrlab.policies import get_policy  # noqa: E402
 from dtrlab.policies.searched import SEARCHED  # noqa: E402
+from bench_replay import timed  # noqa: E402 (the same best-of timing as the replay benchmark)
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ("resnet32-b8", "transformer-b4", "treelstm-b4")
@@ -33,18 +32,6 @@ POLICIES = [("dtr", {}, "flat"), ("dtr_float64", {}, "flat"), ("dtr_stale_plus1"
             ("ablation:local-size-stale", {}, "flat"), ("twophase", {}, "flat"), ("score_search", {"d": 1}, "flat")]
 POLICIES += [(name, {}, "flat") for name in sorted(SEARCHED)[:1]]
 POLICIES += [("dtr", {}, "caching"), ("coop", {}, "caching"), ("dtr_fit", {}, "caching")]
-
-
-def timed(function, repeats: int):
-    """(best CPU seconds, best wall seconds, result) over ``repeats`` calls."""
-    cpu = wall = math.inf
-    result = None
-    for _ in range(repeats):
-        start_wall, start_cpu = time.perf_counter(), time.process_time()
-        result = function()
-        cpu = min(cpu, time.process_time() - start_cpu)
-        wall = min(wall, time.perf_counter() - start_wall)
-    return cpu, wall, result
 
 
 def main() -> int:
