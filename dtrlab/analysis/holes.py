@@ -271,6 +271,18 @@ def fill_budgets(budgets, delta: int) -> list[int]:
     return added
 
 
+def gap_probes(budgets: list[int], positions, probes: int) -> set[int]:
+    """``probes`` evenly spaced budgets in each gap beside the samples at ``positions`` of the
+    sorted ``budgets`` (the probing step of :func:`refine_holes`), without budgets already run."""
+    found = set()
+    for position in positions:
+        for low, high in ((position - 1, position), (position, position + 1)):
+            if 0 <= low and high < len(budgets):
+                a, b = budgets[low], budgets[high]
+                found.update(a + (b - a) * j // (probes + 1) for j in range(1, probes + 1))
+    return found - set(budgets)
+
+
 def bisect_transitions(passed: dict[int, bool], run: Callable[[list[int]], dict[int, bool]],
                        resolution: int) -> list[int]:
     """Bisect every pass<->fail transition of ``passed`` (budget -> passed) in bytes.
@@ -361,14 +373,7 @@ def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: 
     samples = pd.concat([grid.samples, *new_frames], ignore_index=True).drop_duplicates("budget_bytes")
     samples = samples.sort_values("budget_bytes", kind="stable").reset_index(drop=True)
     suspicious = suspicious_samples(samples, spike, near_miss)
-    budgets = samples["budget_bytes"].tolist()
-    probe_budgets = set()
-    for position in suspicious.index:
-        for low, high in ((position - 1, position), (position, position + 1)):
-            if 0 <= low and high < len(budgets):
-                a, b = budgets[low], budgets[high]
-                probe_budgets.update(a + (b - a) * j // (probes + 1) for j in range(1, probes + 1))
-    probe_budgets -= set(budgets)
+    probe_budgets = gap_probes(samples["budget_bytes"].tolist(), suspicious.index, probes)
     if probe_budgets:
         passed.update(simulate_budgets(sorted(probe_budgets)))
 

@@ -36,7 +36,8 @@ from ..sweep.budget_sweep import resolve_trace
 from ..sweep.shipped import DEFAULT_SHIPPED_DIR
 from ..trace.model import Trace
 from .anatomy import LIMIT_READERS, hole_anatomy, outcomes_at
-from .holes import MIB, bisect_transitions, default_resolution, find_holes, refine_holes, suspicious_samples
+from .holes import (MIB, bisect_transitions, default_resolution, find_holes, gap_probes, refine_holes,
+                    suspicious_samples)
 
 #: The limits of the census axis: a fifth to four times the default's allowance, and no limit.
 DEFAULT_LIMITS = (1.25, 1.5, 2.0, 3.0, 5.0, math.inf)
@@ -131,14 +132,7 @@ def _refine_derived(frame_at, simulate_at, probes: int, resolution: int) -> None
     ``frame_at()`` is every run so far at this limit, ``simulate_at(budgets)`` runs new
     budgets (at the sweep's limit) and returns them at this limit."""
     samples = frame_at()
-    budgets = samples["budget_bytes"].tolist()
-    probe_budgets = set()
-    for position in suspicious_samples(samples).index:
-        for low, high in ((position - 1, position), (position, position + 1)):
-            if 0 <= low and high < len(budgets):
-                a, b = budgets[low], budgets[high]
-                probe_budgets.update(a + (b - a) * j // (probes + 1) for j in range(1, probes + 1))
-    probe_budgets -= set(budgets)
+    probe_budgets = gap_probes(samples["budget_bytes"].tolist(), suspicious_samples(samples).index, probes)
     if probe_budgets:
         simulate_at(sorted(probe_budgets))
     samples = frame_at()
