@@ -22,14 +22,17 @@ kept), which the shipped layer checks before it reads a file. Figures go to a
 temporary directory unless ``--figures``.
 
     python scripts/ship_results.py --manifest-only  # rehash every file of the bundle (after checking them)
+    python scripts/ship_results.py --merge 10 --sets traces models --cache DIR --figures figures
     python scripts/ship_results.py --allocator-census [traces dtr-logs models] --cache DIR --figures figures
 
-``--allocator-census`` runs only notebook 08 (the allocator census under both runtime
-semantics) on traces/, the DTR logs and traces/models (there with ``gpu="A100-80GB"`` and
-h_DTR and Coop only), reading the bundle as it is (not ``DTRLAB_RECOMPUTE``), so only the
-runs it lacks are simulated, and adds them to each trace's bundle file, whose other rows
-stay (:func:`merge_pack`). A ``--cache`` filled beforehand (the same runs, e.g. from
-``dtrlab.analysis.allocator_census`` with the notebook's parameters) makes it plot only.
+``--merge NN ...`` runs only those notebooks on the trace sets of ``--sets`` (default traces/),
+reading the bundle as it is (not ``DTRLAB_RECOMPUTE``), so only the runs it lacks are
+simulated, and adds them to each trace's bundle file, whose other rows stay
+(:func:`merge_pack`). A ``--cache`` filled beforehand (the same runs, e.g. from
+``python -m dtrlab.search.ship`` for notebook 10) makes it plot only.
+``--allocator-census`` is ``--merge 08`` on traces/, the DTR logs and traces/models (there
+with ``gpu="A100-80GB"`` and h_DTR and Coop only): the allocator census under both runtime
+semantics.
     python scripts/ship_results.py --execute-only   # notebook 11's real runs only (about 15 s here)
 
 Notebook 11's real runs (training steps executed around a census hole) are shipped as JSON
@@ -73,7 +76,7 @@ EXECUTE_NOTEBOOK = "11"
 #: modern models (traces/models) also on an A100's 80 GB, with h_DTR and Coop under `reserved` (issue 20).
 ALLOCATOR_NOTEBOOK = "08"
 MODELS_PARAMETERS = {"gpu": "A100-80GB", "policies": ["dtr", "coop"]}
-ALLOCATOR_SETS = ("traces", "dtr-logs", "models")
+MERGE_SETS = ("traces", "dtr-logs", "models")
 
 
 def default_logs() -> Path | None:
@@ -166,12 +169,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--execute-only", action="store_true",
                         help=f"only run notebook {EXECUTE_NOTEBOOK} and ship its real runs (OUTPUT/{EXECUTE_SUBDIR}/); "
                              "the rest of the bundle stays as it is")
-    parser.add_argument("--allocator-census", nargs="*", choices=ALLOCATOR_SETS, metavar="SET",
-                        help=f"only run notebook {ALLOCATOR_NOTEBOOK} on these trace sets ({', '.join(ALLOCATOR_SETS)}; "
-                             "default all) and add its runs to their bundle files (the rest of the bundle stays)")
+    parser.add_argument("--merge", nargs="+", metavar="NN",
+                        help="only run these notebooks on the --sets and add their runs to the sets' bundle files "
+                             "(the rest of the bundle stays)")
+    parser.add_argument("--sets", nargs="+", choices=MERGE_SETS, default=["traces"], metavar="SET",
+                        help=f"the trace sets of --merge ({', '.join(MERGE_SETS)}; default traces)")
+    parser.add_argument("--allocator-census", nargs="*", choices=MERGE_SETS, metavar="SET",
+                        help=f"--merge {ALLOCATOR_NOTEBOOK} on these trace sets (default all), with the models' "
+                             "parameters on traces/models")
     args = parser.parse_args(argv)
     if args.allocator_census is not None:
-        return ship_allocator_census(args)
+        return ship_merged(args, [ALLOCATOR_NOTEBOOK], args.allocator_census or MERGE_SETS, MODELS_PARAMETERS)
+    if args.merge:
+        return ship_merged(args, args.merge, args.sets, {})
     if args.manifest_only:
         manifest = write_manifest(args.output)
         print(f"ship_results: {args.output / 'MANIFEST.json'}: {len(manifest['files'])} files")
@@ -206,22 +216,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def ship_allocator_census(args) -> int:
-    """``--allocator-census [SET ...]``: notebook 08 on the trace sets, its new runs merged into the bundle."""
-    chosen = args.allocator_census or ALLOCATOR_SETS
+def ship_merged(args, notebooks: list[str], chosen, models_parameters: dict) -> int:
+    """``--merge`` (and ``--allocator-census``): ``notebooks`` on the trace sets ``chosen``, their new
+    runs merged into the bundle; ``models_parameters`` are the notebooks' extra parameters on traces/models."""
     if "dtr-logs" in chosen and (args.logs is None or not args.logs.is_dir()):
         raise SystemExit("ship_results: no DTR logs found (set $DTRLAB_LOGS or --logs)")
     sets = {"traces": (args.traces, {}), "dtr-logs": (args.logs, {}),
-            "models": (args.traces / "models", MODELS_PARAMETERS)}
+            "models": (args.traces / "models", models_parameters)}
     os.environ["MPLBACKEND"] = "agg"
     started = time.perf_counter()
-    work = Path(tempfile.mkdtemp(prefix="ship-allocator-"))
+    work = Path(tempfile.mkdtemp(prefix="ship-merge-"))
     cache = args.cache or work / "cache"
     try:
         written = []
         for traces_dir, extra in (sets[name] for name in chosen):
-            run_notebooks(traces_dir, cache, work, args.figures or work / "figures", [ALLOCATOR_NOTEBOOK], [],
-                          args.jobs, extra)
+            run_notebooks(traces_dir, cache, work, args.figures or work / "figures", notebooks, [], args.jobs, extra)
             merged = merge_pack(traces_dir, cache, args.output / traces_dir.resolve().name)
             write_manifest(args.output, [path for path, _, _ in merged])  # per set: a rerun can merge again
             written += merged

@@ -259,3 +259,28 @@ def test_cli_search_prints_the_pareto_table(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert code == 0 and "Pareto front" in out and "2 trials run" in out and "wrote 1 policies" in out
     assert main(["search", str(TRACE), "--storage", str(tmp_path / "s.db")]) == 2
+
+
+def test_ship_compares_on_every_held_out_set(tmp_path, monkeypatch, restore_shipped_policies):
+    """``python -m dtrlab.search.ship`` with two ``--heldout`` sets: comparison rows for each, by set."""
+    from dtrlab.search.ship import main as ship, read_shipped_csv
+
+    for directory, names in (("tuning", ["resnet32-b8"]), ("first", ["unet-b2"]), ("second", ["lstm-b16", "unet-b2"])):
+        (tmp_path / directory).mkdir()
+        for name in names:
+            (tmp_path / directory / f"{name}.jsonl.gz").symlink_to(ROOT / "traces" / f"{name}.jsonl.gz")
+    monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))
+    from dtrlab.trace import load_directory
+
+    run_search(list(load_directory(tmp_path / "tuning").values()), tmp_path / "study.db", n_trials=2,
+               ratios=[0.5, 0.9], progress=False, cache=tmp_path / "cache")
+    out = tmp_path / "out"
+    assert ship(["--study", str(tmp_path / "study.db"), "--out", str(out), "--tuning", str(tmp_path / "tuning"),
+                 "--tuning-ratios", "0.5,0.9", "--heldout", str(tmp_path / "first"), "--heldout",
+                 str(tmp_path / "second"), "--heldout-ratios", "0.6,0.9", "--top", "1", "--skip", "inclusion"]) == 0
+    comparison = read_shipped_csv(out / "comparison.csv")
+    held = comparison[comparison["traces_role"] == "held-out"]
+    assert held.groupby("trace_set")["traces"].first().to_dict() == {"first": 1, "second": 2}
+    assert set(held["policy"]) == {"dtr", "msps", "monotone", "searched_1"}
+    per_trace = read_shipped_csv(out / "comparison_per_trace.csv")
+    assert len(per_trace[per_trace["trace_set"] == "second"]) == 2 * 4

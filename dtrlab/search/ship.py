@@ -1,6 +1,7 @@
 """Regenerate ``results/shipped/search/``: the study, its tables, the policies file and the comparisons.
 
-    python -m dtrlab.search.ship --study search.db --tuning traces --heldout ../shared/dtr-logs -j 2
+    python -m dtrlab.search.ship --study search.db --tuning traces \
+        --heldout ../shared/dtr-logs --heldout traces/models --heldout-ratios 0.05:1.0:0.001 -j 2
 
 Writes (CSV and JSON only: the shipped sweep layer reads the ``.parquet`` files
 under ``results/shipped``):
@@ -94,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=SHIPPED_SEARCH)
     parser.add_argument("--tuning", type=Path, default=Path("traces"), help="directory of the tuning trace set")
     parser.add_argument("--tuning-ratios", default="0.05:1.0:0.002")
-    parser.add_argument("--heldout", type=Path, default=Path("../shared/dtr-logs"),
-                        help="directory of the held-out trace set")
+    parser.add_argument("--heldout", type=Path, action="append",
+                        help="directory of a held-out trace set (repeatable; default ../shared/dtr-logs)")
     parser.add_argument("--heldout-ratios", default="0.05:1.0:0.01")
     parser.add_argument("--exclude", action="append", default=[], metavar="PREFIX",
                         help="leave out held-out traces whose name starts with PREFIX (repeatable; e.g. a trace too slow "
@@ -107,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", action="append", default=[], choices=["study", "comparison", "inclusion"])
     parser.add_argument("-j", "--jobs", type=int, default=1)
     args = parser.parse_args(argv)
+    heldout_sets = args.heldout or [Path("../shared/dtr-logs")]
     warnings.filterwarnings("ignore", category=UserWarning)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -133,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     if "comparison" not in args.skip:
         tuned = set(open_study(out / "study.db").user_attrs.get("tuning_traces", []))
         summaries, per_trace = [], []
-        for role, directory, ratios in (("tuning set", args.tuning, args.tuning_ratios),
-                                        ("held-out", args.heldout, args.heldout_ratios)):
+        for role, directory, ratios in [("tuning set", args.tuning, args.tuning_ratios),
+                                        *(("held-out", d, args.heldout_ratios) for d in heldout_sets)]:
             traces = load_directory(directory)
             if role == "held-out":
                 traces = {n: t for n, t in traces.items() if not n.startswith(tuple(args.exclude))}
