@@ -195,6 +195,34 @@ def test_coop_and_dtr_fit_evict_on_a_real_trace_alike(small_resnet):
             assert fast.evictions > 0
 
 
+#: Coop's window costs: compute times of any magnitude (ties, cancellation-free but rounding-heavy
+#: sums), zero, sums that overflow, and inf (an unrecomputable block).
+COSTS = st.one_of(st.floats(min_value=0.0, max_value=1e300, allow_nan=False, allow_infinity=False),
+                  st.sampled_from([0.0, 0.1, 1.0, 2.0 ** 53, 2.0 ** -1074, 1e16, 3.0, 1.7e308, math.inf]),
+                  st.integers(0, 2 ** 60).map(float))
+
+
+@pytest.mark.parametrize("examples", [pytest.param(QUICK, id="quick"),
+                                      pytest.param(THOROUGH, id="thorough", marks=pytest.mark.slow)])
+def test_coops_compiled_window_sum_is_math_fsum(examples):
+    """The compiled coop sums a window's costs exactly as ``math.fsum`` (the reference's sum), last
+    bit included: a single rounding differs from the reference and would pick another window."""
+    from dtrlab.runtime import _core
+
+    @examples
+    @given(st.lists(COSTS, max_size=40))
+    def check(costs):
+        try:
+            expected = math.fsum(costs)
+        except OverflowError:
+            with pytest.raises(OverflowError):
+                _core.exact_sum(costs)
+            return
+        assert _core.exact_sum(costs) == expected or (math.isnan(expected) and math.isnan(_core.exact_sum(costs)))
+
+    check()
+
+
 def test_withheld_storages_are_left_alone(small_resnet):
     withheld = set(range(0, small_resnet.n_tensors, 3))
     for name in ["dtr_tiebreak_id", "ablation:eqclass-size", "twophase", "dtr_sqrt_size"]:

@@ -977,9 +977,31 @@ static PyObject *baseline(PyObject *module, PyObject *args) {
     return Py_BuildValue("(LL)", (long long)peak, (long long)compute);
 }
 
+/* exact_sum(floats): coop's window sum (exact_sum), exposed so that tests compare it with math.fsum. */
+static PyObject *exact_sum_of(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *sequence;
+    if (!PyArg_ParseTuple(args, "O", &sequence)) return NULL;
+    PyObject *fast = PySequence_Fast(sequence, "exact_sum takes a sequence of floats");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    double *xs = PyMem_Malloc(sizeof(double) * (size_t)(2 * n + 1)), total = 0.0;
+    if (!xs) { Py_DECREF(fast); return PyErr_NoMemory(); }
+    int failed = 0;
+    for (Py_ssize_t k = 0; k < n && !failed; k++) {
+        xs[k] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, k));
+        failed = xs[k] == -1.0 && PyErr_Occurred();
+    }
+    if (!failed) failed = exact_sum(xs, n, xs + n, &total) < 0;
+    PyMem_Free(xs);
+    Py_DECREF(fast);
+    return failed ? NULL : PyFloat_FromDouble(total);
+}
+
 static PyMethodDef core_methods[] = {
     {"replay", replay, METH_VARARGS, "Run one replay; see dtrlab/runtime/compiled.py."},
     {"baseline", baseline, METH_VARARGS, "The unbounded baseline (peak, compute); see dtrlab/runtime/baseline.py."},
+    {"exact_sum", exact_sum_of, METH_VARARGS, "math.fsum of costs >= 0 as coop's compiled window sum computes it."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,0 +1,76 @@
+"""Allocator-census wall time: issue 10's census on the 8 DTR logs, every simulation timed.
+
+    python benchmarks/bench_allocator_census.py [--logs ../shared/dtr-logs] [--jobs 2] [--only unet resnet32]
+
+The census of issue 10: flat h_DTR (the reference for the threshold shift), then h_DTR, Coop
+and dtr_fit under the caching allocator without and with expandable segments (the
+``reserved`` semantics), at a 0.005 ratio step from 0.05 to 1.0 with refinement (every
+pass/fail edge bisected to 0.001 of the baseline peak, suspicious samples probed), no
+address-policy comparison. Runs :func:`dtrlab.analysis.allocator_census` one log at a time
+on an empty result cache and without the shipped results (``DTRLAB_RECOMPUTE=1``), and
+prints the wall time and CPU time (this process and its workers) per log, the number of
+simulations, and the holes per configuration, then the totals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ["DTRLAB_RECOMPUTE"] = "1"  # simulate everything: no shipped results (results/shipped/) either
+
+from dtrlab.analysis.allocator_census import EXPANDABLE, Config, allocator_census  # noqa: E402
+from dtrlab.runtime import FLAT  # noqa: E402
+from dtrlab.trace import load_directory  # noqa: E402
+
+#: Issue 10's configurations (the ``reserved`` semantics only).
+ISSUE_10_CONFIGS = [Config("dtr", FLAT), *(Config(policy, "caching", options) for options in ({}, EXPANDABLE)
+                                           for policy in ("dtr", "coop", "dtr_fit"))]
+
+
+def cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--logs", default=str(Path(__file__).resolve().parent.parent.parent / "shared" / "dtr-logs"))
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="logs whose name starts with one of these")
+    args = parser.parse_args()
+
+    traces = load_directory(args.logs)
+    if args.only:
+        traces = {name: trace for name, trace in traces.items() if name.startswith(tuple(args.only))}
+    if not traces:
+        print(f"no logs in {args.logs} (matching {args.only})", file=sys.stderr)
+        return 2
+    print(f"{len(traces)} logs, {len(ISSUE_10_CONFIGS)} configurations, -j {args.jobs}, empty cache, "
+          f"load average {os.getloadavg()[0]:.1f} at the start")
+    total_wall, total_runs = 0.0, 0
+    cpu_start = cpu_seconds()
+    for name, trace in traces.items():
+        with tempfile.TemporaryDirectory() as cache:
+            started, cpu = time.perf_counter(), cpu_seconds()
+            census = allocator_census({name: trace}, ISSUE_10_CONFIGS, jobs=args.jobs, cache=cache,
+                                      address_flips=(), progress=False)
+            wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+        total_wall += wall
+        total_runs += len(census.samples)
+        holes = " ".join(f"{row.policy}@{row.memory}:{row.holes}" for row in census.table.itertuples())
+        print(f"{name[:24]:24s} {wall:7.1f} s wall  {cpu:7.1f} s CPU  runs {len(census.samples):5d}  holes {holes}",
+              flush=True)
+    print(f"total: {total_wall:.0f} s wall ({total_wall / 60:.1f} min), {cpu_seconds() - cpu_start:.0f} s CPU, "
+          f"{total_runs} runs; load average {os.getloadavg()[0]:.1f} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
