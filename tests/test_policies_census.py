@@ -32,6 +32,25 @@ def test_census_counts_the_resnet_hole(resnet_trace):
     assert census.pivot("holes").loc[resnet_trace.name, "dtr"] == 1
 
 
+def test_refined_census_is_refine_holes_of_each_sweep(resnet_trace):
+    """``refine=True``: each policy's census is refine_holes' refined census of its sweep: the
+    hole's edges bisected inside the grid's step, every sampled budget in ``samples``."""
+    from dtrlab.analysis.holes import refine_holes
+    from dtrlab.sweep import sweep
+
+    census = variant_census(resnet_trace, ["dtr"], ratios=RATIOS, cache=False, progress=False, refine=True)
+    frame = sweep(resnet_trace, "dtr", ratios=RATIOS, cache=False, progress=False)
+    direct = refine_holes(resnet_trace, frame, "dtr", cache=False, progress=False).refined
+    row = census.table.set_index("policy").loc["dtr"]
+    assert row["samples"] == len(direct.samples) == len(census.samples) > len(frame)
+    assert (row["holes"], row["threshold_ratio"]) == (len(direct.holes), direct.threshold_ratio)
+    hole = census.censuses[resnet_trace.name, "dtr"].holes.iloc[0]  # the grid's: 0.17 fails, 0.165 and 0.175 pass
+    assert 0.165 < hole["pass_below_ratio"] < hole["fail_low_ratio"] <= 0.17 <= hole["fail_high_ratio"]
+    assert hole["fail_high_ratio"] < hole["pass_above_ratio"] == row["threshold_ratio"] < 0.175
+    passing = frame[frame["status"] == "pass"]  # the overhead stays the grid's
+    assert row["mean_pass_overhead"] == pytest.approx(passing["overhead"].mean())
+
+
 def test_census_rejects_bad_input(resnet_trace):
     with pytest.raises(TypeError, match="load_directory"):
         variant_census("resnet.log", ["dtr"])

@@ -17,7 +17,7 @@ from ..policies import VARIANTS, Policy, get_policy
 from ..runtime import DEFAULT_OVERHEAD_LIMIT, RESERVED
 from ..sweep import sweep
 from ..trace.model import Trace
-from .holes import HoleCensus, find_holes
+from .holes import HoleCensus, find_holes, refine_holes
 
 #: h_DTR, its simrd siblings, TwoPhase and every registered score variant.
 DEFAULT_POLICIES = ("dtr", "dtr_eq_class", "dtr_local", "twophase", *VARIANTS)
@@ -55,13 +55,19 @@ def variant_census(traces: Trace | list[Trace] | dict[str, Trace], policies=DEFA
                    ratios="0.05:1.0:0.01", jobs: int = 1, backend: str = "loky", client=None,
                    overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, cache: bool | str | os.PathLike = True,
                    progress: bool = True, memory="flat", memory_options: dict | None = None,
-                   enforce: str = RESERVED, device_capacity=None) -> VariantCensus:
+                   enforce: str = RESERVED, device_capacity=None, refine: bool = False) -> VariantCensus:
     """Sweep every policy over every trace at ``ratios`` and tabulate their holes.
 
     ``policies`` are registered names, classes or instances (a policy defined in a
     notebook cell works); ``ratios``, ``jobs``, ``backend``, ``client`` and ``cache``
     are as in :func:`dtrlab.sweep.sweep`, and so are ``memory``, ``memory_options``,
     ``enforce`` and ``device_capacity`` (one memory model and semantics for every run).
+    ``refine`` refines each sweep as :func:`refine_holes` does with its defaults (probes
+    beside suspicious samples, every pass/fail edge bisected to ``default_resolution``):
+    holes narrower than the grid's step are then found where a suspicious sample points at
+    them, and thresholds are exact to that resolution; ``samples`` and the table's counts
+    hold every sampled budget, but ``mean_pass_overhead`` stays the grid's (probes cluster
+    where a policy fails, and would weigh its most expensive budgets more).
     """
     if isinstance(traces, Trace):
         traces = [traces]
@@ -77,16 +83,21 @@ def variant_census(traces: Trace | list[Trace] | dict[str, Trace], policies=DEFA
     if len(set(labels)) != len(labels):
         raise ValueError(f"policies must have distinct labels, got {labels}")
 
-    frames, censuses = [], {}
+    frames, censuses, grid_overheads = [], {}, {}
     for trace in traces:
         for policy in policies:
             frame = sweep(trace, policy, ratios=ratios, jobs=jobs, backend=backend, client=client,
                           overhead_limit=overhead_limit, cache=cache, progress=progress, memory=memory,
                           memory_options=memory_options, enforce=enforce, device_capacity=device_capacity)
-            frames.append(frame)
-            censuses[trace.name, policy.label] = find_holes(frame)
+            census = find_holes(frame)
+            grid_overheads[trace.name, policy.label] = _mean_pass_overhead(frame)
+            if refine:
+                census = refine_holes(trace, frame, policy, jobs=jobs, backend=backend, client=client, cache=cache,
+                                      progress=False).refined
+            frames.append(census.samples)
+            censuses[trace.name, policy.label] = census
     samples = pd.concat(frames, ignore_index=True)
-    table = pd.DataFrame([_row(census) for census in censuses.values()])
+    table = pd.DataFrame([_row(census, grid_overheads[key]) for key, census in censuses.items()])
     dtr = table[table["policy"] == "dtr"].set_index("trace")
     for column in ("failures", "holes"):
         table[f"{column}_vs_dtr"] = table[column] - table["trace"].map(dtr[column]) if len(dtr) else float("nan")
@@ -94,9 +105,13 @@ def variant_census(traces: Trace | list[Trace] | dict[str, Trace], policies=DEFA
     return VariantCensus(ratios=ratio_list, table=table[TABLE_COLUMNS], samples=samples, censuses=censuses)
 
 
-def _row(census: HoleCensus) -> dict:
-    passing = census.samples[census.samples["status"] == "pass"]
+def _mean_pass_overhead(frame: pd.DataFrame) -> float:
+    passing = frame[frame["status"] == "pass"]
+    return float(passing["overhead"].mean()) if len(passing) else float("nan")
+
+
+def _row(census: HoleCensus, mean_pass_overhead: float) -> dict:
     return {"trace": census.trace, "policy": census.policy, "samples": len(census.samples),
             "failures": census.failures, "non_monotone_failures": census.non_monotone_failures,
             "holes": len(census.holes), "threshold_ratio": census.threshold_ratio,
-            "mean_pass_overhead": float(passing["overhead"].mean()) if len(passing) else float("nan")}
+            "mean_pass_overhead": mean_pass_overhead}

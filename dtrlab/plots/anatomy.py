@@ -18,7 +18,9 @@ ANATOMY_LABELS = {"oom": "oom (fails at any limit)", "cliff": "cliff", "near-mis
 
 def plot_holes_by_limit(table: pd.DataFrame, *, titles: dict[str, str] | None = None, columns: int = 4):
     """One panel per trace: the number of holes (y) at each overhead limit (x, log scale), one line per
-    policy. ``table``: :attr:`dtrlab.analysis.limit_census.LimitCensus.table` (or its shipped CSV)."""
+    policy and memory model (``dtr`` under flat memory, ``dtr @ caching`` under another).
+    ``table``: :attr:`dtrlab.analysis.limit_census.LimitCensus.table` (or its shipped CSV)."""
+    table = table.assign(policy=[p if m == "flat" else f"{p} @ {m}" for p, m in zip(table["policy"], table["memory"])])
     traces = list(dict.fromkeys(table["trace"]))
     styles = policy_styles(list(dict.fromkeys(table["policy"])))
     fig, axes = panel_grid(len(traces), columns=columns, sharex=True)

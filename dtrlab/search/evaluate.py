@@ -44,9 +44,10 @@ class Evaluation:
 
 
 def evaluate(policy, traces, *, ratios=SEARCH_RATIOS, jobs: int = 1, cache: bool | str | os.PathLike = True,
-             progress: bool = False) -> Evaluation:
-    """Sweep ``policy`` over ``traces`` and rank it by holes, threshold and overhead."""
-    census = variant_census(traces, [policy], ratios=ratios, jobs=jobs, cache=cache, progress=progress)
+             progress: bool = False, refine: bool = False) -> Evaluation:
+    """Sweep ``policy`` over ``traces`` and rank it by holes, threshold and overhead (``refine``: of the
+    refined census, see :func:`~dtrlab.analysis.variant_census.variant_census`)."""
+    census = variant_census(traces, [policy], ratios=ratios, jobs=jobs, cache=cache, progress=progress, refine=refine)
     return summarize(census.table)
 
 

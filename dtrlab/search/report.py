@@ -39,18 +39,18 @@ def export_policies(study, path: str | os.PathLike = SHIPPED_POLICIES, top: int 
 
 
 def compare(policies, traces, *, ratios=SEARCH_RATIOS, jobs: int = 1, cache=True,
-            progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+            progress: bool = False, refine: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Holes, mean threshold and mean overhead of each policy over ``traces``.
 
     ``policies`` is a list, or a dict display name -> policy (a searched policy shown
     as ``searched_1`` but swept as its ``score_search`` parameters, whose sweeps the
     search has cached). Returns ``(summary, per_trace)``: one row per policy, and the
-    variant-census rows (one per trace and policy).
+    variant-census rows (one per trace and policy); ``refine``: of the refined censuses.
     """
     named = policies.items() if isinstance(policies, dict) else [(None, p) for p in policies]
     rows, tables = [], []
     for name, policy in named:
-        result = evaluate(policy, traces, ratios=ratios, jobs=jobs, cache=cache, progress=progress)
+        result = evaluate(policy, traces, ratios=ratios, jobs=jobs, cache=cache, progress=progress, refine=refine)
         shown = name or result.policy
         rows.append({**result.as_dict(), "policy": shown, "traces": len(result.table)})
         tables.append(result.table.assign(policy=shown))

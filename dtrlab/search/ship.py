@@ -10,7 +10,8 @@ under ``results/shipped``):
 * ``trials.csv``, ``pareto.csv``: every completed trial, the Pareto front;
 * ``policies.json``: the best Pareto trials as ``searched_1..N`` (registered at import);
 * ``comparison.csv``, ``comparison_per_trace.csv``: holes, threshold and overhead of
-  the compared policies on each trace set, with the set's role (tuning, held-out);
+  the compared policies on each trace set, with the set's role (tuning, held-out), its
+  grid and whether the censuses were refined (``--refine``);
 * ``inclusion_pairs.csv``, ``inclusion_prediction.csv``: the inclusion census where
   holes can be (:func:`hole_zones`).
 
@@ -101,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exclude", action="append", default=[], metavar="PREFIX",
                         help="leave out held-out traces whose name starts with PREFIX (repeatable; e.g. a trace too slow "
                              "for the machine at hand: say so where the results are reported)")
+    parser.add_argument("--refine", action="store_true",
+                        help="refine every compared sweep (probes beside suspicious samples, edges bisected): holes "
+                             "narrower than the step are found where a suspicious sample points at them")
     parser.add_argument("--inclusion-ratios", default="0.05:1.0:0.02")
     parser.add_argument("--top", type=int, default=3)
     parser.add_argument("--inclusion-baselines-only", action="store_true",
@@ -147,9 +151,11 @@ def main(argv: list[str] | None = None) -> int:
             for group, members in groups.items():
                 if not members:
                     continue
-                summary, table = compare(policies, members, ratios=ratios, jobs=args.jobs, progress=True)
-                summaries.append(summary.assign(traces_role=group, trace_set=directory.name, ratios=ratios))
-                per_trace.append(table.assign(traces_role=group, trace_set=directory.name, ratios=ratios))
+                summary, table = compare(policies, members, ratios=ratios, jobs=args.jobs, progress=True,
+                                         refine=args.refine)
+                where = dict(traces_role=group, trace_set=directory.name, ratios=ratios, refined=args.refine)
+                summaries.append(summary.assign(**where))
+                per_trace.append(table.assign(**where))
                 print(group, directory.name, "\n", summary.to_string(index=False), flush=True)
         write_csv(pd.concat(summaries, ignore_index=True), out / "comparison.csv", written)
         write_csv(pd.concat(per_trace, ignore_index=True), out / "comparison_per_trace.csv", written)
