@@ -144,7 +144,9 @@ def test_every_shipped_file_matches_the_manifest():
 def test_bundle_is_in_the_repository_for_every_shipped_trace(shipped_traces):
     assert [p.stem for p in TRACES_BUNDLE] == sorted(shipped_traces), "run scripts/ship_results.py"
     total = sum(p.stat().st_size for p in DEFAULT_SHIPPED_DIR.rglob("*.parquet"))
-    assert total < 6e6, f"the bundle is {total / 1e6:.1f} MB; keep it a few MB"
+    # 6.9 MB on 1 December 2026, after notebook 10's sweeps of the five searched policies joined
+    # traces/ (0.002) and traces/models (0.005, eight policies).
+    assert total < 8e6, f"the bundle is {total / 1e6:.1f} MB; keep it a few MB"
 
 
 @pytest.mark.parametrize("path", TRACES_BUNDLE + LOGS_BUNDLE, ids=lambda p: f"{p.parent.name}/{p.stem}")
