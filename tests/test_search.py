@@ -264,14 +264,13 @@ def test_cli_search_prints_the_pareto_table(tmp_path, capsys, monkeypatch):
 def test_ship_compares_on_every_held_out_set(tmp_path, monkeypatch, restore_shipped_policies):
     """``python -m dtrlab.search.ship`` with two ``--heldout`` sets: comparison rows for each, by set."""
     from dtrlab.search.ship import main as ship, read_shipped_csv
+    from dtrlab.trace import load_directory
 
     for directory, names in (("tuning", ["resnet32-b8"]), ("first", ["unet-b2"]), ("second", ["lstm-b16", "unet-b2"])):
         (tmp_path / directory).mkdir()
         for name in names:
             (tmp_path / directory / f"{name}.jsonl.gz").symlink_to(ROOT / "traces" / f"{name}.jsonl.gz")
     monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))
-    from dtrlab.trace import load_directory
-
     run_search(list(load_directory(tmp_path / "tuning").values()), tmp_path / "study.db", n_trials=2,
                ratios=[0.5, 0.9], progress=False, cache=tmp_path / "cache")
     out = tmp_path / "out"

@@ -14,7 +14,7 @@ def register(subparsers) -> None:
                         help="SQLite file of the study (default search.db); rerun with the same file to resume")
     parser.add_argument("--study", default="score_search", help="study name inside the storage")
     parser.add_argument("--trials", type=positive_int,
-                        help="total completed trials to reach (a resumed search runs the rest)")
+                        help="total finished (completed or pruned) trials to reach (a resumed search runs the rest)")
     parser.add_argument("--time", type=positive_float, metavar="SECONDS", help="stop starting new trials after SECONDS")
     parser.add_argument("--ratios", default="0.05:1.0:0.002",
                         help="START:STOP:STEP or comma-separated ratios (default 0.05:1.0:0.002)")
@@ -31,7 +31,7 @@ def search(args) -> int:
     from ..search import export_policies, open_study, run_search
 
     if args.trials is None and args.time is None:
-        raise ValueError("give a budget: --trials N (total completed trials) and/or --time SECONDS")
+        raise ValueError("give a budget: --trials N (total finished trials) and/or --time SECONDS")
     ratios = ratio_grid(args.ratios)
     result = run_search(load_traces(args.logs), args.storage, study_name=args.study, n_trials=args.trials,
                         timeout=args.time, ratios=ratios, jobs=args.jobs, cache=not args.no_cache, seed=args.seed)

@@ -288,13 +288,14 @@ static int formula_score(Sim *sim, const ScoreSpec *p, int32_t s, double *out) {
 /* coop and dtr_fit (policies/coop.py) read the memory model's layout and the request. */
 
 /* math.fsum of xs[0..n) (costs >= 0 or inf): the exactly rounded sum, by Shewchuk's
- * non-overlapping partials, then the round-half-even correction of the last two. */
+ * non-overlapping partials, then the round-half-even correction of the last two. An inf
+ * resets the partials, as CPython's fsum does, so finite sums after it cannot overflow. */
 static int exact_sum(const double *xs, Py_ssize_t n, double *partials, double *out) {
     Py_ssize_t count = 0;
     double special = 0.0;
     for (Py_ssize_t k = 0; k < n; k++) {
         double x = xs[k];
-        if (!isfinite(x)) { special += x; continue; }
+        if (!isfinite(x)) { special += x; count = 0; continue; }
         Py_ssize_t kept = 0;
         for (Py_ssize_t j = 0; j < count; j++) {
             double y = partials[j];

@@ -1,7 +1,9 @@
 """Regenerate ``results/shipped/search/``: the study, its tables, the policies file and the comparisons.
 
-    python -m dtrlab.search.ship --study search.db --tuning traces \
-        --heldout ../shared/dtr-logs --heldout traces/models --heldout-ratios 0.05:1.0:0.001 -j 2
+    python -m dtrlab.search.ship --study search.db --top 5 --refine --tuning traces \
+        --heldout ../shared/dtr-logs --heldout traces/models --heldout-ratios 0.05:1.0:0.005 -j 2
+
+(the shipped results' command; ``--heldout-ratios 0.05:1.0:0.001`` is the finer census, hours of CPU).
 
 Writes (CSV and JSON only: the shipped sweep layer reads the ``.parquet`` files
 under ``results/shipped``):

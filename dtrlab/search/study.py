@@ -174,7 +174,7 @@ def run_search(traces, storage: str | os.PathLike, *, study_name: str = "score_s
                cache: bool | str | os.PathLike = True, seed: int = 0, prune_margin: int | None = 2,
                progress: bool = True) -> SearchResult:
     """Search the :data:`~dtrlab.search.space.SPACE` on ``traces`` until the study has
-    ``n_trials`` completed trials or ``timeout`` seconds passed (at least one must be given).
+    ``n_trials`` finished (completed or pruned) trials or ``timeout`` seconds passed (at least one must be given).
 
     Each trial sweeps one policy over every trace at ``ratios`` (cached, ``jobs``
     processes) and is ranked by :func:`~dtrlab.search.evaluate.objective_value`.
@@ -184,7 +184,7 @@ def run_search(traces, storage: str | os.PathLike, *, study_name: str = "score_s
     remaining traces would cost the most. ``None`` evaluates every trial fully.
     """
     if n_trials is None and timeout is None:
-        raise ValueError("give a budget: n_trials= (total completed trials) or timeout= (seconds), or both")
+        raise ValueError("give a budget: n_trials= (total finished trials) or timeout= (seconds), or both")
     if n_trials is not None and n_trials < 1:
         raise ValueError(f"n_trials is the number of finished trials to reach (>= 1), got {n_trials}")
     if timeout is not None and not timeout > 0:
