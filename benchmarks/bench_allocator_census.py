@@ -27,7 +27,7 @@ os.environ["DTRLAB_RECOMPUTE"] = "1"  # simulate everything: no shipped results 
 
 from dtrlab.analysis.allocator_census import EXPANDABLE, Config, allocator_census  # noqa: E402
 from dtrlab.runtime import FLAT  # noqa: E402
-from dtrlab.trace import load_directory  # noqa: E402
+from bench_census import selected_logs  # noqa: E402  (beside this script)
 
 #: Issue 10's configurations (the ``reserved`` semantics only).
 ISSUE_10_CONFIGS = [Config("dtr", FLAT), *(Config(policy, "caching", options) for options in ({}, EXPANDABLE)
@@ -41,11 +41,8 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", metavar="NAME", help="logs whose name starts with one of these")
     args = parser.parse_args()
 
-    traces = load_directory(args.logs)
-    if args.only:
-        traces = {name: trace for name, trace in traces.items() if name.startswith(tuple(args.only))}
+    traces = selected_logs(args.logs, args.only)
     if not traces:
-        print(f"no logs in {args.logs} (matching {args.only})", file=sys.stderr)
         return 2
     print(f"{len(traces)} logs, {len(ISSUE_10_CONFIGS)} configurations, -j {args.jobs}, empty cache, "
           f"load average {os.getloadavg()[0]:.1f} at the start")

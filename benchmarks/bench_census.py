@@ -39,6 +39,17 @@ def missed_holes(plain: pd.DataFrame, refined: pd.DataFrame) -> int:
                 ).sum() != 1 for hole in plain.itertuples())
 
 
+def selected_logs(logs: str, only: list[str] | None) -> dict:
+    """The logs of directory ``logs`` whose name starts with one of ``only`` (all without it); none,
+    after a one-line message on stderr, when there is no such directory or log."""
+    traces = load_directory(logs) if Path(logs).is_dir() else {}
+    if only:
+        traces = {name: trace for name, trace in traces.items() if name.startswith(tuple(only))}
+    if not traces:
+        print(f"no logs in {logs} (matching {only})", file=sys.stderr)
+    return traces
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--logs", default=str(Path(__file__).resolve().parent.parent.parent / "shared" / "dtr-logs"))
@@ -47,11 +58,8 @@ def main() -> int:
     parser.add_argument("--plain", metavar="DIR", help="saved plain 0.001 sweeps to compare with")
     args = parser.parse_args()
 
-    traces = load_directory(args.logs)
-    if args.only:
-        traces = {name: trace for name, trace in traces.items() if name.startswith(tuple(args.only))}
+    traces = selected_logs(args.logs, args.only)
     if not traces:
-        print(f"no logs in {args.logs} (matching {args.only})", file=sys.stderr)
         return 2
     for jobs in args.jobs:
         total, all_found = 0.0, True

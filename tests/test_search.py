@@ -283,3 +283,12 @@ def test_ship_compares_on_every_held_out_set(tmp_path, monkeypatch, restore_ship
     assert set(held["policy"]) == {"dtr", "msps", "monotone", "searched_1"}
     per_trace = read_shipped_csv(out / "comparison_per_trace.csv")
     assert len(per_trace[per_trace["trace_set"] == "second"]) == 2 * 4
+
+
+def test_ship_names_a_missing_trace_directory(tmp_path, capsys):
+    from dtrlab.search.ship import main as ship
+
+    with pytest.raises(SystemExit) as exit_info:
+        ship(["--out", str(tmp_path), "--skip", "study", "--skip", "inclusion", "--heldout", str(tmp_path / "nope")])
+    assert exit_info.value.code == 2
+    assert f"--heldout {tmp_path / 'nope'}: not a directory of traces" in capsys.readouterr().err

@@ -115,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=1)
     args = parser.parse_args(argv)
     heldout_sets = args.heldout or [Path("../shared/dtr-logs")]
+    for option, directory in [("--tuning", args.tuning), *(("--heldout", d) for d in heldout_sets)]:
+        if "comparison" not in args.skip and not directory.is_dir():
+            parser.error(f"{option} {directory}: not a directory of traces")
     warnings.filterwarnings("ignore", category=UserWarning)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
