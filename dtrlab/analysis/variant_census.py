@@ -89,11 +89,9 @@ def variant_census(traces: Trace | list[Trace] | dict[str, Trace], policies=DEFA
             frame = sweep(trace, policy, ratios=ratios, jobs=jobs, backend=backend, client=client,
                           overhead_limit=overhead_limit, cache=cache, progress=progress, memory=memory,
                           memory_options=memory_options, enforce=enforce, device_capacity=device_capacity)
-            census = find_holes(frame)
             grid_overheads[trace.name, policy.label] = _mean_pass_overhead(frame)
-            if refine:
-                census = refine_holes(trace, frame, policy, jobs=jobs, backend=backend, client=client, cache=cache,
-                                      progress=False).refined
+            census = refine_holes(trace, frame, policy, jobs=jobs, backend=backend, client=client, cache=cache,
+                                  progress=False).refined if refine else find_holes(frame)
             frames.append(census.samples)
             censuses[trace.name, policy.label] = census
     samples = pd.concat(frames, ignore_index=True)
