@@ -91,6 +91,52 @@ def test_a_log_file_read_at_once_names_the_same_line(tmp_path, lines, line_numbe
     assert message in str(error.value)
 
 
+SMALL_LOG = ['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION":"CONSTANT","NAME":"a"}',
+             '{"INSTRUCTION":"MEMORY","NAME":"a","MEMORY":"8"}',
+             '{"INSTRUCTION":"CALL","NAME":"f","ARGS":["a"],"RESULT":["b"],"TIME":"3"}',
+             '{"INSTRUCTION":"MEMORY","NAME":"b","MEMORY":"4"}', '{"INSTRUCTION":"ALIAS","NAME":"b","ALIAS":"-1"}',
+             '{"INSTRUCTION":"RELEASE","NAME":"a"}']
+
+
+@pytest.mark.parametrize("separator", ["\n", "\r\n", "\n\n", "\n  \t\n"])
+def test_blank_lines_and_crlf_read_at_once_as_line_by_line(tmp_path, separator):
+    """The one-decode reader has a path for blank-free files (line i is record i) and one that numbers
+    the non-blank lines; both give the line-by-line trace, and an error names the file's own line."""
+    path = tmp_path / "small.log"
+    path.write_bytes((separator.join(SMALL_LOG) + separator).encode())
+    trace = load_log(path, cache=False)
+    assert trace == parse_lines(path.read_bytes().splitlines(keepends=True), source=str(path), name=trace.name)
+    bad = SMALL_LOG[:-1] + ['{"INSTRUCTION":"RELEASE"}']
+    text = separator.join(bad) + separator
+    path.write_bytes(text.encode())
+    line = text[:text.index(bad[-1])].count("\n") + 1
+    with pytest.raises(TraceFormatError, match=rf"small.log:{line}: .*lacks field 'NAME'"):
+        load_log(path, cache=False)
+
+
+def test_parsing_restores_the_cyclic_collector(tmp_path):
+    """A parse pauses the cyclic garbage collector (it only slows a parse down); it is on again after a
+    parse, a failed one included, and stays off where the caller turned it off."""
+    import gc
+
+    path = tmp_path / "small.log"
+    path.write_text("\n".join(SMALL_LOG) + "\n")
+    assert gc.isenabled()
+    load_log(path, cache=False)
+    assert gc.isenabled()
+    path.write_text("\n".join(SMALL_LOG[:-1] + ['{"INSTRUCTION":"RELEASE"}']) + "\n")
+    with pytest.raises(TraceFormatError):
+        load_log(path, cache=False)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        path.write_text("\n".join(SMALL_LOG) + "\n")
+        load_log(path, cache=False)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 @pytest.mark.parametrize("log", [RESNET_LOG, UNET_LOG])
 def test_reading_a_log_at_once_gives_the_line_by_line_trace(logs_dir, log):
     path = logs_dir / log
