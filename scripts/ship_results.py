@@ -30,9 +30,9 @@ reading the bundle as it is (not ``DTRLAB_RECOMPUTE``), so only the runs it lack
 simulated, and adds them to each trace's bundle file, whose other rows stay
 (:func:`merge_pack`). A ``--cache`` filled beforehand (the same runs, e.g. from
 ``python -m dtrlab.search.ship`` for notebook 10) makes it plot only.
-``--allocator-census`` is ``--merge 08`` on traces/, the DTR logs and traces/models (there
-with ``gpu="A100-80GB"`` and h_DTR and Coop only): the allocator census under both runtime
-semantics.
+``--allocator-census`` is ``--merge 08`` on traces/, the DTR logs and traces/models (where the
+notebook adds an A100's 80 GB as a device and runs h_DTR and Coop only): the allocator census under
+both runtime semantics.
     python scripts/ship_results.py --execute-only   # notebook 11's real runs only (about 15 s here)
 
 Notebook 11's real runs (training steps executed around a census hole) are shipped as JSON
@@ -72,10 +72,9 @@ import make_figures  # noqa: E402  (beside this script)
 LOG_NOTEBOOKS = ["01", "02", "08"]
 #: The notebook whose real runs (not sweeps) are shipped, in results/shipped/execute/.
 EXECUTE_NOTEBOOK = "11"
-#: The allocator census (--allocator-census) and its parameters per trace set beyond the defaults: the
-#: modern models (traces/models) also on an A100's 80 GB, with h_DTR and Coop under `reserved` (issue 20).
+#: The allocator census (--allocator-census); on traces/models the notebook's defaults add an A100's
+#: 80 GB and leave dtr_fit out (issue 20).
 ALLOCATOR_NOTEBOOK = "08"
-MODELS_PARAMETERS = {"gpu": "A100-80GB", "policies": ["dtr", "coop"]}
 MERGE_SETS = ("traces", "dtr-logs", "models")
 
 
@@ -85,10 +84,10 @@ def default_logs() -> Path | None:
 
 
 def run_notebooks(traces_dir: Path, cache: Path, work: Path, figures: Path, only: list[str] | None,
-                  skip: list[str], jobs: int, extra: dict | None = None) -> None:
+                  skip: list[str], jobs: int) -> None:
     name = make_figures.trace_set_name(traces_dir)
     parameters = make_figures.notebook_parameters(traces_dir, figures / name, cache, quick=False, jobs=jobs,
-                                                  reference=None) | (extra or {})
+                                                  reference=None)
     for path in make_figures.notebook_paths(only):
         if path.name.startswith(tuple(skip)):
             continue
@@ -175,13 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sets", nargs="+", choices=MERGE_SETS, default=["traces"], metavar="SET",
                         help=f"the trace sets of --merge ({', '.join(MERGE_SETS)}; default traces)")
     parser.add_argument("--allocator-census", nargs="*", choices=MERGE_SETS, metavar="SET",
-                        help=f"--merge {ALLOCATOR_NOTEBOOK} on these trace sets (default all), with the models' "
-                             "parameters on traces/models")
+                        help=f"--merge {ALLOCATOR_NOTEBOOK} on these trace sets (default all)")
     args = parser.parse_args(argv)
     if args.allocator_census is not None:
-        return ship_merged(args, [ALLOCATOR_NOTEBOOK], args.allocator_census or MERGE_SETS, MODELS_PARAMETERS)
+        return ship_merged(args, [ALLOCATOR_NOTEBOOK], args.allocator_census or MERGE_SETS)
     if args.merge:
-        return ship_merged(args, args.merge, args.sets, {})
+        return ship_merged(args, args.merge, args.sets)
     if args.manifest_only:
         manifest = write_manifest(args.output)
         print(f"ship_results: {args.output / 'MANIFEST.json'}: {len(manifest['files'])} files")
@@ -216,21 +214,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def ship_merged(args, notebooks: list[str], chosen, models_parameters: dict) -> int:
+def ship_merged(args, notebooks: list[str], chosen) -> int:
     """``--merge`` (and ``--allocator-census``): ``notebooks`` on the trace sets ``chosen``, their new
-    runs merged into the bundle; ``models_parameters`` are the notebooks' extra parameters on traces/models."""
+    runs merged into the bundle."""
     if "dtr-logs" in chosen and (args.logs is None or not args.logs.is_dir()):
         raise SystemExit("ship_results: no DTR logs found (set $DTRLAB_LOGS or --logs)")
-    sets = {"traces": (args.traces, {}), "dtr-logs": (args.logs, {}),
-            "models": (args.traces / "models", models_parameters)}
+    sets = {"traces": args.traces, "dtr-logs": args.logs, "models": args.traces / "models"}
     os.environ["MPLBACKEND"] = "agg"
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="ship-merge-"))
     cache = args.cache or work / "cache"
     try:
         written = []
-        for traces_dir, extra in (sets[name] for name in chosen):
-            run_notebooks(traces_dir, cache, work, args.figures or work / "figures", notebooks, [], args.jobs, extra)
+        for traces_dir in (sets[name] for name in chosen):
+            run_notebooks(traces_dir, cache, work, args.figures or work / "figures", notebooks, [], args.jobs)
             merged = merge_pack(traces_dir, cache, args.output / traces_dir.resolve().name)
             write_manifest(args.output, [path for path, _, _ in merged])  # per set: a rerun can merge again
             written += merged

@@ -50,9 +50,10 @@ def test_notebook_runs_in_quick_mode_and_writes_figures(notebook, tmp_path, monk
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("prefix", ["03", "04", "10"])
+@pytest.mark.parametrize("prefix", ["03", "04", "08", "10"])
 def test_models_notebooks_read_only_shipped_results(prefix, tmp_path, monkeypatch):
-    """Notebooks 03, 04 and 10 on traces/models (figures/models/) simulate nothing: every run they ask for is shipped."""
+    """Notebooks 03, 04, 08 and 10 on traces/models (figures/models/) simulate nothing: every run they ask for is
+    shipped."""
     pytest.importorskip("papermill")
     monkeypatch.setenv("MPLBACKEND", "agg")
     monkeypatch.delenv("DTRLAB_RECOMPUTE", raising=False)

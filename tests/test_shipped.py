@@ -201,6 +201,28 @@ def test_dtr_log_census_is_shipped(log_traces, tmp_path):
                 f"{path.stem}: {policy} {memory} {grid}"
 
 
+def test_models_allocator_census_is_shipped(tmp_path):
+    """Every configuration of notebook 08's census of today's models (its defaults on traces/models) on
+    its grid, so that the notebook opens there in seconds."""
+    from dtrlab.analysis.allocator_census import MODELS_GPU, MODELS_POLICIES, census_configs
+
+    models = load_directory(ROOT / "traces" / "models")
+    bundle = sorted((DEFAULT_SHIPPED_DIR / "models").glob("*.parquet"))
+    assert sorted(p.stem for p in bundle) == sorted(models), "run scripts/ship_results.py --allocator-census models"
+    configs = census_configs(MODELS_POLICIES, gpu=MODELS_GPU)
+    wanted = [(c.policy, dict(zip(("memory", "memory_options"), memory_spec(c.memory, c.options, c.enforce)))
+               | ({"enforce": c.enforce, "device_capacity": c.device_label} if c.device_label else {}))
+              for c in configs]
+    for path in bundle:
+        trace = _trace_of(path, models)
+        rows = _bundle_rows(path)
+        for policy, memory in wanted:
+            config_key = SweepCache(tmp_path, trace, get_policy(policy), 2.0, **memory).config_key
+            shipped = set(rows.loc[rows["config_key"] == config_key, "budget_bytes"])
+            assert {budget_for(trace, r) for r in parse_ratios(CENSUS_GRID)} <= shipped, \
+                f"{path.stem}: {policy} {memory} {CENSUS_GRID}"
+
+
 # ------------------------------------------------------------------ recomputed field by field
 @pytest.mark.parametrize("path", TRACES_BUNDLE, ids=lambda p: p.stem)
 def test_sample_of_shipped_rows_recomputes_field_by_field(path, shipped_traces, tmp_path):

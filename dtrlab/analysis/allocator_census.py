@@ -87,6 +87,9 @@ def census_configs(policies=("dtr", "coop", "dtr_fit"), *, expandable_segments: 
 
 #: :func:`census_configs` with its defaults.
 DEFAULT_CONFIGS = tuple(census_configs())
+#: Notebook 08's census of today's models (traces/models, issue 20): h_DTR and Coop (dtr_fit, ours, is
+#: left out), with the memory of the GPU their costs are modelled on as one more device.
+MODELS_POLICIES, MODELS_GPU = ("dtr", "coop"), "A100-80GB"
 
 #: Columns of :attr:`AllocatorCensus.table`.
 TABLE_COLUMNS = ["trace", "config", "policy", "memory", "enforce", "device_capacity", "samples", "failures", "holes",
