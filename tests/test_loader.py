@@ -49,6 +49,9 @@ def test_schedule_follows_simrd_semantics():
 STEP = {COMPUTE: "compute", GET: "get", PIN: "pin", RELEASE: "release"}
 
 
+#: The line that starts the step (the bad logs below begin with it).
+START = '{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}'
+
 BAD_LOGS = [
     (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION": "CONST'], 2, "malformed JSON"),
     (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION":"FROB"}'], 2, "unknown instruction 'FROB'"),
@@ -64,6 +67,17 @@ BAD_LOGS = [
     (['{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}', '{"INSTRUCTION":"MEMORY","NAME":"r","MEMORY":"4"}'], 2,
      "does not follow a CONSTANT or CALL"),
     (['["not", "an", "object"]'], 1, "JSON object with an INSTRUCTION"),
+    # a field of the wrong JSON type (a string is iterable, null is not a name): one line, not a traceback
+    ([START, '{"INSTRUCTION":"CALL","NAME":null,"ARGS":[],"RESULT":["r"],"TIME":"1"}'], 2,
+     "CALL field 'NAME' must be a tensor name (a string), got None"),
+    ([START, '{"INSTRUCTION":"CALL","NAME":"f","ARGS":"ab","RESULT":["r"],"TIME":"1"}'], 2,
+     "CALL field 'ARGS' must be a list of tensor names (strings), got 'ab'"),
+    ([START, '{"INSTRUCTION":"CALL","NAME":"f","ARGS":[],"RESULT":"r","TIME":"1"}'], 2,
+     "CALL field 'RESULT' must be a list of tensor names (strings), got 'r'"),
+    ([START, '{"INSTRUCTION":"RELEASE","NAME":["a"]}'], 2, "RELEASE field 'NAME' must be a tensor name"),
+    ([START, '{"INSTRUCTION":"COPY","DST":1,"SRC":"a"}'], 2, "COPY field 'DST' must be a tensor name"),
+    ([START, '{"INSTRUCTION":"MUTATE","NAME":"add_","ARGS":[],"MUTATE":["0"],"TIME":"1"}'], 2,
+     "MUTATE field 'MUTATE' must be a list of argument indices (integers), got ['0']"),
 ]
 
 

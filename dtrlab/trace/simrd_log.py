@@ -99,11 +99,33 @@ class _Builder:
         return op.sizes[index] if alias == -1 else self.storage_size(op.args[alias])
 
 
+#: The fields whose JSON type the parser relies on (a tensor name is a string; MUTATE lists argument
+#: indices); TIME, MEMORY and ALIAS are integers or their strings, checked by _integer.
+_NAME_FIELDS = {"NAME", "DST", "SRC"}
+_NAME_LIST_FIELDS = {"ARGS", "RESULT"}
+_is_str, _is_int = str.__instancecheck__, int.__instancecheck__  # isinstance(x, str), as one fast callable
+
+
 def _field(record: dict, key: str, source: str, line_number: int):
     try:
-        return record[key]
+        value = record[key]
     except KeyError:
         raise TraceFormatError(source, line_number, f"{record.get('INSTRUCTION')} lacks field {key!r}") from None
+    if key in _NAME_FIELDS:
+        wrong = type(value) is not str
+        expected = "a tensor name (a string)"
+    elif key in _NAME_LIST_FIELDS:
+        wrong = type(value) is not list or not all(map(_is_str, value))
+        expected = "a list of tensor names (strings)"
+    elif key == "MUTATE":
+        wrong = type(value) is not list or not all(map(_is_int, value))
+        expected = "a list of argument indices (integers)"
+    else:
+        return value
+    if wrong:
+        raise TraceFormatError(source, line_number,
+                               f"{record.get('INSTRUCTION')} field {key!r} must be {expected}, got {value!r}")
+    return value
 
 
 def _integer(value, what: str, source: str, line_number: int, minimum: int | None = None) -> int:
@@ -263,7 +285,7 @@ def parse_lines(lines: Iterable[str | bytes], source: str = "<log>", name: str |
                 build.tensor_refs[tensor] -= 1
                 build.schedule.append((RELEASE, tensor))
         elif instruction == "CALL":
-            op_name, results = get("NAME"), get("RESULT")
+            op_name, results, arg_names = get("NAME"), get("RESULT"), get("ARGS")
             build.in_backward |= "backward" in op_name
             sizes, aliases = [], []
             for result_name in results:
@@ -273,7 +295,7 @@ def parse_lines(lines: Iterable[str | bytes], source: str = "<log>", name: str |
                 size = _integer(_field(memory, "MEMORY", source, memory_line), "MEMORY", source, memory_line, 0)
                 sizes.append(0 if alias_index != -1 else size)
                 aliases.append(alias_index)
-            args = [build.lookup(arg, line_number) for arg in get("ARGS")]
+            args = [build.lookup(arg, line_number) for arg in arg_names]
             for alias_index in aliases:
                 if not -1 <= alias_index < len(args):
                     raise build.error(line_number, f"ALIAS index {alias_index} out of range for {len(args)} arguments")
