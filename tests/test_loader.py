@@ -78,6 +78,14 @@ BAD_LOGS = [
     ([START, '{"INSTRUCTION":"COPY","DST":1,"SRC":"a"}'], 2, "COPY field 'DST' must be a tensor name"),
     ([START, '{"INSTRUCTION":"MUTATE","NAME":"add_","ARGS":[],"MUTATE":["0"],"TIME":"1"}'], 2,
      "MUTATE field 'MUTATE' must be a list of argument indices (integers), got ['0']"),
+    # numbers beyond a 64-bit integer (the cache and the compiled core store int64)
+    ([START, '{"INSTRUCTION":"CALL","NAME":"f","ARGS":[],"RESULT":[],"TIME":1e400}'], 2, "TIME is not an integer: inf"),
+    ([START, '{"INSTRUCTION":"CALL","NAME":"f","ARGS":[],"RESULT":[],"TIME":"9223372036854775808"}'], 2,
+     "TIME must be < 2**63"),
+    ([START, '{"INSTRUCTION":"CONSTANT","NAME":"a"}', '{"INSTRUCTION":"MEMORY","NAME":"a","MEMORY":"1e400"}'], 3,
+     "MEMORY is not an integer: '1e400'"),
+    ([START, '{"INSTRUCTION":"CONSTANT","NAME":"a"}', '{"INSTRUCTION":"MEMORY","NAME":"a","MEMORY":99999999999999999999}'],
+     3, "MEMORY must be < 2**63"),
 ]
 
 

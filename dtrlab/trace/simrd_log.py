@@ -128,13 +128,20 @@ def _field(record: dict, key: str, source: str, line_number: int):
     return value
 
 
+#: The largest TIME or MEMORY a trace holds: traces are stored as 64-bit integers (the parsed-trace
+#: cache, the compiled core); a larger one is no real measurement.
+_LARGEST = 2 ** 63 - 1
+
+
 def _integer(value, what: str, source: str, line_number: int, minimum: int | None = None) -> int:
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: JSON's 1e400 is an infinite float
         raise TraceFormatError(source, line_number, f"{what} is not an integer: {value!r}") from None
     if minimum is not None and number < minimum:
         raise TraceFormatError(source, line_number, f"{what} must be >= {minimum}, got {number}")
+    if number > _LARGEST:
+        raise TraceFormatError(source, line_number, f"{what} must be < 2**63 (a 64-bit integer), got {number}")
     return number
 
 
