@@ -80,7 +80,7 @@ def census_anatomy(traces: dict, args, name: str, manifest_dir: Path) -> int:
             frame = sweep(trace, policy, **census_grid(trace, "0.05:1.0:0.005", 0.001), **options)
             census = refine_holes(trace, frame, policy, delta=0.001,
                                   resolution=max(1, int(baseline(trace).peak_memory * 1e-4)), **options).refined
-            holes = hole_anatomy(census, unlimited_runs(trace, census, progress=False))
+            holes = hole_anatomy(census, unlimited_runs(trace, census, jobs=args.jobs, progress=False))
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             merge_write(path, holes.assign(trace=trace_name, policy=census.policy, memory="flat",
                                            ratios="0.05:1.0 delta 0.001", wall_seconds=round(wall, 1),
