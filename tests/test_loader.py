@@ -84,8 +84,8 @@ BAD_LOGS = [
      "TIME must be < 2**63"),
     ([START, '{"INSTRUCTION":"CONSTANT","NAME":"a"}', '{"INSTRUCTION":"MEMORY","NAME":"a","MEMORY":"1e400"}'], 3,
      "MEMORY is not an integer: '1e400'"),
-    ([START, '{"INSTRUCTION":"CONSTANT","NAME":"a"}', '{"INSTRUCTION":"MEMORY","NAME":"a","MEMORY":99999999999999999999}'],
-     3, "MEMORY must be < 2**63"),
+    ([START, '{"INSTRUCTION":"CONSTANT","NAME":"a"}',
+      '{"INSTRUCTION":"MEMORY","NAME":"a","MEMORY":99999999999999999999}'], 3, "MEMORY must be < 2**63"),
 ]
 
 

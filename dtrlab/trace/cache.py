@@ -44,7 +44,9 @@ from ..integrity import IntegrityError, atomic_write_bytes, sha256_bytes
 from .model import Operator, Trace
 
 #: Version of the log parser's output; part of every cache key.
-PARSER_VERSION = 3  # 2: negative MEMORY or TIME refused (an entry parsed by 1 may hold them); 3: fields of the wrong JSON type refused
+#: 2: negative MEMORY or TIME refused (an entry parsed by 1 may hold them); 3: fields of the wrong JSON
+#: type and numbers beyond 64 bits refused.
+PARSER_VERSION = 3
 
 CACHE_ENV = "DTRLAB_CACHE"
 _FORMAT = "dtrlab-trace"

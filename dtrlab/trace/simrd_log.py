@@ -103,7 +103,7 @@ class _Builder:
 #: indices); TIME, MEMORY and ALIAS are integers or their strings, checked by _integer.
 _NAME_FIELDS = {"NAME", "DST", "SRC"}
 _NAME_LIST_FIELDS = {"ARGS", "RESULT"}
-_is_str, _is_int = str.__instancecheck__, int.__instancecheck__  # isinstance(x, str), as one fast callable
+_is_str, _is_int = str.__instancecheck__, int.__instancecheck__  # isinstance(x, str) / (x, int) as fast callables
 
 
 def _field(record: dict, key: str, source: str, line_number: int):
