@@ -112,10 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.traces.is_dir():
         parser.error(f"{args.traces} is not a directory of traces")
     try:  # a typo is an error now, not after an hour of runs
-        for policy in args.policies:
-            get_policy(policy)
+        names = [get_policy(policy).name for policy in args.policies]
     except (KeyError, ValueError) as exc:
         parser.error(str(exc).strip("'\""))
+    if "monotone" in names and set(args.memories) - {"flat"}:  # its start() refuses, in a worker, much later
+        parser.error("monotone runs under flat memory only (its replay argument needs byte counting); "
+                     "give it its own --memories flat run")
     if args.cache:
         os.environ["DTRLAB_CACHE"] = str(args.cache)
     name = args.traces.resolve().name
