@@ -154,6 +154,20 @@ def test_trace_names_and_policy_styles():
     assert policy_style("two_phase", 0).color != policy_style("two_phase", 1).color
 
 
+def test_holes_by_limit_names_each_policy_and_memory_model_once():
+    """One legend entry per (policy, memory model): random under flat and under caching are two lines."""
+    import matplotlib.pyplot as plt
+
+    from dtrlab.plots.anatomy import plot_holes_by_limit
+
+    rows = [{"trace": "t", "policy": policy, "memory": memory, "limit": limit, "holes": 1}
+            for policy in ("dtr", "random(seed=0)") for memory in ("flat", "caching") for limit in (1.5, 2.0)]
+    fig = plot_holes_by_limit(pd.DataFrame(rows))
+    labels = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert labels == ["DTR (h_DTR)", "DTR (h_DTR) @ caching", "Random", "Random @ caching"]
+    plt.close(fig)
+
+
 def test_strip_cells_meet_halfway_between_samples():
     from dtrlab.plots.feasibility import _cell_edges
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import matplotlib.ticker as mticker
 import numpy as np
@@ -20,9 +21,12 @@ def plot_holes_by_limit(table: pd.DataFrame, *, titles: dict[str, str] | None = 
     """One panel per trace: the number of holes (y) at each overhead limit (x, log scale), one line per
     policy and memory model (``dtr`` under flat memory, ``dtr @ caching`` under another).
     ``table``: :attr:`dtrlab.analysis.limit_census.LimitCensus.table` (or its shipped CSV)."""
-    table = table.assign(policy=[p if m == "flat" else f"{p} @ {m}" for p, m in zip(table["policy"], table["memory"])])
+    base = policy_styles(list(dict.fromkeys(table["policy"])))
+    # Under another memory model a policy keeps its colour and marker, dashed, its label naming the model.
+    styles = {f"{p} @ {m}": base[p] if m == "flat" else replace(base[p], label=f"{base[p].label} @ {m}", linestyle="--")
+              for p, m in dict.fromkeys(zip(table["policy"], table["memory"]))}
+    table = table.assign(policy=[f"{p} @ {m}" for p, m in zip(table["policy"], table["memory"])])
     traces = list(dict.fromkeys(table["trace"]))
-    styles = policy_styles(list(dict.fromkeys(table["policy"])))
     fig, axes = panel_grid(len(traces), columns=columns, sharex=True)
     finite = sorted(x for x in table["limit"].unique() if math.isfinite(x))
     for ax, trace in zip(axes, traces):
