@@ -34,6 +34,7 @@ from dtrlab.trace import load_directory
 ROOT = Path(__file__).resolve().parent.parent
 TRACES_BUNDLE = sorted((DEFAULT_SHIPPED_DIR / "traces").glob("*.parquet"))
 LOGS_BUNDLE = sorted((DEFAULT_SHIPPED_DIR / "dtr-logs").glob("*.parquet"))
+MODELS_BUNDLE = sorted((DEFAULT_SHIPPED_DIR / "models").glob("*.parquet"))
 #: Fields that differ between two runs of the same simulation.
 UNCOMPARED = {"wall_seconds"}
 SAMPLE_BUDGETS = 10
@@ -150,7 +151,7 @@ def test_bundle_is_in_the_repository_for_every_shipped_trace(shipped_traces):
     assert total < 10e6, f"the bundle is {total / 1e6:.1f} MB; keep it a few MB"
 
 
-@pytest.mark.parametrize("path", TRACES_BUNDLE + LOGS_BUNDLE, ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize("path", TRACES_BUNDLE + LOGS_BUNDLE + MODELS_BUNDLE, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_bundle_rows_are_of_this_simulator_and_trace(path):
     metadata = read_metadata(path)
     rows = _bundle_rows(path)
@@ -208,13 +209,13 @@ def test_models_allocator_census_is_shipped(tmp_path):
     from dtrlab.analysis.allocator_census import MODELS_GPU, MODELS_POLICIES, census_configs
 
     models = load_directory(ROOT / "traces" / "models")
-    bundle = sorted((DEFAULT_SHIPPED_DIR / "models").glob("*.parquet"))
-    assert sorted(p.stem for p in bundle) == sorted(models), "run scripts/ship_results.py --allocator-census models"
+    assert sorted(p.stem for p in MODELS_BUNDLE) == sorted(models), \
+        "run scripts/ship_results.py --allocator-census models"
     configs = census_configs(MODELS_POLICIES, gpu=MODELS_GPU)
     wanted = [(c.policy, dict(zip(("memory", "memory_options"), memory_spec(c.memory, c.options, c.enforce)))
                | ({"enforce": c.enforce, "device_capacity": c.device_label} if c.device_label else {}))
               for c in configs]
-    for path in bundle:
+    for path in MODELS_BUNDLE:
         trace = _trace_of(path, models)
         rows = _bundle_rows(path)
         for policy, memory in wanted:
