@@ -23,7 +23,6 @@ import functools
 import hashlib
 import json
 import os
-import uuid
 import warnings
 from pathlib import Path
 
@@ -71,7 +70,7 @@ def _fsync_directory(directory: Path) -> None:
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Replace ``path`` by ``data`` atomically and durably; raises ``OSError`` (nothing left behind) on failure."""
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    temporary = path.with_name(f".{path.name}.{os.urandom(16).hex()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         try:

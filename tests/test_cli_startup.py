@@ -67,3 +67,20 @@ def test_the_sweep_options_offer_the_engine_backends():
     add_sweep_arguments(parser)
     (backend,) = [action for action in parser._actions if action.dest == "backend"]
     assert tuple(backend.choices) == tuple(BACKENDS)
+
+
+def test_a_command_builds_only_its_own_parser(tmp_path):
+    """``dtrlab run`` neither imports nor builds the other commands' parsers; help and a misspelt command
+    still see every command."""
+    code = ("import sys; from dtrlab.cli import main; code = main(sys.argv[1:]); "
+            "print(sorted(m for m in sys.modules if m.startswith('dtrlab.cli.') and m != 'dtrlab.cli.common'))")
+    run = lambda *argv: subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,  # noqa: E731
+                                       cwd=ROOT, env={**os.environ, "DTRLAB_CACHE": str(tmp_path)})
+    done = run("--debug", "run", LOG, "--ratio", "0.9")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "['dtrlab.cli.run']"
+    done = run("rnu", LOG)
+    assert "did you mean 'run'?" in done.stderr and "frontier" in done.stderr
+    from dtrlab.cli import COMMANDS
+    help_text = subprocess.run([sys.executable, "-m", "dtrlab", "--help"], capture_output=True, text=True, cwd=ROOT).stdout
+    assert all(command in help_text for command in COMMANDS)

@@ -6,7 +6,6 @@ import argparse
 import json
 import math
 import os
-import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -123,6 +122,8 @@ def check_scheduler(address: str | None, backend: str | None = None, timeout_s: 
         host = port = None
     if not host or not port:
         raise ValueError(f"--scheduler {address}: expected an address such as tcp://127.0.0.1:8786")
+    import socket  # here: a run that names no scheduler need not import it
+
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as exc:

@@ -255,6 +255,7 @@ def parse_lines(lines: Iterable[str | bytes], source: str = "<log>", name: str |
         position += 1
 
     build = _Builder(source)
+    names, schedule, lookup = build.names, build.schedule, build.lookup
 
     def take(expected: str, result_name: str, after: int) -> tuple[int, dict]:
         nonlocal position
@@ -266,80 +267,100 @@ def parse_lines(lines: Iterable[str | bytes], source: str = "<log>", name: str |
             raise build.error(line_number, f"expected {expected} for {result_name!r}, found {record['INSTRUCTION']}")
         return line_number, record
 
+    def number(record: dict, key: str, line_number: int, minimum: int | None = None) -> int:
+        """``record[key]`` as an integer; a plain in-range int (every real log's) skips the checks."""
+        value = record.get(key)
+        if type(value) is int and (minimum is None or value >= minimum) and value <= _LARGEST:
+            return value
+        return _integer(_field(record, key, source, line_number), key, source, line_number, minimum)
+
+    def tensor_names(record: dict, key: str, line_number: int) -> list[str]:
+        value = record.get(key)
+        if type(value) is list and all(map(_is_str, value)):
+            return value
+        return _field(record, key, source, line_number)  # raises, naming the field
+
+    def tensor_name(record: dict, key: str, line_number: int) -> str:
+        value = record.get(key)
+        return value if type(value) is str else _field(record, key, source, line_number)
+
     while position < len(records):
         line_number, record = records[position]
         position += 1
         instruction = record["INSTRUCTION"]
-        get = lambda key: _field(record, key, source, line_number)  # noqa: E731
-        if instruction == "CONSTANT":
-            name_ = get("NAME")
-            memory_line, memory = take("MEMORY", name_, line_number)
-            size = _integer(_field(memory, "MEMORY", source, memory_line), "MEMORY", source, memory_line, 0)
-            (tensor,) = build.add_operator(CONSTANT_OP, 0, (), (size,), (-1,), (name_,), line_number)
-            build.schedule.append((PIN, tensor))
-            build.names[name_] = tensor
-        elif instruction == "COPY":
-            destination, src = get("DST"), get("SRC")
-            if destination in build.names:
-                raise build.error(line_number, f"COPY to already defined tensor {destination!r}")
-            tensor = build.lookup(src, line_number)
-            build.names[destination] = tensor
-            build.tensor_refs[tensor] += 1
-            build.schedule.append((GET, tensor))
-        elif instruction == "RELEASE":
-            tensor = build.names.get(get("NAME"))
-            if tensor is not None:
-                build.tensor_refs[tensor] -= 1
-                build.schedule.append((RELEASE, tensor))
-        elif instruction == "CALL":
-            op_name, results, arg_names = get("NAME"), get("RESULT"), get("ARGS")
+        if instruction == "CALL":
+            op_name = tensor_name(record, "NAME", line_number)
+            results = tensor_names(record, "RESULT", line_number)
+            arg_names = tensor_names(record, "ARGS", line_number)
             build.in_backward |= "backward" in op_name
             sizes, aliases = [], []
             for result_name in results:
                 memory_line, memory = take("MEMORY", result_name, line_number)
                 alias_line, alias = take("ALIAS", result_name, line_number)
-                alias_index = _integer(_field(alias, "ALIAS", source, alias_line), "ALIAS", source, alias_line)
-                size = _integer(_field(memory, "MEMORY", source, memory_line), "MEMORY", source, memory_line, 0)
+                alias_index = number(alias, "ALIAS", alias_line)
+                size = number(memory, "MEMORY", memory_line, 0)
                 sizes.append(0 if alias_index != -1 else size)
                 aliases.append(alias_index)
-            args = [build.lookup(arg, line_number) for arg in arg_names]
+            args = [lookup(arg, line_number) for arg in arg_names]
             for alias_index in aliases:
                 if not -1 <= alias_index < len(args):
                     raise build.error(line_number, f"ALIAS index {alias_index} out of range for {len(args)} arguments")
             for result_name in results:
-                if result_name in build.names:
+                if result_name in names:
                     raise build.error(line_number, f"CALL result {result_name!r} is already defined")
-            cost = _integer(get("TIME"), "TIME", source, line_number, 0)
-            outputs = build.add_operator(op_name, cost, args, sizes, aliases, list(results), line_number)
-            build.names.update(zip(results, outputs))
+            cost = number(record, "TIME", line_number, 0)
+            outputs = build.add_operator(op_name, cost, args, sizes, aliases, results, line_number)
+            names.update(zip(results, outputs))
+        elif instruction == "RELEASE":
+            tensor = names.get(tensor_name(record, "NAME", line_number))
+            if tensor is not None:
+                build.tensor_refs[tensor] -= 1
+                schedule.append((RELEASE, tensor))
+        elif instruction == "COPY":
+            destination, src = tensor_name(record, "DST", line_number), tensor_name(record, "SRC", line_number)
+            if destination in names:
+                raise build.error(line_number, f"COPY to already defined tensor {destination!r}")
+            tensor = lookup(src, line_number)
+            names[destination] = tensor
+            build.tensor_refs[tensor] += 1
+            schedule.append((GET, tensor))
+        elif instruction == "CONSTANT":
+            name_ = tensor_name(record, "NAME", line_number)
+            memory_line, memory = take("MEMORY", name_, line_number)
+            size = number(memory, "MEMORY", memory_line, 0)
+            (tensor,) = build.add_operator(CONSTANT_OP, 0, (), (size,), (-1,), (name_,), line_number)
+            schedule.append((PIN, tensor))
+            names[name_] = tensor
         elif instruction == "MUTATE":
-            op_name, arg_names, mutated = get("NAME"), get("ARGS"), get("MUTATE")
+            op_name = tensor_name(record, "NAME", line_number)
+            arg_names = tensor_names(record, "ARGS", line_number)
+            mutated = _field(record, "MUTATE", source, line_number)
             build.in_backward |= "backward" in op_name
-            args = [build.lookup(arg, line_number) for arg in arg_names]
+            args = [lookup(arg, line_number) for arg in arg_names]
             for index in mutated:
                 if not 0 <= index < len(args):
                     raise build.error(line_number, f"MUTATE index {index} out of range for {len(args)} arguments")
             sizes = [build.storage_size(args[index]) for index in mutated]
             new_names = [build.tensor_names[args[index]] + "$" for index in mutated]
-            cost = _integer(get("TIME"), "TIME", source, line_number, 0)
+            cost = number(record, "TIME", line_number, 0)
             outputs = build.add_operator(op_name, cost, args, sizes, [-1] * len(mutated), new_names, line_number)
             for index, new_tensor in zip(mutated, outputs):
-                old_tensor = build.names[arg_names[index]]
-                build.names[arg_names[index]] = new_tensor
+                old_tensor = names[arg_names[index]]
+                names[arg_names[index]] = new_tensor
                 build.tensor_refs[old_tensor] -= 1
-                build.schedule.append((RELEASE, old_tensor))
+                schedule.append((RELEASE, old_tensor))
         elif instruction == "ANNOTATE":
             if record.get("ANNOTATION") == "BACKWARD":
                 build.in_backward = True
         elif instruction == "COPY_FROM":
-            destination, src = get("DST"), get("SRC")
-            old_tensor = build.lookup(destination, line_number)
-            tensor = build.lookup(src, line_number)
-            build.names[destination] = tensor
+            destination, src = tensor_name(record, "DST", line_number), tensor_name(record, "SRC", line_number)
+            old_tensor = lookup(destination, line_number)
+            tensor = lookup(src, line_number)
+            names[destination] = tensor
             build.tensor_refs[old_tensor] -= 1
             build.tensor_refs[tensor] += 1
-            build.schedule.append((RELEASE, old_tensor))
-            build.schedule.append((GET, tensor))
+            schedule.append((RELEASE, old_tensor))
+            schedule.append((GET, tensor))
         else:  # MEMORY or ALIAS outside of the CONSTANT/CALL they belong to
             raise build.error(line_number, f"{instruction} line does not follow a CONSTANT or CALL")
 
