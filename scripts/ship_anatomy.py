@@ -152,5 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def entry(argv: list[str] | None = None) -> int:
+    """:func:`main`, with Ctrl-C (or ``timeout -s INT``) one line and status 130: the configurations finished
+    are shipped, and the runs of the one under way are in the sweep cache, so the same command resumes."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        print("ship_anatomy: interrupted; the configurations finished are shipped, the runs of the one under way "
+              "are cached (run the same command again to resume)", file=sys.stderr)
+        return 130
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -463,3 +463,31 @@ def test_read_anatomy_table_refuses_an_unlisted_or_edited_file(tmp_path):
     path.write_text("trace,limit,holes\na,2.0,0\n")
     with pytest.raises(IntegrityError, match="refusing"):
         read_anatomy_table("set-table.csv", tmp_path / "anatomy")
+
+
+def test_ship_anatomy_stops_on_ctrl_c_in_one_line_and_ships_what_it_finished(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("ship_anatomy", ROOT / "scripts" / "ship_anatomy.py")
+    ship_anatomy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship_anatomy)
+    finished = []
+
+    def census(*args, **kwargs):  # the first configuration finishes, Ctrl-C arrives in the second
+        if finished:
+            raise KeyboardInterrupt
+        finished.append(1)
+        return limit_census(*args, **kwargs)
+
+    monkeypatch.setattr(ship_anatomy, "limit_census", census)
+    monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))  # restored afterwards: --cache sets it
+    out = tmp_path / "anatomy"
+    status = ship_anatomy.entry([str(ROOT / "traces"), "--only", "unet", "--policies", "dtr", "lru",
+                                 "--limits", "2", "--ratios", "0.4:1.0:0.2", "--output", str(out),
+                                 "--cache", str(tmp_path / "cache")])
+    error = capsys.readouterr().err
+    assert status == 130 and error.count("\n") == 1 and "interrupted" in error and "Traceback" not in error
+    table = pd.read_csv(out / "traces-table.csv")
+    assert table["policy"].tolist() == ["dtr"]  # the finished configuration is shipped, the interrupted one not
