@@ -3,6 +3,7 @@ outcomes) use the ``shared_dir``-based fixtures and skip with a reason when it i
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -12,6 +13,14 @@ import pytest
 from dtrlab.trace import load_log
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_script(name: str):
+    """``scripts/NAME.py`` as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 SHARED = Path(os.environ.get("DTRLAB_SHARED", ROOT.parent / "shared"))
 LOGS = SHARED / "dtr-logs"
 REFERENCE = SHARED / "reference"

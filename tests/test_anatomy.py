@@ -466,13 +466,9 @@ def test_read_anatomy_table_refuses_an_unlisted_or_edited_file(tmp_path):
 
 
 def test_ship_anatomy_stops_on_ctrl_c_in_one_line_and_ships_what_it_finished(tmp_path, monkeypatch, capsys):
-    import importlib.util
+    from conftest import ROOT, load_script
 
-    from conftest import ROOT
-
-    spec = importlib.util.spec_from_file_location("ship_anatomy", ROOT / "scripts" / "ship_anatomy.py")
-    ship_anatomy = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ship_anatomy)
+    ship_anatomy = load_script("ship_anatomy")
     finished = []
 
     def census(*args, **kwargs):  # the first configuration finishes, Ctrl-C arrives in the second
