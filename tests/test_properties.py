@@ -118,10 +118,8 @@ def test_replay_is_deterministic(trace, fraction, policy):
     assert first == second
 
 
-@SETTINGS
-@given(trace=random_traces, fraction=st.floats(0.05, 1.1), policy=st.sampled_from(["dtr", "msps"]))
-def test_compiled_and_reference_region_indexes_agree_at_every_step(trace, fraction, policy):
-    budget_bytes = int(baseline(trace).peak_memory * fraction)
+def assert_region_indexes_agree_at_every_step(trace, policy, budget_bytes):
+    """Step the simulator with the compiled and the reference region index side by side; returns the compiled one."""
     limit = baseline(trace).model_compute * 1.0
     fast = Simulator(trace, get_policy(policy), budget_bytes, limit, regions="c")
     slow = Simulator(trace, get_policy(policy), budget_bytes, limit, regions="python")
@@ -148,6 +146,62 @@ def test_compiled_and_reference_region_indexes_agree_at_every_step(trace, fracti
         if not isinstance(results[0], int):
             break
     assert fast.evicted == slow.evicted and fast.clock == slow.clock
+    return fast
+
+
+@SETTINGS
+@given(trace=random_traces, fraction=st.floats(0.05, 1.1), policy=st.sampled_from(["dtr", "msps"]))
+def test_compiled_and_reference_region_indexes_agree_at_every_step(trace, fraction, policy):
+    assert_region_indexes_agree_at_every_step(trace, policy, int(baseline(trace).peak_memory * fraction))
+
+
+@st.composite
+def wide_logs(draw):
+    """Many tensors computed from one input, then mixers that each read a large subset of them.
+
+    Evicting the wide layer makes one large evicted component that dozens of resident
+    storages border, so a rebuild batch has 64-storage words reached by many bases: the
+    compiled index's transposed (dense) path, which the small random logs never reach.
+    """
+    log = LogBuilder()
+    log.constant("x", draw(st.integers(1, 16)))
+    wide = [f"h{i}" for i in range(draw(st.integers(48, 130)))]
+    for i, name in enumerate(wide):
+        log.call(f"f{i}", ["x"], [(name, draw(st.integers(1, 8)))], time=draw(st.integers(0, 4)))
+    mixers = []
+    for j in range(draw(st.integers(8, 40))):
+        start = draw(st.integers(0, len(wide) // 2))
+        args = wide[start:start + draw(st.integers(len(wide) // 4, len(wide)))] + mixers[-2:]
+        mixers.append(f"m{j}")
+        log.call(f"g{j}", args, [(mixers[-1], draw(st.integers(1, 8)))], time=draw(st.integers(0, 4)))
+    for k in range(draw(st.integers(20, 60))):  # read evicted members again: rematerializations
+        args = draw(st.lists(st.sampled_from(wide), min_size=1, max_size=3, unique=True))
+        args.append(draw(st.sampled_from(mixers)))
+        log.call(f"b{k}", args, [(f"d{k}", draw(st.integers(1, 8)))], time=draw(st.integers(0, 4)))
+    return log
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(log=wide_logs(), fraction=st.floats(0.2, 1.0), policy=st.sampled_from(["dtr", "msps"]))
+def test_region_indexes_agree_on_wide_graphs(log, fraction, policy):
+    trace = log.trace("wide")
+    assert_region_indexes_agree_at_every_step(trace, policy, int(baseline(trace).peak_memory * fraction))
+
+
+def test_the_wide_graphs_reach_the_dense_path():
+    """The wide-graph test above is only worth its time if it runs the transposed path."""
+    log = LogBuilder()
+    log.constant("x", 8)
+    wide = [f"h{i}" for i in range(64)]
+    for i, name in enumerate(wide):
+        log.call(f"f{i}", ["x"], [(name, 4)], time=1 + i % 3)
+    for j in range(32):
+        log.call(f"g{j}", wide, [(f"m{j}", 4)], time=2)
+    for k in range(40):  # read evicted members of the wide layer again: rematerializations
+        log.call(f"b{k}", [wide[(7 * k) % 64], wide[(7 * k + 30) % 64], f"m{k % 32}"], [(f"d{k}", 4)], time=1)
+    trace = log.trace("wide")
+    fast = assert_region_indexes_agree_at_every_step(trace, "dtr", int(baseline(trace).peak_memory * 0.5))
+    assert fast.regions.dense_words > 0
 
 
 def test_infinite_budget_never_evicts():

@@ -121,6 +121,16 @@ static PyObject *RegionIndex_region(RegionIndex *self, PyObject *args) {
     return Py_BuildValue("(NN)", interior, frontier);
 }
 
+static PyObject *RegionIndex_dense_words(RegionIndex *self, void *closure) {
+    return PyLong_FromLongLong(self->regions.dense_words);
+}
+
+static PyGetSetDef RegionIndex_getset[] = {
+    {"dense_words", (getter)RegionIndex_dense_words, NULL,
+     "Region bitset words written by transposing a dense block (the batched walks' fast path).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef RegionIndex_methods[] = {
     {"link", (PyCFunction)RegionIndex_link, METH_VARARGS, "link(parent, child): a child storage was computed from parent."},
     {"materialized", (PyCFunction)RegionIndex_materialized, METH_O, "Storages just became resident: rebuild regions."},
@@ -137,6 +147,7 @@ static PyTypeObject RegionIndexType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Compiled evicted-neighbourhood index; see dtrlab/runtime/regions.py.",
     .tp_methods = RegionIndex_methods,
+    .tp_getset = RegionIndex_getset,
     .tp_init = (initproc)RegionIndex_init,
     .tp_new = PyType_GenericNew,
 };

@@ -41,12 +41,13 @@ typedef struct {
     uint32_t generation;
     int32_t *stack;
     uint64_t *scratch[2];       /* affected-storage bitsets for regions_materialized() */
-    /* walk_batch(): per-storage base bit, bases-reaching-me mask, frontier mask, with stamps */
+    /* walk_batch(): per-storage base bit, bases-reaching-me mask, frontier mask; base_seen stamps */
     uint64_t *base_bit, *reach, *front;
-    uint32_t *base_seen, *front_seen;
-    int32_t *touched;           /* resident storages reached by a batch */
+    uint32_t *base_seen;
     IntVec pairs;               /* (storage, resident out-neighbour) pairs seen by a batch */
     uint64_t *batch_bits;       /* the evicted storages a batch reaches */
+    uint64_t *front_bits;       /* the resident storages on a batch's frontiers */
+    long long dense_words;      /* bitset words written by a transpose (tests check that path runs) */
 } Regions;
 
 static int vec_push(IntVec *vec, int32_t value) {
@@ -91,17 +92,17 @@ static int regions_init(Regions *self, Py_ssize_t n, const uint8_t *material, co
     }
     self->seen = PyMem_Calloc(count, sizeof(uint32_t));
     self->generation = 0;
+    self->dense_words = 0;
     self->stack = PyMem_Calloc(count, sizeof(int32_t));
     self->base_bit = PyMem_Calloc(count, sizeof(uint64_t));
     self->reach = PyMem_Calloc(count, sizeof(uint64_t));
     self->front = PyMem_Calloc(count, sizeof(uint64_t));
     self->base_seen = PyMem_Calloc(count, sizeof(uint32_t));
-    self->front_seen = PyMem_Calloc(count, sizeof(uint32_t));
-    self->touched = PyMem_Calloc(count, sizeof(int32_t));
     self->batch_bits = PyMem_Calloc(self->words ? self->words : 1, sizeof(uint64_t));
+    self->front_bits = PyMem_Calloc(self->words ? self->words : 1, sizeof(uint64_t));
     if (!self->edges[0] || !self->edges[1] || !self->regions[0] || !self->regions[1] || !self->seen ||
         !self->stack || !self->scratch[0] || !self->scratch[1] || !self->base_bit || !self->reach || !self->front ||
-        !self->base_seen || !self->front_seen || !self->touched || !self->batch_bits) {
+        !self->base_seen || !self->batch_bits || !self->front_bits) {
         PyErr_NoMemory();
         return -1;
     }
@@ -128,12 +129,12 @@ static void regions_release(Regions *self) {
     self->pairs.items = NULL;
     self->pairs.len = self->pairs.cap = 0;
     void *buffers[] = {self->seen, self->stack, self->base_bit, self->reach, self->front, self->base_seen,
-                       self->front_seen, self->touched, self->batch_bits};
+                       self->batch_bits, self->front_bits};
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) PyMem_Free(buffers[i]);
     self->seen = NULL;
-    self->stack = self->touched = NULL;
-    self->base_bit = self->reach = self->front = self->batch_bits = NULL;
-    self->base_seen = self->front_seen = NULL;
+    self->stack = NULL;
+    self->base_bit = self->reach = self->front = self->batch_bits = self->front_bits = NULL;
+    self->base_seen = NULL;
 }
 
 static int region_ensure(Regions *self, Region *region) {
@@ -179,12 +180,11 @@ static int regions_link(Regions *self, int32_t parent, int32_t child) {
     return 0;
 }
 
-/* A fresh stamp for seen, base_seen and front_seen. */
+/* A fresh stamp for seen and base_seen. */
 static uint32_t next_generation(Regions *self) {
     if (++self->generation == 0) { /* wrapped: reset stamps */
         memset(self->seen, 0, self->n * sizeof(uint32_t));
         memset(self->base_seen, 0, self->n * sizeof(uint32_t));
-        memset(self->front_seen, 0, self->n * sizeof(uint32_t));
         self->generation = 1;
     }
     return self->generation;
@@ -223,6 +223,111 @@ static int walk(Regions *self, int32_t base, int dir) {
     return 0;
 }
 
+/* Population count without a libgcc call (the default x86-64 target has no popcnt instruction). */
+static inline int bit_count(uint64_t x) {
+    x = x - ((x >> 1) & 0x5555555555555555ULL);
+    x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0FULL;
+    return (int)((x * 0x0101010101010101ULL) >> 56);
+}
+
+/* Transpose a 64x64 bit matrix in place: afterwards bit r of a[i] is bit i of a[r] before. */
+static void transpose64(uint64_t a[64]) {
+    uint64_t m = 0x00000000FFFFFFFFULL;
+    for (int j = 32; j; j >>= 1, m ^= m << j)
+        for (int k = 0; k < 64; k = ((k | j) + 1) & ~j) {
+            uint64_t t = ((a[k] >> j) ^ a[k | j]) & m;
+            a[k] ^= t << j;
+            a[k | j] ^= t;
+        }
+}
+
+/* From about this many (storage, base) pairs in a word, a transpose beats setting bits one by
+ * one (measured on the DTR logs with benchmarks/bench_ab.py: 256-1024 are within noise). */
+#define DENSE_WORD_PAIRS 512
+
+/*
+ * In dense words, interior compute is summed per run of storages with one mask, then added
+ * to each base of the mask: the storages of a large evicted component mostly share theirs
+ * (every base reaching it reaches all of it). -fwrapv: the sums equal the per-storage ones.
+ */
+typedef struct {
+    uint64_t mask;
+    int64_t compute;
+} ComputeRun;
+
+static inline void run_flush(ComputeRun *run, int64_t *gained) {
+    for (uint64_t mask = run->mask; mask; mask &= mask - 1) gained[__builtin_ctzll(mask)] += run->compute;
+    run->mask = 0;
+    run->compute = 0;
+}
+
+static inline void run_add(ComputeRun *run, uint64_t mask, int64_t compute, int64_t *gained) {
+    if (mask != run->mask) {
+        run_flush(run, gained);
+        run->mask = mask;
+    }
+    run->compute += compute;
+}
+
+/*
+ * Word w of every base's bitset in `of`: storage 64w+r is in base i's set when bit r of
+ * `word` is set and bit i of masks[64w+r] is. Word ranges lo/hi are widened to cover it.
+ * With exclude_base, a base is never put in its own set (frontiers); with a run, the
+ * storages' compute is added to the bases' in `gained` (interiors). A dense word is one
+ * 64x64 bit matrix transposed; a sparse one is set bit by bit. Returns 1 if transposed.
+ */
+static inline int set_word_bits(uint64_t word, const uint64_t *masks, Py_ssize_t w, uint64_t **of,
+                                 Py_ssize_t *lo, Py_ssize_t *hi, int exclude_base, const int32_t *bases,
+                                 ComputeRun *run, const int64_t *compute, int64_t *gained) {
+    uint64_t in_word = 0; /* the bases with a bit in this word */
+    /* Estimated from the first storage's mask: a component's storages mostly share theirs. */
+    int storages = bit_count(word), dense = 0;
+    if (storages >= 4 && storages * bit_count(masks[(w << 6) + __builtin_ctzll(word)]) >= DENSE_WORD_PAIRS) {
+        uint64_t rows[64] = {0};
+        ComputeRun local = run ? *run : (ComputeRun){0, 0}; /* in registers, not through the pointer */
+        for (uint64_t left = word; left; left &= left - 1) {
+            int r = __builtin_ctzll(left);
+            rows[r] = masks[(w << 6) + r];
+            in_word |= rows[r];
+            if (run) run_add(&local, rows[r], compute[(w << 6) + r], gained);
+        }
+        if (run) *run = local;
+        transpose64(rows);
+        for (uint64_t left = in_word; left; left &= left - 1) {
+            int i = __builtin_ctzll(left);
+            of[i][w] |= rows[i];
+        }
+        dense = 1;
+    } else {
+        for (uint64_t left = word; left; left &= left - 1) {
+            int32_t v = (int32_t)((w << 6) + __builtin_ctzll(left));
+            uint64_t mask = masks[v];
+            in_word |= mask;
+            if (run) {
+                int64_t cost = compute[v];
+                for (; mask; mask &= mask - 1) {
+                    int i = __builtin_ctzll(mask);
+                    BIT_SET(of[i], v);
+                    gained[i] += cost;
+                }
+            } else {
+                for (; mask; mask &= mask - 1) BIT_SET(of[__builtin_ctzll(mask)], v);
+            }
+        }
+    }
+    for (; in_word; in_word &= in_word - 1) {
+        int i = __builtin_ctzll(in_word);
+        if (exclude_base && (bases[i] >> 6) == w) {
+            of[i][w] &= ~((uint64_t)1 << (bases[i] & 63));
+            if (!of[i][w]) continue;
+        }
+        if (w < lo[i]) lo[i] = w;
+        if (w >= hi[i]) hi[i] = w + 1;
+    }
+    return dense;
+}
+
 /*
  * The walks of up to 64 bases in one direction at once, with the same results as
  * walk() on each: every walk of one regions_materialized() call sees the same
@@ -236,8 +341,9 @@ static int walk_batch(Regions *self, const int32_t *bases, int count, int dir) {
     IntVec *out_edges = self->edges[dir];
     const uint8_t *material = self->material;
     const int64_t *compute = self->compute;
-    uint32_t *seen = self->seen, *base_seen = self->base_seen, *front_seen = self->front_seen;
+    uint32_t *seen = self->seen, *base_seen = self->base_seen;
     uint64_t *base_bit = self->base_bit, *reach = self->reach, *front = self->front, *bits = self->batch_bits;
+    uint64_t *front_bits = self->front_bits;
     uint32_t generation = next_generation(self);
     int64_t gained[64] = {0};
     Py_ssize_t top = 0, words = self->words;
@@ -245,6 +351,7 @@ static int walk_batch(Regions *self, const int32_t *bases, int count, int dir) {
     Py_ssize_t lo[64], hi[64]; /* each base's word range, applied at the end */
 
     memset(bits, 0, words * sizeof(uint64_t));
+    memset(front_bits, 0, words * sizeof(uint64_t));
     for (int i = 0; i < count; i++) {
         int32_t base = bases[i];
         Region *region = &self->regions[dir][base];
@@ -303,49 +410,24 @@ static int walk_batch(Regions *self, const int32_t *bases, int count, int dir) {
         }
     }
     /* Interiors and their compute. */
-    for (Py_ssize_t w = 0; w < words; w++) {
-        uint64_t word = bits[w], in_word = 0; /* in_word: the bases with interior bits in word w */
-        while (word) {
-            int32_t v = (int32_t)((w << 6) + __builtin_ctzll(word));
-            word &= word - 1;
-            int64_t cost = compute[v];
-            uint64_t mask = reach[v];
-            in_word |= mask;
-            for (; mask; mask &= mask - 1) {
-                int i = __builtin_ctzll(mask);
-                BIT_SET(interior_of[i], v);
-                gained[i] += cost;
-            }
-        }
-        for (; in_word; in_word &= in_word - 1) {
-            int i = __builtin_ctzll(in_word);
-            if (w < lo[i]) lo[i] = w;
-            hi[i] = w + 1;
-        }
-    }
+    ComputeRun run = {0, 0};
+    for (Py_ssize_t w = 0; w < words; w++)
+        if (bits[w])
+            self->dense_words += set_word_bits(bits[w], reach, w, interior_of, lo, hi, 0, bases, &run, compute, gained);
+    run_flush(&run, gained);
     /* Frontiers: the resident storages at the end of an edge from a base or its interior. */
-    Py_ssize_t touched = 0;
     for (Py_ssize_t j = 0; j < self->pairs.len; j += 2) {
         int32_t u = self->pairs.items[j], us = self->pairs.items[j + 1];
         uint64_t mask = base_seen[u] == generation ? base_bit[u] : reach[u];
-        if (front_seen[us] != generation) {
-            front_seen[us] = generation;
+        if (!BIT_GET(front_bits, us)) {
+            BIT_SET(front_bits, us);
             front[us] = 0;
-            self->touched[touched++] = us;
         }
         front[us] |= mask;
     }
-    for (Py_ssize_t j = 0; j < touched; j++) {
-        int32_t us = self->touched[j];
-        Py_ssize_t w = us >> 6;
-        for (uint64_t mask = front[us]; mask; mask &= mask - 1) {
-            int i = __builtin_ctzll(mask);
-            if (us == bases[i]) continue;
-            BIT_SET(frontier_of[i], us);
-            if (w < lo[i]) lo[i] = w;
-            if (w >= hi[i]) hi[i] = w + 1;
-        }
-    }
+    for (Py_ssize_t w = 0; w < words; w++)
+        if (front_bits[w])
+            self->dense_words += set_word_bits(front_bits[w], front, w, frontier_of, lo, hi, 1, bases, NULL, NULL, NULL);
     for (int i = 0; i < count; i++) {
         Region *region = &self->regions[dir][bases[i]];
         region->lo = lo[i];
