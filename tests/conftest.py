@@ -21,6 +21,8 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
 SHARED = Path(os.environ.get("DTRLAB_SHARED", ROOT.parent / "shared"))
 LOGS = SHARED / "dtr-logs"
 REFERENCE = SHARED / "reference"

@@ -130,14 +130,9 @@ def test_labels_and_the_default_configurations():
 
 
 def load_ship_results():
-    import importlib.util
+    from conftest import load_script
 
-    from conftest import ROOT
-
-    spec = importlib.util.spec_from_file_location("ship_results", ROOT / "scripts" / "ship_results.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ship_results")
 
 
 def test_shipping_merges_new_runs_into_a_verified_bundle(tmp_path, monkeypatch):

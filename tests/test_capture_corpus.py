@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import shlex
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 from dtrlab.integrity import sha256_file
 from dtrlab.runtime import baseline
@@ -111,9 +111,7 @@ def test_corpus_loads_and_replays_to_its_recorded_peak():
 def test_a_modern_trace_regenerates_identically():
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision", reason="torchvision: models need the models extra")
-    spec = importlib.util.spec_from_file_location("make_traces", ROOT / "scripts" / "make_traces.py")
-    make_traces = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_traces)
+    make_traces = load_script("make_traces")
     entry = next(e for e in entries() if e["model"] == "resnet50")
     if entry["torch_version"] != torch.__version__:
         pytest.skip(f"recorded with torch {entry['torch_version']}")

@@ -16,7 +16,6 @@ test's tmp dir.
 from __future__ import annotations
 
 import html
-import importlib.util
 import json
 import os
 import re
@@ -46,17 +45,11 @@ pytest.importorskip("jupyterlab", reason="the browser test needs JupyterLab")
 if CHROMIUM is None:
     pytest.skip("no Chromium (apt-get install chromium, or set DTRLAB_CHROMIUM)", allow_module_level=True)
 
+from conftest import load_script  # noqa: E402
 from dtrlab import Intervention, baseline, simulate  # noqa: E402
 from dtrlab.plots.style import short_trace_name  # noqa: E402
 from dtrlab.trace import load_directory  # noqa: E402
 from dtrlab.widgets.explorer import outcome_html  # noqa: E402
-
-
-def _lab_script():
-    spec = importlib.util.spec_from_file_location("lab", ROOT / "scripts" / "lab.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _free_port() -> int:
@@ -96,7 +89,7 @@ def lab(tmp_path_factory):
     env = dict(os.environ, MPLBACKEND="agg", JUPYTERLAB_SETTINGS_DIR=str(directory / "settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(directory / "workspaces"), JUPYTER_RUNTIME_DIR=str(directory / "runtime"))
     # `make lab`'s command (scripts/lab.py), on a free port with a known token.
-    command = _lab_script().lab_command(directory, port=port, token=token, open_browser=False)
+    command = load_script("lab").lab_command(directory, port=port, token=token, open_browser=False)
     command.append("--ServerApp.port_retries=0")
     log = open(directory / "jupyterlab.log", "w")
     server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)

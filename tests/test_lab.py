@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import secrets
@@ -13,16 +12,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest.importorskip("jupyterlab", reason="make lab needs JupyterLab (a dependency of dtrlab)")
-
-
-def _lab_script():
-    spec = importlib.util.spec_from_file_location("lab", ROOT / "scripts" / "lab.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_make_lab_runs_the_lab_script():
@@ -32,7 +25,7 @@ def test_make_lab_runs_the_lab_script():
 
 @pytest.mark.slow  # a JupyterLab server start: about 8 s of CPU
 def test_the_lab_command_serves_the_notebooks_on_localhost(tmp_path):
-    lab = _lab_script()
+    lab = load_script("lab")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -3,27 +3,20 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import math
 import re
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 pd = pytest.importorskip("pandas")
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _make_figures():
-    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "scripts" / "make_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-make_figures = _make_figures()
+make_figures = load_script("make_figures")
 NOTEBOOKS = make_figures.notebook_paths()
 
 
