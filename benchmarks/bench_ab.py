@@ -33,13 +33,13 @@ DEFAULT_RUNS = ["inceptionv4:0.2", "inceptionv4:0.25", "lstm:0.22", "treelstm:0.
 
 # One side's process: load each log once, time each (log, ratio), print one JSON line per run.
 WORKER = r"""
-import dataclasses, glob, json, sys, time
-from dtrlab import load_log, simulate
+import dataclasses, json, sys, time
+from dtrlab import load, simulate
 policy, memory, limit, repeats, runs = json.loads(sys.argv[1])
 traces = {}
 for name, ratio in runs:
     if name not in traces:
-        traces[name] = load_log(glob.glob(name)[0])
+        traces[name] = load(name)
     best = float("inf")
     for _ in range(repeats):
         start = time.process_time()
@@ -60,7 +60,7 @@ def side(tree: Path, job: list) -> list[dict]:
 
 
 def log_path(logs: Path, prefix: str) -> str:
-    matches = sorted(logs.glob(f"{prefix}*.log"))
+    matches = sorted(p for p in logs.glob(f"{prefix}*") if p.name != "manifest.json")
     if not matches:
         raise SystemExit(f"bench_ab: no log in {logs} starts with {prefix!r}")
     return str(matches[0].resolve())
@@ -69,7 +69,8 @@ def log_path(logs: Path, prefix: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", type=Path, required=True, help="a checkout with its extensions built")
-    parser.add_argument("--logs", type=Path, default=ROOT.parent / "shared" / "dtr-logs")
+    parser.add_argument("--logs", type=Path, default=ROOT.parent / "shared" / "dtr-logs",
+                        help="a folder of DTR logs or of traces (traces/models)")
     parser.add_argument("--runs", nargs="+", default=DEFAULT_RUNS, help="LOG_PREFIX:RATIO ...")
     parser.add_argument("--grid", help="START:STOP:STEP, run on every log of --names")
     parser.add_argument("--names", nargs="+", default=[])
