@@ -296,3 +296,28 @@ def test_cli_sweep_writes_parquet_and_holes_reads_it(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "resnet32-b8" in printed and "non_monotone_failures" in printed
     assert main(["sweep", str(log), "--ratios", "x"]) == 2
+
+
+def test_an_interrupted_sweep_keeps_its_parts_and_does_no_clean_up(small_resnet, tmp_path, monkeypatch):
+    """Ctrl-C mid-sweep: the finished runs stay in the cache as parts, and nothing runs after the
+    interrupt that a second Ctrl-C (``timeout -s INT`` sends two) could cut short."""
+    real_iter_runs = budget_sweep.iter_runs
+
+    def interrupted(*args, **kwargs):
+        for number, item in enumerate(real_iter_runs(*args, **kwargs)):
+            if number == 3:
+                raise KeyboardInterrupt
+            yield item
+
+    def no_compaction(self):
+        raise AssertionError("an interrupted sweep compacted its cache")
+
+    monkeypatch.setattr(budget_sweep, "iter_runs", interrupted)
+    monkeypatch.setattr(SweepCache, "compact", no_compaction)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(small_resnet, "dtr", ratios="0.3:1.0:0.1", cache=tmp_path, progress=False)
+    store = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0)
+    assert len(store.load()) == 3 and len(list(store.directory.glob("part-*.parquet"))) == 3
+    monkeypatch.undo()
+    assert len(sweep(small_resnet, "dtr", ratios="0.3:1.0:0.1", cache=tmp_path, progress=False)) == 8
+    assert len(list(store.directory.glob("*.parquet"))) == 1

@@ -169,16 +169,16 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
     options = tuple(sorted(memory_options.items()))
     specs = [RunSpec(b, policy, overhead_limit, intervention, r, memory, options, enforce, device_label)
              for b, r in todo.items()]
-    try:
-        for i, result, seconds in iter_runs(trace, specs, jobs=jobs, backend=backend, client=client,
-                                            progress=progress, desc=f"{trace.name} {policy.label}"):
-            row = _result_row(result, seconds)
-            done[result.budget_bytes] = row
-            if store:
-                store.append([row])
-    finally:
+    for i, result, seconds in iter_runs(trace, specs, jobs=jobs, backend=backend, client=client,
+                                        progress=progress, desc=f"{trace.name} {policy.label}"):
+        row = _result_row(result, seconds)
+        done[result.budget_bytes] = row
         if store:
-            store.compact()
+            store.append([row])
+    # Only a finished sweep merges its parts: an interrupted one leaves them for the resumed sweep,
+    # so a second Ctrl-C (timeout -s INT sends two) has no clean-up to cut short.
+    if store:
+        store.compact()
 
     config = {"trace": trace.name, "trace_hash": trace.content_hash, "policy": policy.label,
               "policy_name": policy.name, "policy_params": json.dumps(policy.params, sort_keys=True, default=repr),
