@@ -84,11 +84,22 @@ def main() -> int:
         print(f"bench_ab: --baseline {args.baseline} is not a dtrlab checkout", file=sys.stderr)
         return 2
     if args.grid:
-        start, stop, step = (float(x) for x in args.grid.split(":"))
+        try:
+            start, stop, step = (float(x) for x in args.grid.split(":"))
+        except ValueError:
+            print(f"bench_ab: --grid {args.grid!r}: expected START:STOP:STEP, e.g. 0.05:1.0:0.01", file=sys.stderr)
+            return 2
         ratios = [round(start + i * step, 6) for i in range(int(round((stop - start) / step)) + 1)]
         runs = [(log_path(args.logs, name), ratio) for name in args.names for ratio in ratios]
     else:
-        runs = [(log_path(args.logs, run.rsplit(":", 1)[0]), float(run.rsplit(":", 1)[1])) for run in args.runs]
+        runs = []
+        for run in args.runs:
+            prefix, _, ratio = run.rpartition(":")
+            try:
+                runs.append((log_path(args.logs, prefix), float(ratio)))
+            except ValueError:
+                print(f"bench_ab: --runs {run!r}: expected LOG_PREFIX:RATIO, e.g. inceptionv4:0.2", file=sys.stderr)
+                return 2
     job = [args.policy, args.memory, args.overhead_limit, args.repeats, runs]
     print(f"load average at start: {os.getloadavg()[0]:.1f}; {args.policy} under {args.memory}, "
           f"limit {args.overhead_limit}, {len(runs)} runs, best of {args.repeats}, {args.rounds} rounds")
