@@ -73,7 +73,7 @@ def main() -> int:
                         help="a folder of DTR logs or of traces (traces/models)")
     parser.add_argument("--runs", nargs="+", default=DEFAULT_RUNS, help="LOG_PREFIX:RATIO ...")
     parser.add_argument("--grid", help="START:STOP:STEP, run on every log of --names")
-    parser.add_argument("--names", nargs="+", default=[])
+    parser.add_argument("--names", nargs="+", help="log prefixes for --grid (default: every log of --logs)")
     parser.add_argument("--policy", default="dtr")
     parser.add_argument("--memory", default="flat")
     parser.add_argument("--overhead-limit", type=float, default=5.0)
@@ -90,6 +90,12 @@ def main() -> int:
             print(f"bench_ab: --grid {args.grid!r}: expected START:STOP:STEP, e.g. 0.05:1.0:0.01", file=sys.stderr)
             return 2
         ratios = [round(start + i * step, 6) for i in range(int(round((stop - start) / step)) + 1)]
+        if not args.names:
+            args.names = sorted(p.name for p in args.logs.iterdir() if p.is_file() and p.name != "manifest.json") \
+                if args.logs.is_dir() else []
+        if not args.names or not ratios:
+            print(f"bench_ab: --grid {args.grid!r} over {args.logs}: no log or no ratio to run", file=sys.stderr)
+            return 2
         runs = [(log_path(args.logs, name), ratio) for name in args.names for ratio in ratios]
     else:
         runs = []

@@ -29,9 +29,37 @@ COMPILED_POLICIES = sorted(cls.name for cls in compiled.POLICY_CODES)
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+class RegionReads:
+    """A recorder of the regions every choice could read: (storage, forward, reverse region
+    compute) of each resident storage, as the core's ``region_reads`` records them. The Python
+    simulator rebuilds regions at once; the core owes rebuilds until a choice, so this is where
+    a late rebuild that differs would show, even when no decision changes."""
+
+    def __init__(self):
+        self.reads = []
+
+    def on_choose(self, sim, candidates, chosen):
+        if sim.regions is not None:
+            self.reads.append(tuple((s, sim.region_compute[s], sim.region_rev_compute[s])
+                                    for s, resident in enumerate(sim.material) if resident))
+
+    def __getattr__(self, name):  # the other hooks record nothing
+        if name.startswith("on_"):
+            return lambda *args: None
+        raise AttributeError(name)
+
+
+def assert_same_region_reads(core, sim):
+    if core.region_reads is None:
+        assert not sim.recorder.reads
+    else:
+        assert core.region_reads == sim.recorder.reads
+
+
 def reference_replay(trace, policy_name, budget_bytes, remat_limit, intervention=None):
     """The Python simulator's replay with (clock, memory, evictions, recompute) after every step."""
-    sim = Simulator(trace, get_policy(policy_name), budget_bytes, remat_limit, intervention=intervention)
+    sim = Simulator(trace, get_policy(policy_name), budget_bytes, remat_limit, intervention=intervention,
+                    recorder=RegionReads())
     steps, status = [], "pass"
     try:
         for _ in sim.steps():
@@ -51,6 +79,7 @@ def assert_same_replay(trace, policy_name, budget_bytes, remat_limit, interventi
     assert (core.status, core.clock, core.model_compute, core.remat_compute, core.peak_memory, core.remats) == (
         status, sim.clock, sim.model_compute, sim.remat_compute, sim.peak_memory, sim.remats)
     assert core.failure == sim.failure
+    assert_same_region_reads(core, sim)
     return core
 
 

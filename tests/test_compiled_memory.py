@@ -13,6 +13,7 @@ import math
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from test_compiled_core import RegionReads, assert_same_region_reads
 from test_memory_runtime import MODELS, scaled
 from test_properties import random_logs
 
@@ -39,7 +40,8 @@ def run_model(memory, budget, options, enforce, device):
 
 
 def reference_replay(trace, policy, budget, remat_limit, model, enforce):
-    sim = Simulator(trace, get_policy(policy), budget, remat_limit, memory_model=model, enforce=enforce)
+    sim = Simulator(trace, get_policy(policy), budget, remat_limit, memory_model=model, enforce=enforce,
+                    recorder=RegionReads())
     steps, status = [], "pass"
     try:
         for _ in sim.steps():
@@ -70,6 +72,7 @@ def assert_same_memory_replay(trace, policy, budget, remat_limit, memory, option
     assert core.failure == sim.failure
     assert (core.fragmentation_evictions, core.peak_reserved, core.allocated_at_peak) == (
         sim.fragmentation_evictions, sim.peak_reserved, sim.allocated_at_peak)
+    assert_same_region_reads(core, sim)
     assert core.memory_stats == model.stats()
     assert fresh.stats().allocated_bytes == 0  # the instance only described the model
     return core

@@ -209,6 +209,7 @@ typedef struct {
     Py_ssize_t block_count;
     int fail_cause;
     int64_t fail_largest_free;
+    PyObject *region_reads; /* with record_steps and regions: what each choice's scores could read */
 } Sim;
 
 /* ----------------------------------------------------------------- pool */
@@ -320,6 +321,7 @@ static int64_t eq_class_compute(Sim *sim, int32_t s) {
 
 /* ------------------------------------------------------------- replay */
 static int evict(Sim *sim, int32_t s) {
+    if (sim->track_regions && regions_flush(&sim->regions) < 0) return -1; /* walks owed before s goes */
     if (sim->has_model && sim->size[s]) {
         memory_free(&sim->model, s);
         sim->charged -= memory_request_bytes(&sim->model, sim->size[s]);
@@ -683,7 +685,10 @@ static int compute_op(Sim *sim, int32_t op) {
         storage[t] = s;
         /* A storage's compute counts each operator once. */
         int32_t last = sim->tensor_last[s];
-        if (last < 0 || tr->tensor_op[last] != op) sim->compute_cost[s] += tr->op_cost[op];
+        if (last < 0 || tr->tensor_op[last] != op) {
+            if (sim->track_regions && regions_compute_changing(&sim->regions, s) < 0) return -1;
+            sim->compute_cost[s] += tr->op_cost[op];
+        }
         if (last < 0) sim->tensor_first[s] = t;
         else sim->tensor_next[last] = t;
         sim->tensor_last[s] = t;
@@ -822,7 +827,9 @@ static int model_init(Sim *sim, PyObject *args) {
  * status: 0 pass, 1 oom, 2 thrash; failure: None or (step, operator, tensor, requested, memory, candidates,
  * cause, largest free block or None); steps: None or a list of (clock, memory, evictions, remat_compute)
  * after each completed step, with (allocated, reserved) appended under a model; memory_result: None, or
- * (fragmentation_evictions, peak_reserved, allocated_at_peak, (the model's MemStats at the end)). */
+ * (fragmentation_evictions, peak_reserved, allocated_at_peak, (the model's MemStats at the end));
+ * region_reads: None, or with record_steps and a region policy, one tuple per choice of
+ * (storage, forward, reverse region compute) of every resident storage. */
 static PyObject *replay(PyObject *module, PyObject *args) {
     CoreTrace *tr;
     int record_steps;
@@ -859,6 +866,7 @@ static PyObject *replay(PyObject *module, PyObject *args) {
     sim.enforce_allocated = enforce_allocated;
     sim.place_first = place_first;
     if (record_steps && !(steps = PyList_New(0))) goto done;
+    if (record_steps && sim.track_regions && !(sim.region_reads = PyList_New(0))) goto done;
 
     int status = 0;
     for (sim.step = 0; sim.step < tr->n_steps; sim.step++) {
@@ -910,11 +918,12 @@ static PyObject *replay(PyObject *module, PyObject *args) {
         memory_result = Py_NewRef(Py_None);
     }
     if (!memory_result) { Py_DECREF(evicted); Py_DECREF(failure); goto done; }
-    result = Py_BuildValue("(iLLLLLNNON)", sim.failed, (long long)sim.clock, (long long)sim.model_compute,
+    result = Py_BuildValue("(iLLLLLNNONO)", sim.failed, (long long)sim.clock, (long long)sim.model_compute,
                            (long long)sim.remat_compute, (long long)sim.peak, (long long)sim.remats, evicted, failure,
-                           steps ? steps : Py_None, memory_result);
+                           steps ? steps : Py_None, memory_result, sim.region_reads ? sim.region_reads : Py_None);
 done:
     Py_XDECREF(steps);
+    Py_XDECREF(sim.region_reads);
     if (withhold.obj) PyBuffer_Release(&withhold);
     sim_free(&sim);
     return result;

@@ -620,8 +620,31 @@ static int score_choose(Sim *sim, const ScoreSpec *p, const int32_t *cand, Py_ss
 /* Choose storages to evict among cand[0..n) (pool order; withheld and excluded storages already removed).
    Append the chosen storage ids to *out (at least one when n > 0; none when n == 0).
    Return 0, or -1 with a Python error set. */
+/* record_steps: the regions of every resident storage as this choice sees them (the tests
+   compare them with the Python simulator's, which rebuilds at once: see regions_flush()). */
+static int record_region_read(Sim *sim) {
+    PyObject *row = PyList_New(0);
+    if (!row) return -1;
+    for (Py_ssize_t s = 0; s < sim->tr->n; s++) {
+        if (!sim->material[s]) continue;
+        PyObject *item = Py_BuildValue("(nLL)", s, (long long)sim->region_compute[s],
+                                       (long long)sim->region_rev_compute[s]);
+        if (!item || PyList_Append(row, item) < 0) { Py_XDECREF(item); Py_DECREF(row); return -1; }
+        Py_DECREF(item);
+    }
+    PyObject *read = PyList_AsTuple(row);
+    Py_DECREF(row);
+    if (!read || PyList_Append(sim->region_reads, read) < 0) { Py_XDECREF(read); return -1; }
+    Py_DECREF(read);
+    return 0;
+}
+
 static int policy_choose(Sim *sim, const int32_t *cand, Py_ssize_t n, IntVec *out) {
     if (n == 0) return 0;
+    if (sim->track_regions) { /* the scores read regions: take the owed rebuilds first */
+        if (regions_flush(&sim->regions) < 0) return -1;
+        if (sim->region_reads && record_region_read(sim) < 0) return -1;
+    }
     PolicySpec *spec = &sim->policy;
     const ScoreSpec *phase = &spec->phase[0];
     Py_ssize_t chosen;

@@ -83,7 +83,10 @@ static PyObject *RegionIndex_materialized(RegionIndex *self, PyObject *storages)
         }
     }
     Py_DECREF(seq);
-    if (regions_materialized(&self->regions, self->batch.items, self->batch.len) < 0) return NULL;
+    /* The Python simulator and analyses read regions at any time: no rebuild is left owed. */
+    if (regions_materialized(&self->regions, self->batch.items, self->batch.len) < 0 ||
+        regions_flush(&self->regions) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 

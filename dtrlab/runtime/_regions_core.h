@@ -5,7 +5,9 @@
  * first; its docstring explains what a region is and why it is maintained this
  * way). Each region's interior and frontier are bitsets; walks go over a
  * storage-level graph with a generation-stamped visited array, so a rebuild
- * allocates nothing and touches only the storages it reaches.
+ * allocates nothing and touches only the storages it reaches. Rebuilds after a
+ * materialization are owed until a region is read (regions_flush(), which the core calls
+ * before a policy chooses and before an eviction; the index of _regions.c at once).
  *
  * The including module sets RegionError (dtrlab.runtime.regions.RegionError).
  * Functions return 0, or -1 with a Python exception set.
@@ -40,7 +42,8 @@ typedef struct {
     uint32_t *seen;             /* generation stamps for walks */
     uint32_t generation;
     int32_t *stack;
-    uint64_t *scratch[2];       /* affected-storage bitsets for regions_materialized() */
+    uint64_t *owed[2];          /* resident storages owed a rebuild in each direction (regions_flush()) */
+    int any_owed;
     /* walk_batch(): per-storage base bit, bases-reaching-me mask, frontier mask; base_seen stamps */
     uint64_t *base_bit, *reach, *front;
     uint32_t *base_seen;
@@ -88,8 +91,9 @@ static int regions_init(Regions *self, Py_ssize_t n, const uint8_t *material, co
     for (int dir = 0; dir < 2; dir++) {
         self->edges[dir] = PyMem_Calloc(count, sizeof(IntVec));
         self->regions[dir] = PyMem_Calloc(count, sizeof(Region));
-        self->scratch[dir] = PyMem_Calloc(self->words ? self->words : 1, sizeof(uint64_t));
+        self->owed[dir] = PyMem_Calloc(self->words ? self->words : 1, sizeof(uint64_t));
     }
+    self->any_owed = 0;
     self->seen = PyMem_Calloc(count, sizeof(uint32_t));
     self->generation = 0;
     self->dense_words = 0;
@@ -101,7 +105,7 @@ static int regions_init(Regions *self, Py_ssize_t n, const uint8_t *material, co
     self->batch_bits = PyMem_Calloc(self->words ? self->words : 1, sizeof(uint64_t));
     self->front_bits = PyMem_Calloc(self->words ? self->words : 1, sizeof(uint64_t));
     if (!self->edges[0] || !self->edges[1] || !self->regions[0] || !self->regions[1] || !self->seen ||
-        !self->stack || !self->scratch[0] || !self->scratch[1] || !self->base_bit || !self->reach || !self->front ||
+        !self->stack || !self->owed[0] || !self->owed[1] || !self->base_bit || !self->reach || !self->front ||
         !self->base_seen || !self->batch_bits || !self->front_bits) {
         PyErr_NoMemory();
         return -1;
@@ -122,8 +126,8 @@ static void regions_release(Regions *self) {
             PyMem_Free(self->regions[dir]);
             self->regions[dir] = NULL;
         }
-        PyMem_Free(self->scratch[dir]);
-        self->scratch[dir] = NULL;
+        PyMem_Free(self->owed[dir]);
+        self->owed[dir] = NULL;
     }
     PyMem_Free(self->pairs.items);
     self->pairs.items = NULL;
@@ -170,14 +174,6 @@ static inline void region_set(Region *region, uint64_t *bits, int32_t i) {
 static void region_free(Region *region) {
     PyMem_Free(region->interior);
     region->interior = region->frontier = NULL;
-}
-
-/* link(parent, child): a tensor of storage `child` was computed from one of `parent`. */
-static int regions_link(Regions *self, int32_t parent, int32_t child) {
-    /* A self-edge never changes a walk; keep edges unique, as the reference's sets do. */
-    if (parent == child || vec_contains(&self->edges[0][parent], child)) return 0;
-    if (vec_push(&self->edges[0][parent], child) < 0 || vec_push(&self->edges[1][child], parent) < 0) return -1;
-    return 0;
 }
 
 /* A fresh stamp for seen and base_seen. */
@@ -457,20 +453,75 @@ static int rebuild_flagged(Regions *self, const uint64_t *bits, int dir) {
     return count ? walk_batch(self, bases, count, dir) : 0;
 }
 
-/* `storages` just became resident: rebuild them and their frontiers' regions. */
+/*
+ * Rebuilds are owed, not done at once: a region is read only when a policy chooses (or an
+ * eviction absorbs into it), and between two reads a storage is often marked several times.
+ * Taking its walk at the read gives what the last walk at the mark gave, because in between
+ * there are only materializations (a storage that becomes resident changes a walk only if
+ * the walk reached it; then the walk's base is on that storage's frontier and is marked
+ * again), new edges (regions_link() takes the walks the edge would change first) and new
+ * compute of an evicted storage (regions_compute_changing() takes every owed walk first);
+ * every eviction takes all owed walks before the storage stops being resident. Reverse
+ * walks of a storage's frontier are owed the same way.
+ */
+static int regions_flush(Regions *self) {
+    if (!self->any_owed) return 0;
+    self->any_owed = 0;
+    for (int dir = 0; dir < 2; dir++) {
+        if (rebuild_flagged(self, self->owed[dir], dir) < 0) return -1;
+        memset(self->owed[dir], 0, self->words * sizeof(uint64_t));
+    }
+    return 0;
+}
+
+/* link(parent, child): a tensor of storage `child` was computed from one of `parent`. */
+static int regions_link(Regions *self, int32_t parent, int32_t child) {
+    /* A self-edge never changes a walk; keep edges unique, as the reference's sets do. */
+    if (parent == child || vec_contains(&self->edges[0][parent], child)) return 0;
+    /* The new edge is followed only by walks that reach parent (forward) or child (reverse):
+     * with both resident, or child new and childless, those are parent's forward walk and
+     * child's reverse walk; otherwise any owed walk may reach them. Owed walks are taken
+     * without the edge, as they would have been when they were marked. */
+    if (!self->material[parent] || (!self->material[child] && self->edges[0][child].len)) {
+        if (regions_flush(self) < 0) return -1;
+    } else {
+        if (BIT_GET(self->owed[0], parent)) {
+            BIT_CLEAR(self->owed[0], parent);
+            if (walk(self, parent, 0) < 0) return -1;
+        }
+        if (BIT_GET(self->owed[1], child)) {
+            BIT_CLEAR(self->owed[1], child);
+            if (walk(self, child, 1) < 0) return -1;
+        }
+    }
+    if (vec_push(&self->edges[0][parent], child) < 0 || vec_push(&self->edges[1][child], parent) < 0) return -1;
+    return 0;
+}
+
+/* The compute of storage `s` is about to change (an operator aliasing it, maybe while it is
+ * evicted): a walk that reaches s sums it, so owed walks are taken first, with the old value.
+ * Walks stop at resident storages and cannot reach one without edges (a new output). */
+static inline int regions_compute_changing(Regions *self, int32_t s) {
+    if (self->material[s] || (!self->edges[0][s].len && !self->edges[1][s].len)) return 0;
+    return regions_flush(self);
+}
+
+/* `storages` just became resident: walk them now, and owe their frontiers' regions a rebuild. */
 static int regions_materialized(Regions *self, const int32_t *storages, Py_ssize_t count) {
-    uint64_t *affected = self->scratch[0], *affected_rev = self->scratch[1];
-    memset(affected, 0, self->words * sizeof(uint64_t));
-    memset(affected_rev, 0, self->words * sizeof(uint64_t));
+    uint64_t *owed = self->owed[0], *owed_rev = self->owed[1];
     for (Py_ssize_t i = 0; i < count; i++) {
         int32_t s = storages[i];
         if (walk(self, s, 0) < 0 || walk(self, s, 1) < 0) return -1;
         const Region *forward = &self->regions[0][s], *reverse = &self->regions[1][s];
-        for (Py_ssize_t w = reverse->lo; w < reverse->hi; w++) affected[w] |= reverse->frontier[w];
-        for (Py_ssize_t w = forward->lo; w < forward->hi; w++) affected_rev[w] |= forward->frontier[w];
+        for (Py_ssize_t w = reverse->lo; w < reverse->hi; w++) owed[w] |= reverse->frontier[w];
+        for (Py_ssize_t w = forward->lo; w < forward->hi; w++) owed_rev[w] |= forward->frontier[w];
+        self->any_owed = 1;
     }
-    /* Every walk of this call sees the same resident set, so their order does not matter. */
-    if (rebuild_flagged(self, affected, 0) < 0 || rebuild_flagged(self, affected_rev, 1) < 0) return -1;
+    /* Every storage of this call was resident for all its walks: none owes one. */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        BIT_CLEAR(owed, storages[i]);
+        BIT_CLEAR(owed_rev, storages[i]);
+    }
     return 0;
 }
 
@@ -507,8 +558,13 @@ static int absorb(Regions *self, int32_t owner, int32_t s, int dir) {
     return 0;
 }
 
-/* `s` was just evicted: its frontier storages absorb it, then its regions are cleared. */
+/* `s` was just evicted (after regions_flush()): its frontier storages absorb it, then its
+ * regions are cleared. */
 static int regions_evicted(Regions *self, int32_t s) {
+    if (self->any_owed) { /* the walks had to see s resident: regions_flush() comes first */
+        PyErr_SetString(RegionError, "a storage was evicted while region rebuilds were owed");
+        return -1;
+    }
     for (int dir = 0; dir < 2; dir++) {
         Region *evicted = &self->regions[dir][s];
         if (!evicted->interior) continue;

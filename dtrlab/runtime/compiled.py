@@ -80,6 +80,9 @@ class CoreRun:
     peak_reserved: int = 0
     allocated_at_peak: int = 0
     memory_stats: MemoryStats | None = None
+    # With record_steps and a policy that reads regions: (storage, forward, reverse region compute)
+    # of every resident storage at each choice, as the policy saw them.
+    region_reads: list[tuple[tuple[int, int, int], ...]] | None = None
 
 
 _STATUS = ("pass", "oom", "thrash")
@@ -154,7 +157,8 @@ def run(trace: Trace, policy, budget_bytes: float, remat_limit: float = math.inf
                 flags[s] = 1
         withhold = flags
     memory = None if model is None else core_memory_args(model)
-    status, clock, model_compute, remat_compute, peak, remats, evicted, failure, steps, memory_result = _core.replay(
+    (status, clock, model_compute, remat_compute, peak, remats, evicted, failure, steps, memory_result,
+     region_reads) = _core.replay(
         core_trace(trace).flat, policy_spec(policy), _exceeded_at(budget_bytes), _exceeded_at(remat_limit),
         withhold, record_steps, memory, enforce == ALLOCATED, bool(getattr(policy, "address_aware", False)))
     if failure is not None:
@@ -173,4 +177,5 @@ def run(trace: Trace, policy, budget_bytes: float, remat_limit: float = math.inf
                                                 peak_reserved_bytes=peak_reserved_model, largest_free_block=largest,
                                                 segments=segments))
     return CoreRun(status=_STATUS[status], clock=clock, model_compute=model_compute, remat_compute=remat_compute,
-                   peak_memory=peak, remats=remats, evicted=evicted, failure=failure, steps=steps, **metrics)
+                   peak_memory=peak, remats=remats, evicted=evicted, failure=failure, steps=steps,
+                   region_reads=region_reads, **metrics)
