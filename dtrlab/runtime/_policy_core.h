@@ -617,9 +617,6 @@ static int score_choose(Sim *sim, const ScoreSpec *p, const int32_t *cand, Py_ss
     return 0;
 }
 
-/* Choose storages to evict among cand[0..n) (pool order; withheld and excluded storages already removed).
-   Append the chosen storage ids to *out (at least one when n > 0; none when n == 0).
-   Return 0, or -1 with a Python error set. */
 /* record_steps: the regions of every resident storage as this choice sees them (the tests
    compare them with the Python simulator's, which rebuilds at once: see regions_flush()). */
 static int record_region_read(Sim *sim) {
@@ -639,6 +636,9 @@ static int record_region_read(Sim *sim) {
     return 0;
 }
 
+/* Choose storages to evict among cand[0..n) (pool order; withheld and excluded storages already removed).
+   Append the chosen storage ids to *out (at least one when n > 0; none when n == 0).
+   Return 0, or -1 with a Python error set. */
 static int policy_choose(Sim *sim, const int32_t *cand, Py_ssize_t n, IntVec *out) {
     if (n == 0) return 0;
     if (sim->track_regions) { /* the scores read regions: take the owed rebuilds first */
