@@ -87,14 +87,17 @@ def main() -> int:
         try:
             start, stop, step = (float(x) for x in args.grid.split(":"))
         except ValueError:
-            print(f"bench_ab: --grid {args.grid!r}: expected START:STOP:STEP, e.g. 0.05:1.0:0.01", file=sys.stderr)
+            start = stop = step = 0.0
+        if step <= 0 or stop < start:
+            print(f"bench_ab: --grid {args.grid!r}: expected START:STOP:STEP with STEP > 0 and STOP >= START, "
+                  "e.g. 0.05:1.0:0.01", file=sys.stderr)
             return 2
         ratios = [round(start + i * step, 6) for i in range(int(round((stop - start) / step)) + 1)]
         if not args.names:
             args.names = sorted(p.name for p in args.logs.iterdir() if p.is_file() and p.name != "manifest.json") \
                 if args.logs.is_dir() else []
-        if not args.names or not ratios:
-            print(f"bench_ab: --grid {args.grid!r} over {args.logs}: no log or no ratio to run", file=sys.stderr)
+        if not args.names:
+            print(f"bench_ab: --grid {args.grid!r}: no log in {args.logs}", file=sys.stderr)
             return 2
         runs = [(log_path(args.logs, name), ratio) for name in args.names for ratio in ratios]
     else:

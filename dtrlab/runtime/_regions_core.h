@@ -474,6 +474,13 @@ static int regions_flush(Regions *self) {
     return 0;
 }
 
+/* Take s's walk in direction dir now if it is owed. */
+static int take_owed_walk(Regions *self, int32_t s, int dir) {
+    if (!BIT_GET(self->owed[dir], s)) return 0;
+    BIT_CLEAR(self->owed[dir], s);
+    return walk(self, s, dir);
+}
+
 /* link(parent, child): a tensor of storage `child` was computed from one of `parent`. */
 static int regions_link(Regions *self, int32_t parent, int32_t child) {
     /* A self-edge never changes a walk; keep edges unique, as the reference's sets do. */
@@ -484,15 +491,8 @@ static int regions_link(Regions *self, int32_t parent, int32_t child) {
      * without the edge, as they would have been when they were marked. */
     if (!self->material[parent] || (!self->material[child] && self->edges[0][child].len)) {
         if (regions_flush(self) < 0) return -1;
-    } else {
-        if (BIT_GET(self->owed[0], parent)) {
-            BIT_CLEAR(self->owed[0], parent);
-            if (walk(self, parent, 0) < 0) return -1;
-        }
-        if (BIT_GET(self->owed[1], child)) {
-            BIT_CLEAR(self->owed[1], child);
-            if (walk(self, child, 1) < 0) return -1;
-        }
+    } else if (take_owed_walk(self, parent, 0) < 0 || take_owed_walk(self, child, 1) < 0) {
+        return -1;
     }
     if (vec_push(&self->edges[0][parent], child) < 0 || vec_push(&self->edges[1][child], parent) < 0) return -1;
     return 0;
