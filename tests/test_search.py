@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 
 optuna = pytest.importorskip("optuna", reason="the policy search needs optuna")
@@ -261,9 +262,8 @@ def test_cli_search_prints_the_pareto_table(tmp_path, capsys, monkeypatch):
     assert main(["search", str(TRACE), "--storage", str(tmp_path / "s.db")]) == 2
 
 
-def test_ship_compares_on_every_held_out_set(tmp_path, monkeypatch, restore_shipped_policies):
-    """``python -m dtrlab.search.ship`` with two ``--heldout`` sets: comparison rows for each, by set."""
-    from dtrlab.search.ship import main as ship, read_shipped_csv
+def ship_fixture(tmp_path, monkeypatch):
+    """A tuning set, two held-out sets and a 2-trial study under ``tmp_path``; returns ship's arguments."""
     from dtrlab.trace import load_directory
 
     for directory, names in (("tuning", ["resnet32-b8"]), ("first", ["unet-b2"]), ("second", ["lstm-b16", "unet-b2"])):
@@ -273,16 +273,56 @@ def test_ship_compares_on_every_held_out_set(tmp_path, monkeypatch, restore_ship
     monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))
     run_search(list(load_directory(tmp_path / "tuning").values()), tmp_path / "study.db", n_trials=2,
                ratios=[0.5, 0.9], progress=False, cache=tmp_path / "cache")
+    return ["--study", str(tmp_path / "study.db"), "--out", str(tmp_path / "out"), "--tuning", str(tmp_path / "tuning"),
+            "--tuning-ratios", "0.5,0.9", "--heldout", str(tmp_path / "first"), "--heldout", str(tmp_path / "second"),
+            "--top", "1", "--skip", "inclusion"]
+
+
+def test_ship_compares_on_every_held_out_set(tmp_path, monkeypatch, restore_shipped_policies):
+    """``python -m dtrlab.search.ship`` with two ``--heldout`` sets: comparison rows for each, by set."""
+    from dtrlab.search.ship import main as ship, read_shipped_csv
+
     out = tmp_path / "out"
-    assert ship(["--study", str(tmp_path / "study.db"), "--out", str(out), "--tuning", str(tmp_path / "tuning"),
-                 "--tuning-ratios", "0.5,0.9", "--heldout", str(tmp_path / "first"), "--heldout",
-                 str(tmp_path / "second"), "--heldout-ratios", "0.6,0.9", "--top", "1", "--skip", "inclusion"]) == 0
+    assert ship([*ship_fixture(tmp_path, monkeypatch), "--heldout-ratios", "0.6,0.9"]) == 0
     comparison = read_shipped_csv(out / "comparison.csv")
     held = comparison[comparison["traces_role"] == "held-out"]
     assert held.groupby("trace_set")["traces"].first().to_dict() == {"first": 1, "second": 2}
     assert set(held["policy"]) == {"dtr", "msps", "monotone", "searched_1"}
+    assert held.set_index("policy")["swept"].to_dict()["searched_1"].startswith("score_search(")
     per_trace = read_shipped_csv(out / "comparison_per_trace.csv")
     assert len(per_trace[per_trace["trace_set"] == "second"]) == 2 * 4
+
+
+def test_ship_keeps_the_comparisons_it_holds_and_computes_the_rest(tmp_path, monkeypatch, restore_shipped_policies):
+    """A second ``ship`` with one more held-out grid computes only that grid's comparisons; the rows it
+    held come back unchanged; a file damaged since is not trusted (all recomputed)."""
+    import dtrlab.search.ship as ship_module
+
+    arguments = ship_fixture(tmp_path, monkeypatch)
+    out = tmp_path / "out"
+    assert ship_module.main([*arguments, "--heldout-ratios", "0.6,0.9"]) == 0
+    before = ship_module.read_shipped_csv(out / "comparison.csv")
+    computed = []
+    real_compare = ship_module.compare
+
+    def counting_compare(policies, traces, *, ratios, **options):
+        computed.append(ratios)
+        return real_compare(policies, traces, ratios=ratios, **options)
+
+    monkeypatch.setattr(ship_module, "compare", counting_compare)
+    assert ship_module.main([*arguments, "--heldout-ratios", "0.6,0.9", "--heldout-ratios", "0.7,0.9"]) == 0
+    assert computed == ["0.7,0.9"] * 8  # 4 policies on each held-out set
+    after = ship_module.read_shipped_csv(out / "comparison.csv")
+    pd.testing.assert_frame_equal(after[after["ratios"] != "0.7,0.9"].reset_index(drop=True), before)
+    assert len(after[after["ratios"] == "0.7,0.9"]) == 8
+    per_trace = ship_module.read_shipped_csv(out / "comparison_per_trace.csv")
+    assert len(per_trace[per_trace["ratios"] == "0.7,0.9"]) == 4 * (1 + 2)
+
+    (out / "comparison.csv").write_text((out / "comparison.csv").read_text().replace("held-out", "held_out", 1))
+    computed.clear()
+    assert ship_module.main([*arguments, "--heldout-ratios", "0.6,0.9"]) == 0
+    assert len(computed) == 4 * 3  # the tuned set and both held-out sets, recomputed
+    pd.testing.assert_frame_equal(ship_module.read_shipped_csv(out / "comparison.csv"), before)
 
 
 def test_ship_names_a_missing_trace_directory(tmp_path, capsys):

@@ -56,7 +56,7 @@ def plot_holes_per_policy(tables: dict[str, pd.DataFrame]):
 
     Each table has one row per policy with ``policy``, ``holes``, ``threshold`` and ``overhead``.
     """
-    fig, axes = panel_grid(len(tables), columns=len(tables), panel_size=(5.0, 3.2))
+    fig, axes = panel_grid(len(tables), columns=min(len(tables), 3), panel_size=(5.0, 3.2))
     for ax, (title, table) in zip(axes, tables.items()):
         styles = policy_styles(table["policy"])
         colors = [styles[p].color for p in table["policy"]]

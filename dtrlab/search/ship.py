@@ -3,7 +3,7 @@
     python -m dtrlab.search.ship --study search.db --top 5 --refine --tuning traces \
         --heldout ../shared/dtr-logs --heldout traces/models --heldout-ratios 0.05:1.0:0.005 -j 2
 
-(the shipped results' command; ``--heldout-ratios 0.05:1.0:0.001`` is the finer census, hours of CPU).
+(the shipped results' command; add ``--heldout-ratios 0.05:1.0:0.001`` for the finer census, hours of CPU).
 
 Writes (CSV and JSON only: the shipped sweep layer reads the ``.parquet`` files
 under ``results/shipped``):
@@ -13,7 +13,10 @@ under ``results/shipped``):
 * ``policies.json``: the best Pareto trials as ``searched_1..N`` (registered at import);
 * ``comparison.csv``, ``comparison_per_trace.csv``: holes, threshold and overhead of
   the compared policies on each trace set, with the set's role (tuning, held-out), its
-  grid and whether the censuses were refined (``--refine``);
+  grid (``--heldout-ratios`` is repeatable: one comparison per grid), whether the
+  censuses were refined (``--refine``) and the policy swept (``swept``: a searched
+  policy's ``score_search`` label). Incremental: a comparison the files already hold for
+  the same traces, grid, refinement and swept policy is kept, not recomputed;
 * ``inclusion_pairs.csv``, ``inclusion_prediction.csv``: the inclusion census where
   holes can be (:func:`hole_zones`).
 
@@ -40,6 +43,9 @@ from .space import make_policy
 from .study import open_study, pareto_table, trials_table
 
 BASELINES = ["dtr", "msps", "monotone"]
+HELDOUT_RATIOS = "0.05:1.0:0.01"
+#: What a comparison row is of: a policy's census on a trace set at a grid.
+COMPARISON_KEY = ["traces_role", "trace_set", "ratios", "refined", "policy", "swept"]
 #: The inclusion census leaves out monotone: its runs at neighbouring budgets are identical
 #: unless the cap changes, and it has no holes to predict.
 INCLUSION_POLICIES = ["dtr", "msps"]
@@ -92,6 +98,38 @@ def read_shipped_csv(path: str | Path) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
+def shipped_comparison(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The comparison files already in ``out`` (checked against their manifest), or empty frames.
+
+    A file that is missing, damaged or without a ``swept`` column (written before it) is not
+    reused: its comparisons are recomputed.
+    """
+    try:
+        summary = read_shipped_csv(out / "comparison.csv")
+        per_trace = read_shipped_csv(out / "comparison_per_trace.csv")
+    except (IntegrityError, FileNotFoundError):
+        return pd.DataFrame(columns=COMPARISON_KEY), pd.DataFrame(columns=[*COMPARISON_KEY, "trace"])
+    if "swept" not in summary or "swept" not in per_trace:
+        return pd.DataFrame(columns=COMPARISON_KEY), pd.DataFrame(columns=[*COMPARISON_KEY, "trace"])
+    return summary, per_trace
+
+
+def kept_comparison(summary: pd.DataFrame, per_trace: pd.DataFrame, traces: dict,
+                    key: dict) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """The rows of ``summary`` and ``per_trace`` for ``key`` (a value per :data:`COMPARISON_KEY`), if
+    they are of exactly the traces ``traces``; else ``(None, None)``."""
+    def of_key(frame):
+        match = pd.Series(True, index=frame.index)
+        for column, value in key.items():
+            match &= frame[column].astype(type(value)) == value
+        return frame[match]
+
+    kept, kept_traces = of_key(summary), of_key(per_trace)
+    if len(kept) != 1 or sorted(kept_traces["trace"]) != sorted(traces):
+        return None, None
+    return kept.reset_index(drop=True), kept_traces.reset_index(drop=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--study", type=Path, help="the study's SQLite file (default: the shipped one)")
@@ -100,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tuning-ratios", default="0.05:1.0:0.002")
     parser.add_argument("--heldout", type=Path, action="append",
                         help="directory of a held-out trace set (repeatable; default ../shared/dtr-logs)")
-    parser.add_argument("--heldout-ratios", default="0.05:1.0:0.01")
+    parser.add_argument("--heldout-ratios", action="append",
+                        help="grid of the held-out comparison (repeatable: one comparison per grid; default "
+                             f"{HELDOUT_RATIOS})")
     parser.add_argument("--exclude", action="append", default=[], metavar="PREFIX",
                         help="leave out held-out traces whose name starts with PREFIX (repeatable; e.g. a trace too slow "
                              "for the machine at hand: say so where the results are reported)")
@@ -115,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=1)
     args = parser.parse_args(argv)
     heldout_sets = args.heldout or [Path("../shared/dtr-logs")]
+    heldout_grids = args.heldout_ratios or [HELDOUT_RATIOS]
     for option, directory in [("--tuning", args.tuning), *(("--heldout", d) for d in heldout_sets)]:
         if "comparison" not in args.skip and not directory.is_dir():
             parser.error(f"{option} {directory}: not a directory of traces")
@@ -143,9 +184,10 @@ def main(argv: list[str] | None = None) -> int:
                      for name in searched})
     if "comparison" not in args.skip:
         tuned = set(open_study(out / "study.db").user_attrs.get("tuning_traces", []))
+        kept_summary, kept_per_trace = shipped_comparison(out)
         summaries, per_trace = [], []
         for role, directory, ratios in [("tuning set", args.tuning, args.tuning_ratios),
-                                        *(("held-out", d, args.heldout_ratios) for d in heldout_sets)]:
+                                        *(("held-out", d, r) for d in heldout_sets for r in heldout_grids)]:
             traces = load_directory(directory)
             if role == "held-out":
                 traces = {n: t for n, t in traces.items() if not n.startswith(tuple(args.exclude))}
@@ -156,12 +198,19 @@ def main(argv: list[str] | None = None) -> int:
             for group, members in groups.items():
                 if not members:
                     continue
-                summary, table = compare(policies, members, ratios=ratios, jobs=args.jobs, progress=True,
-                                         refine=args.refine)
                 where = dict(traces_role=group, trace_set=directory.name, ratios=ratios, refined=args.refine)
-                summaries.append(summary.assign(**where))
-                per_trace.append(table.assign(**where))
-                print(group, directory.name, "\n", summary.to_string(index=False), flush=True)
+                for name, policy in policies.items():
+                    swept = get_policy(policy).label
+                    summary, table = kept_comparison(kept_summary, kept_per_trace, members,
+                                                     {**where, "policy": name, "swept": swept})
+                    if summary is None:
+                        summary, table = compare({name: policy}, members, ratios=ratios, jobs=args.jobs,
+                                                 progress=True, refine=args.refine)
+                        summary, table = summary.assign(**where, swept=swept), table.assign(**where, swept=swept)
+                    summaries.append(summary)
+                    per_trace.append(table)
+                shown = pd.concat(summaries[-len(policies):], ignore_index=True)
+                print(group, directory.name, ratios, "\n", shown.drop(columns="swept").to_string(index=False), flush=True)
         write_csv(pd.concat(summaries, ignore_index=True), out / "comparison.csv", written)
         write_csv(pd.concat(per_trace, ignore_index=True), out / "comparison_per_trace.csv", written)
 
