@@ -104,14 +104,13 @@ def shipped_comparison(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     A file that is missing, damaged or without a ``swept`` column (written before it) is not
     reused: its comparisons are recomputed.
     """
+    none = pd.DataFrame(columns=COMPARISON_KEY), pd.DataFrame(columns=[*COMPARISON_KEY, "trace"])
     try:
         summary = read_shipped_csv(out / "comparison.csv")
         per_trace = read_shipped_csv(out / "comparison_per_trace.csv")
     except (IntegrityError, FileNotFoundError):
-        return pd.DataFrame(columns=COMPARISON_KEY), pd.DataFrame(columns=[*COMPARISON_KEY, "trace"])
-    if "swept" not in summary or "swept" not in per_trace:
-        return pd.DataFrame(columns=COMPARISON_KEY), pd.DataFrame(columns=[*COMPARISON_KEY, "trace"])
-    return summary, per_trace
+        return none
+    return (summary, per_trace) if "swept" in summary and "swept" in per_trace else none
 
 
 def kept_comparison(summary: pd.DataFrame, per_trace: pd.DataFrame, traces: dict,
