@@ -22,9 +22,11 @@ def plot_holes_by_limit(table: pd.DataFrame, *, titles: dict[str, str] | None = 
     policy and memory model (``dtr`` under flat memory, ``dtr @ caching`` under another).
     ``table``: :attr:`dtrlab.analysis.limit_census.LimitCensus.table` (or its shipped CSV)."""
     base = policy_styles(list(dict.fromkeys(table["policy"])))
-    # Under another memory model a policy keeps its colour and marker, dashed, its label naming the model.
+    # Under another memory model a policy keeps its colour and marker, hollow (a policy drawn dashed under
+    # flat memory stays told apart), on a dashed line, its label naming the model.
     styles = {f"{p} @ {m}": base[p] if m == "flat" else replace(base[p], label=f"{base[p].label} @ {m}", linestyle="--")
               for p, m in dict.fromkeys(zip(table["policy"], table["memory"]))}
+    hollow = {key for key in styles if not key.endswith(" @ flat")}
     table = table.assign(policy=[f"{p} @ {m}" for p, m in zip(table["policy"], table["memory"])])
     traces = list(dict.fromkeys(table["trace"]))
     fig, axes = panel_grid(len(traces), columns=columns, sharex=True)
@@ -35,7 +37,7 @@ def plot_holes_by_limit(table: pd.DataFrame, *, titles: dict[str, str] | None = 
             line = rows[rows["policy"] == policy].sort_values("limit")
             line = line[np.isfinite(line["limit"])]
             ax.plot(line["limit"], line["holes"], marker=style.marker, color=style.color, linestyle=style.linestyle,
-                    label=style.label, markersize=4)
+                    label=style.label, markersize=4, markerfacecolor="white" if policy in hollow else style.color)
         ax.axvline(2.0, color=THRESHOLD_COLOR, linewidth=0.7, linestyle=":")
         ax.set_xscale("log")
         ax.set_xticks(finite, [f"{x:g}" for x in finite])
