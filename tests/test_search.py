@@ -325,6 +325,17 @@ def test_ship_keeps_the_comparisons_it_holds_and_computes_the_rest(tmp_path, mon
     pd.testing.assert_frame_equal(ship_module.read_shipped_csv(out / "comparison.csv"), before)
 
 
+def test_ship_names_a_malformed_grid(tmp_path, capsys):
+    from dtrlab.search.ship import main as ship
+
+    with pytest.raises(SystemExit) as exit_info:
+        ship(["--out", str(tmp_path), "--skip", "study", "--skip", "inclusion", "--tuning", str(ROOT / "traces"),
+              "--heldout", str(ROOT / "traces"), "--heldout-ratios", "0.05:1.0:0.005", "--heldout-ratios", "xyz"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--heldout-ratios xyz: ratios must be numbers" in err and "Traceback" not in err
+
+
 def test_ship_names_a_missing_trace_directory(tmp_path, capsys):
     from dtrlab.search.ship import main as ship
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..integrity import IntegrityError, atomic_write_bytes, verify_in_manifest, write_manifest
+from ..sweep import parse_ratios, sweep
 from ..sweep.shipped import DEFAULT_SHIPPED_DIR
 from ..trace import load_directory
 from .report import SHIPPED_SEARCH, compare, export_policies
@@ -55,7 +56,6 @@ def hole_zones(traces: dict, policies: list[str], ratios: str, pad: float = 0.01
     """Per trace, the grid ``ratios`` between (first passing ratio - pad) and (threshold + pad)
     over ``policies`` (their sweeps at ``ratios``, usually cached)."""
     from ..analysis.holes import find_holes
-    from ..sweep import parse_ratios, sweep
 
     grid = parse_ratios(ratios)
     zones = {}
@@ -158,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     for option, directory in [("--tuning", args.tuning), *(("--heldout", d) for d in heldout_sets)]:
         if "comparison" not in args.skip and not directory.is_dir():
             parser.error(f"{option} {directory}: not a directory of traces")
+    for option, grid in [("--tuning-ratios", args.tuning_ratios), ("--inclusion-ratios", args.inclusion_ratios),
+                         *(("--heldout-ratios", g) for g in heldout_grids)]:
+        try:  # a typo is an error now, not after an hour of sweeps
+            parse_ratios(grid)
+        except ValueError as exc:
+            parser.error(f"{option} {grid}: {exc}")
     warnings.filterwarnings("ignore", category=UserWarning)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -209,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                     summaries.append(summary)
                     per_trace.append(table)
                 shown = pd.concat(summaries[-len(policies):], ignore_index=True)
-                print(group, directory.name, ratios, "\n", shown.drop(columns="swept").to_string(index=False), flush=True)
+                print(group, directory.name, ratios, "\n", shown.drop(columns="swept").to_string(index=False),
+                      flush=True)
         write_csv(pd.concat(summaries, ignore_index=True), out / "comparison.csv", written)
         write_csv(pd.concat(per_trace, ignore_index=True), out / "comparison_per_trace.csv", written)
 
