@@ -26,7 +26,6 @@ def plot_holes_by_limit(table: pd.DataFrame, *, titles: dict[str, str] | None = 
     # flat memory stays told apart), on a dashed line, its label naming the model.
     styles = {f"{p} @ {m}": base[p] if m == "flat" else replace(base[p], label=f"{base[p].label} @ {m}", linestyle="--")
               for p, m in dict.fromkeys(zip(table["policy"], table["memory"]))}
-    hollow = {key for key in styles if not key.endswith(" @ flat")}
     table = table.assign(policy=[f"{p} @ {m}" for p, m in zip(table["policy"], table["memory"])])
     traces = list(dict.fromkeys(table["trace"]))
     fig, axes = panel_grid(len(traces), columns=columns, sharex=True)
@@ -36,8 +35,9 @@ def plot_holes_by_limit(table: pd.DataFrame, *, titles: dict[str, str] | None = 
         for policy, style in styles.items():
             line = rows[rows["policy"] == policy].sort_values("limit")
             line = line[np.isfinite(line["limit"])]
+            fill = style.color if policy.endswith(" @ flat") else "white"
             ax.plot(line["limit"], line["holes"], marker=style.marker, color=style.color, linestyle=style.linestyle,
-                    label=style.label, markersize=4, markerfacecolor="white" if policy in hollow else style.color)
+                    label=style.label, markersize=4, markerfacecolor=fill)
         ax.axvline(2.0, color=THRESHOLD_COLOR, linewidth=0.7, linestyle=":")
         ax.set_xscale("log")
         ax.set_xticks(finite, [f"{x:g}" for x in finite])
