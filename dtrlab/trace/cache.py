@@ -1,4 +1,5 @@
-"""The parsed-trace cache: a log is parsed once, then loaded from a compact ``.npz``.
+"""The parsed-trace cache: a log the compiled reader does not take (a gzip-compressed one, or one it leaves
+to the Python parser) is parsed once, then loaded from a compact ``.npz``.
 
 Layout: ``ROOT/traces-v{PARSER_VERSION}/{sha256 of the log file's bytes}-{start|all}.npz``
 under the cache root shared with the sweep cache (``$DTRLAB_CACHE`` or
@@ -122,8 +123,8 @@ def _names_blob(names) -> array | None:
     return array("B", _SEPARATOR.join(names).encode("utf-8"))
 
 
-def _names(blob: array, count: int) -> list[str]:
-    names = blob.tobytes().decode("utf-8").split(_SEPARATOR) if count else []
+def _names(blob: array | bytes, count: int) -> list[str]:
+    names = bytes(blob).decode("utf-8").split(_SEPARATOR) if count else []
     if len(names) != count:
         raise ValueError(f"{len(names)} names where {count} were stored")
     return names
@@ -170,12 +171,26 @@ def _members_digest(members: dict[str, bytes]) -> str:
 
 
 def trace_from_members(members: dict[str, bytes], name: str, source: str) -> Trace:
-    """Rebuild the trace stored by :func:`trace_members` (Python ints and tuples, as parsed)."""
-    def ints(key: str) -> list[int]:
-        return _from_npy(members[f"{key}.npy"], "q").tolist()
-
+    """Rebuild the trace stored by :func:`trace_members`."""
     header = json.loads(_from_npy(members["header.npy"], "B").tobytes())
-    op_names = _names(_from_npy(members["op_names.npy"], "B"), header["operators"])
+    flat = {key: _from_npy(members[f"{key}.npy"], "B" if key in _NAME_BLOBS else "q") for key in _FLAT_KEYS}
+    flat["schedule"] = _from_npy(members["schedule.npy"], "q", columns=2)
+    return trace_from_flat(flat, header["operators"], header["tensors"], name, source)
+
+
+#: The flat arrays a trace is stored as (besides ``schedule``, the steps' (kind, operand) pairs in a row).
+_FLAT_KEYS = ("op_names", "op_cost", "op_backward", "op_args", "op_args_offsets", "op_outputs", "op_sizes",
+              "op_aliases", "op_outputs_offsets", "tensor_names", "tensor_op", "tensor_index")
+_NAME_BLOBS = {"op_names", "tensor_names"}
+
+
+def trace_from_flat(flat: dict[str, array | bytes], operators: int, tensors: int, name: str, source: str) -> Trace:
+    """The trace (Python ints and tuples, as parsed) of its flat arrays: the cache's members, or the
+    compiled log reader's (:mod:`dtrlab.trace._logparse`) native int64 bytes and NUL-separated names."""
+    def ints(key: str) -> list[int]:
+        return memoryview(flat[key]).cast("B").cast("q").tolist()
+
+    op_names = _names(flat["op_names"], operators)
     args = _split(ints("op_args"), ints("op_args_offsets"))
     output_offsets = ints("op_outputs_offsets")
     outputs = _split(ints("op_outputs"), output_offsets)
@@ -185,10 +200,10 @@ def trace_from_members(members: dict[str, bytes], name: str, source: str) -> Tra
     backward = [bool(flag) for flag in ints("op_backward")]
     if not len(op_names) == len(args) == len(outputs) == len(costs) == len(backward):
         raise ValueError("operator arrays of different lengths")
-    schedule = _from_npy(members["schedule.npy"], "q", columns=2).tolist()
+    schedule = ints("schedule")
     return Trace(
         name=name, operators=tuple(map(Operator, op_names, costs, args, outputs, sizes, aliases, backward)),
-        tensor_names=tuple(_names(_from_npy(members["tensor_names.npy"], "B"), header["tensors"])),
+        tensor_names=tuple(_names(flat["tensor_names"], tensors)),
         tensor_op=tuple(ints("tensor_op")), tensor_index=tuple(ints("tensor_index")),
         schedule=tuple(zip(schedule[0::2], schedule[1::2])), source=source,
     )

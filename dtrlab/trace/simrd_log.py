@@ -13,6 +13,9 @@ builds, with outputs rematerialized and pinned at the end:
 * ``COPY_FROM dst src``: release what ``dst`` named, ``dst`` now names ``src``; a get;
 * ``ANNOTATE START`` / ``BACKWARD``: the start of the step and of the backward pass.
 
+A plain log is read by the compiled reader (``_logparse.c``) when it takes it: it builds the same trace
+and leaves every other log, valid or not, to :func:`parse_lines` (tests/test_logparse.py).
+
 Every problem is reported as a :class:`TraceFormatError` that names the file and line:
 malformed lines, negative sizes or times, a file that is not (or no longer) the gzip
 or zip it claims to be, a manifest entry without its log, a zip without logs.
@@ -32,6 +35,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .model import COMPUTE, CONSTANT_OP, GET, PIN, RELEASE, Operator, Trace
+
+try:
+    from ._logparse import parse as _read_compiled
+except ImportError:  # not built (a source tree without `pip install -e .`): the Python parser reads every log
+    _read_compiled = None
 
 
 class TraceFormatError(ValueError):
@@ -392,10 +400,12 @@ def trace_name(path: str | os.PathLike) -> str:
 def load_log(path: str | os.PathLike, start: bool = True, cache: bool | str | os.PathLike = True) -> Trace:
     """Load one simrd log (``.log``, ``.jsonl`` or gzip-compressed ``.gz``).
 
-    The parsed trace is cached (:mod:`dtrlab.trace.cache`) under ``cache``: True for
-    the default directory (``$DTRLAB_CACHE`` or ``~/.cache/dtrlab``), a directory, or
-    False to parse without caching. The key is the file's content hash and the
-    parser version, so an edited log or a new parser is parsed again.
+    A plain log that the compiled reader takes (every real log we have) is read by it, as fast as a
+    cached copy would load, so none is kept. Any other log (gzip-compressed, or one the compiled reader
+    leaves to :func:`parse_lines`) is parsed in Python and cached (:mod:`dtrlab.trace.cache`) under
+    ``cache``: True for the default directory (``$DTRLAB_CACHE`` or ``~/.cache/dtrlab``), a directory,
+    or False to parse without caching. The key is the file's content hash and the parser version, so
+    an edited log or a new parser is parsed again.
     """
     from . import cache as trace_cache
 
@@ -404,6 +414,11 @@ def load_log(path: str | os.PathLike, start: bool = True, cache: bool | str | os
         raise FileNotFoundError(f"no log file at {path}")
     data = path.read_bytes()
     name, source = trace_name(path), str(path)
+    if _read_compiled is not None and path.suffix != ".gz":
+        with _cyclic_gc_paused():
+            flat = _read_compiled(data, start)
+            if flat is not None:
+                return trace_cache.trace_from_flat(flat, flat["operators"], flat["tensors"], name, source)
     if cache is False:
         return _parse_bytes(data, path, name, start)
     digest = trace_cache.file_digest(data)
