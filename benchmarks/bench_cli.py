@@ -13,8 +13,9 @@ that other jobs keep busy.
 
     python benchmarks/bench_cli.py --simrd /tmp/dtr-prototype/simrd [--logs ../shared/dtr-logs] [--repeats 3] [--clock cpu]
 
-dtrlab is timed twice: ``cold`` (an empty trace cache: the log is parsed) and
-``warm`` (the parsed trace loads from the cache, the usual case after the first run).
+dtrlab is timed twice: ``cold`` (an empty trace cache) and ``warm`` (after a first run). A plain
+log that the compiled reader takes is never cached, so the two differ only for logs it leaves to
+the Python parser (parsed cold, loaded from the cache warm).
 
 Both sides first get their bytecode compiled (``compileall`` on the dtrlab package and
 on simrd's folder), as an installed package has it. Without that, an environment with
