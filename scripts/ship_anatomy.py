@@ -2,6 +2,7 @@
 
     python scripts/ship_anatomy.py ../shared/dtr-logs --policies dtr lru --limits 1.25 1.5 2 3 5
     python scripts/ship_anatomy.py traces/models --policies twophase --ratios 0.05:1.0:0.001
+    python scripts/ship_anatomy.py traces --memories caching --enforce allocated   # the DTR prototype's semantics
     python scripts/ship_anatomy.py ../shared/dtr-logs --census   # the anatomy of notebook 02's census at 2.0
 
 Per trace set (the directory's name: ``dtr-logs``, ``traces``, ``models``) it writes
@@ -40,7 +41,9 @@ from dtrlab.analysis.holes import census_grid, refine_holes  # noqa: E402
 from dtrlab.analysis.limit_census import SHIPPED_ANATOMY, limit_census  # noqa: E402
 import dtrlab.calibrated  # noqa: E402,F401  (registers monotone)
 from dtrlab.policies import get_policy  # noqa: E402
+from dtrlab.runtime import ALLOCATED, RESERVED, SEMANTICS  # noqa: E402
 from dtrlab.integrity import atomic_write_bytes, write_manifest  # noqa: E402
+from dtrlab.memory.device import device_capacity  # noqa: E402
 from dtrlab.sweep.shipped import DEFAULT_SHIPPED_DIR  # noqa: E402
 from dtrlab.sweep import sweep  # noqa: E402
 from dtrlab.trace import load_directory  # noqa: E402
@@ -102,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memories", nargs="+", default=["flat"])
     parser.add_argument("--limits", nargs="+", type=float, default=[1.25, 1.5, 2, 3, 5, math.inf])
     parser.add_argument("--ratios", default="0.05:1.0:0.005")
+    parser.add_argument("--enforce", choices=SEMANTICS, default=RESERVED,
+                        help="runtime semantics (allocated: the DTR prototype's; every limit swept directly, "
+                             "rows labelled MODEL/allocated)")
+    parser.add_argument("--device-capacity", help="the device under --enforce allocated (default 1.25x)")
     parser.add_argument("--only", nargs="+", metavar="PREFIX", help="only the traces whose name starts so")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--cache", type=Path, help="sweep cache directory")
@@ -118,6 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     if "monotone" in names and set(args.memories) - {"flat"}:  # its start() refuses, in a worker, much later
         parser.error("monotone runs under flat memory only (its replay argument needs byte counting); "
                      "give it its own --memories flat run")
+    if "monotone" in names and args.enforce != RESERVED:
+        parser.error("monotone runs under the reserved semantics only; give it its own run without --enforce")
+    if args.device_capacity is not None and args.enforce != ALLOCATED:
+        parser.error("--device-capacity is the device of --enforce allocated")
+    try:
+        device_capacity(args.device_capacity)
+    except ValueError as exc:
+        parser.error(f"--device-capacity: {exc}")
     if args.cache:
         os.environ["DTRLAB_CACHE"] = str(args.cache)
     name = args.traces.resolve().name
@@ -134,11 +149,13 @@ def main(argv: list[str] | None = None) -> int:
             for memory in args.memories:
                 wall, cpu = time.perf_counter(), time.process_time()
                 result = limit_census({trace_name: trace}, [policy], [memory], args.limits, ratios=args.ratios,
-                                      jobs=args.jobs, progress=False)
+                                      enforce=args.enforce, device_capacity=args.device_capacity, jobs=args.jobs,
+                                      progress=False)
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                 config = {"ratios": args.ratios}
+                label = result.table["memory"].iloc[0]  # MODEL, or MODEL/allocated
                 timing = pd.DataFrame([{
-                    "trace": trace_name, "policy": result.table["policy"].iloc[0], "memory": memory, **config,
+                    "trace": trace_name, "policy": result.table["policy"].iloc[0], "memory": label, **config,
                     "limits": " ".join(map(str, args.limits)), "wall_seconds": round(wall, 1),
                     "cpu_seconds": round(cpu, 1), "jobs": args.jobs}])
                 # Shipped configuration by configuration, so that an interrupted run keeps what it finished.
@@ -146,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                                       ("samples.csv.gz", shipped_samples(result)), ("timing.csv", timing)):
                     merge_write(paths[suffix], frame.assign(**config))
                 write_manifest(manifest_dir, list(paths.values()))
-                print(f"ship_anatomy: {name} {trace_name} {policy} {memory}: {wall:.0f} s wall, {cpu:.0f} s CPU; "
+                print(f"ship_anatomy: {name} {trace_name} {policy} {label}: {wall:.0f} s wall, {cpu:.0f} s CPU; "
                       f"holes by limit {dict(zip(result.table['limit'], result.table['holes']))}", flush=True)
     print(f"ship_anatomy: wrote {', '.join(str(p) for p in paths.values())}")
     return 0

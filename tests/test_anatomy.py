@@ -29,7 +29,7 @@ from dtrlab.sweep import sweep
 from dtrlab.sweep import budget_sweep
 from dtrlab.sweep.cache import SweepCache
 from dtrlab.sweep.shipped import read_metadata
-from dtrlab.trace import LogBuilder
+from dtrlab.trace import LogBuilder, load_log
 
 from test_properties import random_logs
 
@@ -265,9 +265,9 @@ def test_handbuilt_hole_is_classified_as_built(build):
         assert "thrash" in set(every_budget_at(trace, budgets, math.nextafter(hole.closes_at, 0))["status"])
 
 
-def every_budget_at(trace, budgets, limit, policy="dtr"):
+def every_budget_at(trace, budgets, limit, policy="dtr", **semantics):
     return sweep(trace, policy, budgets=budgets, overhead_limit=limit, cache=False, progress=False,
-                 backend="sequential")
+                 backend="sequential", **semantics)
 
 
 @pytest.mark.parametrize("engine", ["python", "compiled"])
@@ -400,17 +400,20 @@ CENSUS_LIMITS = (1.25, 1.5, 2.0, 3.0, math.inf)
 COMPILED = sorted(name for name in available_policies() if type(get_policy(name)) in POLICY_CODES)
 
 
-def check_limit_census(trace, policy, tmp_path, ratios="0.1:1.0:0.05"):
+def check_limit_census(trace, policy, tmp_path, ratios="0.1:1.0:0.05", **semantics):
     """limit_census's outcome at each limit, derived from one sweep without a limit (and refined on the
     derived outcomes), equals direct sweeps at that limit at every budget it sampled; so do its holes,
-    threshold and failures, and its anatomy counts are its hole table's."""
-    result = limit_census({trace.name: trace}, [policy], limits=CENSUS_LIMITS, ratios=ratios, cache=tmp_path,
-                          progress=False)
+    threshold and failures, and its anatomy counts are its hole table's. ``semantics``: ``memory``,
+    ``enforce`` and ``device_capacity`` of every run."""
+    memory = semantics.pop("memory", "flat")
+    result = limit_census({trace.name: trace}, [policy], [memory], limits=CENSUS_LIMITS, ratios=ratios,
+                          cache=tmp_path, progress=False, **semantics)
+    semantics["memory"] = memory
     assert sorted(result.table["limit"]) == sorted(CENSUS_LIMITS)
     for row in result.table.itertuples():
         ours = result.samples[result.samples["limit"] == row.limit]
         direct = sweep(trace, policy, budgets=ours["budget_bytes"].tolist(), overhead_limit=row.limit, cache=False,
-                       progress=False, backend="sequential")
+                       progress=False, backend="sequential", **semantics)
         assert ours["status"].tolist() == direct["status"].tolist(), (policy, row.limit)
         census = find_holes(direct)
         assert (row.samples, row.failures, row.holes) == (len(direct), census.failures, len(census.holes))
@@ -421,9 +424,12 @@ def check_limit_census(trace, policy, tmp_path, ratios="0.1:1.0:0.05"):
         if policy not in LIMIT_READERS:
             assert [getattr(row, c) for c in KINDS.values()] == [int((holes["anatomy"] == k).sum()) for k in KINDS]
             for hole in holes.itertuples():  # closes_at: every failing sample passes there (direct runs)
+                failing = [b for b in ours["budget_bytes"] if hole.fail_low_bytes <= b <= hole.fail_high_bytes]
                 if hole.anatomy != "oom":
-                    failing = [b for b in ours["budget_bytes"] if hole.fail_low_bytes <= b <= hole.fail_high_bytes]
-                    assert set(every_budget_at(trace, failing, hole.closes_at, policy)["status"]) == {"pass"}
+                    assert set(every_budget_at(trace, failing, hole.closes_at, policy, **semantics)["status"]) == \
+                        {"pass"}
+                else:  # fails at any limit: some failing sample does not pass even at a limit of a million
+                    assert "pass" not in set(every_budget_at(trace, failing, 1e6, policy, **semantics)["status"])
     return result
 
 
@@ -450,6 +456,22 @@ def test_limit_census_equals_direct_sweeps(policy, tmp_path_factory):
     def check(log):
         check_limit_census(log.trace("random"), policy, tmp_path_factory.mktemp("cache"))
     check()
+
+
+@pytest.mark.parametrize("name, kinds", [("unet-b2", {"oom", "near-miss"}), ("resnet32-b8", {"cliff", "near-miss", "limit"})])
+def test_limit_census_under_allocated_semantics_is_swept_at_each_limit(name, kinds, tmp_path):
+    """Under the DTR prototype's allocated semantics no outcome is derived (an OOM run's last recompute may
+    be unchecked): every limit is swept directly, labelled MODEL/allocated, and the anatomy's claims hold
+    in direct runs (closes_at passes; an oom hole fails even at a limit of a million). Random traces have
+    no hole under these semantics; two shipped traces under the caching model have every kind."""
+    from conftest import ROOT
+    trace = load_log(ROOT / "traces" / f"{name}.jsonl.gz")
+    result = check_limit_census(trace, "dtr", tmp_path, ratios="0.05:1.0:0.01", memory="caching", enforce="allocated")
+    assert set(result.table["memory"]) == {"caching/allocated"}
+    assert (result.table["sweep_limit"] == result.table["limit"]).all()
+    assert set(result.holes["anatomy"]) == kinds
+    with pytest.raises(ValueError, match="enforce must be"):
+        limit_census({name: trace}, ["dtr"], enforce="allocate")
 
 
 def test_read_anatomy_table_refuses_an_unlisted_or_edited_file(tmp_path):

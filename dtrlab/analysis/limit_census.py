@@ -10,6 +10,13 @@ new budget simulated once at the sweep's limit (and cached) and derived at each 
 A policy that reads the limit (:data:`~dtrlab.analysis.anatomy.LIMIT_READERS`,
 ``monotone``) is swept and refined at each limit directly, and gets no anatomy.
 
+Under the DTR prototype's ``enforce="allocated"`` semantics an OOM run's recompute may
+never have been checked against the limit, so no outcome is derived: every policy is
+swept and refined at each limit directly; the limit-blind ones still get their anatomy
+(a direct run that passed or ran out of memory is the run without a limit up to its end,
+since the two runs are the same until the first thrash check that fails). Its rows carry
+the memory label ``MODEL/allocated``.
+
 The anatomy of each hole (:func:`~dtrlab.analysis.anatomy.hole_anatomy`) needs the
 failing samples' runs without a limit: a run at the sweep's limit that passed or ran out
 of memory is that run (it never reached the limit); one that thrashed is simulated
@@ -31,6 +38,7 @@ import pandas as pd
 
 from ..integrity import IntegrityError, verify_in_manifest
 from ..policies import get_policy
+from ..runtime import ALLOCATED, RESERVED
 from ..sweep import sweep
 from ..sweep.budget_sweep import resolve_trace
 from ..sweep.shipped import DEFAULT_SHIPPED_DIR
@@ -67,14 +75,17 @@ class LimitCensus:
 
 def limit_census(traces: dict[str, Trace], policies=("dtr",), memories=("flat",), limits=DEFAULT_LIMITS, *,
                  ratios="0.05:1.0:0.005", refine: bool = True, probes: int = 8, resolution: int | None = None,
-                 jobs: int = 1, cache=True, progress: bool = True) -> LimitCensus:
+                 enforce: str = RESERVED, device_capacity=None, jobs: int = 1, cache=True,
+                 progress: bool = True) -> LimitCensus:
     """The census of every trace under every policy and memory model at every limit of ``limits``.
 
     Each (trace, policy, memory) is swept once on ``ratios`` at ``max(limits)`` and every
     limit's census derived from it (monotone: swept at each limit); with ``refine``, each
     limit's census is refined (``probes`` budgets in the gaps beside each suspicious
     sample, then bisection to ``resolution`` bytes, default
-    :func:`~dtrlab.analysis.holes.default_resolution`). See the module docstring.
+    :func:`~dtrlab.analysis.holes.default_resolution`). ``enforce`` and ``device_capacity``: the
+    runtime semantics, as in :func:`~dtrlab.sweep.sweep` (``"allocated"``: every limit swept
+    directly, rows labelled ``MODEL/allocated``). See the module docstring.
     """
     limits = sorted({float(limit) for limit in limits})
     if not limits or limits[0] < 1:
@@ -82,18 +93,25 @@ def limit_census(traces: dict[str, Trace], policies=("dtr",), memories=("flat",)
                          f"got {limits}")
     if not traces:
         raise ValueError("no traces to census; pass a directory of logs such as ../shared/dtr-logs or traces/")
+    if enforce not in (RESERVED, ALLOCATED):
+        raise ValueError(f"enforce must be {RESERVED!r} or {ALLOCATED!r}, got {enforce!r}")
     options = dict(jobs=jobs, cache=cache, progress=progress)
+    if enforce == ALLOCATED:  # reserved runs keep the sweep's default arguments (and so their cache keys)
+        options.update(enforce=ALLOCATED, device_capacity=device_capacity)
     tables, holes, samples = [], [], []
     for name, trace in traces.items():
         trace = resolve_trace(trace)
         for policy in policies:
             for memory in memories:
-                reads_limit = get_policy(policy).name in LIMIT_READERS
-                censuses = (_direct_censuses if reads_limit else _derived_censuses)(
-                    trace, policy, memory, limits, ratios, refine, probes, resolution, options)
+                blind = get_policy(policy).name not in LIMIT_READERS
+                direct = not blind or enforce == ALLOCATED
+                censuses = _direct_censuses(trace, policy, memory, limits, ratios, refine, probes, resolution,
+                                            options, blind) if direct else \
+                    _derived_censuses(trace, policy, memory, limits, ratios, refine, probes, resolution, options)
+                label = memory if enforce == RESERVED else f"{memory}/{ALLOCATED}"
                 for limit, (census, anatomy) in censuses.items():
-                    config = {"trace": name, "policy": census.policy, "memory": memory, "limit": limit}
-                    tables.append({**config, **_summary(census, anatomy, limit if reads_limit else limits[-1])})
+                    config = {"trace": name, "policy": census.policy, "memory": label, "limit": limit}
+                    tables.append({**config, **_summary(census, anatomy, limit if direct else limits[-1])})
                     holes.append((anatomy if anatomy is not None else census.holes).assign(**config))
                     samples.append(_samples(census.samples).assign(**config))
     return LimitCensus(table=pd.DataFrame(tables, columns=TABLE_COLUMNS),
@@ -161,8 +179,10 @@ def _unlimited(census, own: pd.DataFrame, run: dict) -> pd.DataFrame:
     return frame[["budget_bytes", "status", "remat_compute"]].assign(overhead_limit=math.inf)
 
 
-def _direct_censuses(trace, policy, memory, limits, ratios, refine, probes, resolution, options) -> dict:
-    """Every limit's (census, None) from sweeps at that limit: for policies that read the limit."""
+def _direct_censuses(trace, policy, memory, limits, ratios, refine, probes, resolution, options,
+                     anatomy: bool) -> dict:
+    """Every limit's (census, anatomy) from sweeps at that limit: for policies that read the limit (no
+    anatomy) and for every policy under ``enforce="allocated"`` (with ``anatomy``: see the module docstring)."""
     result = {}
     for limit in limits:
         frame = sweep(trace, policy, ratios=ratios, overhead_limit=limit, memory=memory, **options)
@@ -170,7 +190,8 @@ def _direct_censuses(trace, policy, memory, limits, ratios, refine, probes, reso
         if refine:
             census = refine_holes(trace, frame, policy, probes=probes, resolution=resolution, memory=memory,
                                   **options).refined
-        result[limit] = (census, None)
+        run = dict(trace=trace, policy=policy, memory=memory, **options)
+        result[limit] = (census, hole_anatomy(census, _unlimited(census, census.samples, run)) if anatomy else None)
     return result
 
 
