@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--enforce", choices=SEMANTICS, default=RESERVED,
                         help="runtime semantics (allocated: the DTR prototype's; every limit swept directly, "
                              "rows labelled MODEL/allocated)")
-    parser.add_argument("--device-capacity", help="the device under --enforce allocated (default 1.25x)")
+    parser.add_argument("--device-capacity", help="the device under --enforce allocated (default: unlimited, as "
+                                                  "in dtrlab.sweep; rows then labelled MODEL/allocated(DEVICE))")
     parser.add_argument("--only", nargs="+", metavar="PREFIX", help="only the traces whose name starts so")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--cache", type=Path, help="sweep cache directory")

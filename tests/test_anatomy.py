@@ -20,7 +20,7 @@ from dtrlab.analysis.anatomy import (ANATOMY_COLUMNS, CLIFF_MARGIN, LIMIT_READER
                                      check_limit_blind, failing_budgets, hole_anatomy, needed_limit, outcome_at,
                                      outcomes_at, unlimited_runs)
 from dtrlab.analysis.holes import HOLE_COLUMNS, census_table, find_holes
-from dtrlab.analysis.limit_census import KINDS, limit_census, read_anatomy_table
+from dtrlab.analysis.limit_census import KINDS, _memory_label, limit_census, read_anatomy_table
 from dtrlab.integrity import IntegrityError, read_json, write_manifest
 from dtrlab.policies import available_policies, get_policy, policy_class
 from dtrlab.runtime import baseline, recompute_allowance
@@ -472,6 +472,9 @@ def test_limit_census_under_allocated_semantics_is_swept_at_each_limit(name, kin
     assert set(result.holes["anatomy"]) == kinds
     with pytest.raises(ValueError, match="enforce must be"):
         limit_census({name: trace}, ["dtr"], enforce="allocate")
+    # another device than the sweep's default (unlimited) is a configuration of its own
+    assert [_memory_label("caching", "allocated", device) for device in (None, "unlimited", "1.25x")] == \
+        ["caching/allocated", "caching/allocated", "caching/allocated(1.25x)"]
 
 
 def test_read_anatomy_table_refuses_an_unlisted_or_edited_file(tmp_path):

@@ -15,7 +15,8 @@ never have been checked against the limit, so no outcome is derived: every polic
 swept and refined at each limit directly; the limit-blind ones still get their anatomy
 (a direct run that passed or ran out of memory is the run without a limit up to its end,
 since the two runs are the same until the first thrash check that fails). Its rows carry
-the memory label ``MODEL/allocated``.
+the memory label ``MODEL/allocated`` (``MODEL/allocated(DEVICE)`` for a device other than
+the sweep's default, unlimited).
 
 The anatomy of each hole (:func:`~dtrlab.analysis.anatomy.hole_anatomy`) needs the
 failing samples' runs without a limit: a run at the sweep's limit that passed or ran out
@@ -37,6 +38,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..integrity import IntegrityError, verify_in_manifest
+from ..memory.device import device_capacity as parse_device_capacity
 from ..policies import get_policy
 from ..runtime import ALLOCATED, RESERVED
 from ..sweep import sweep
@@ -85,7 +87,7 @@ def limit_census(traces: dict[str, Trace], policies=("dtr",), memories=("flat",)
     sample, then bisection to ``resolution`` bytes, default
     :func:`~dtrlab.analysis.holes.default_resolution`). ``enforce`` and ``device_capacity``: the
     runtime semantics, as in :func:`~dtrlab.sweep.sweep` (``"allocated"``: every limit swept
-    directly, rows labelled ``MODEL/allocated``). See the module docstring.
+    directly, rows labelled ``MODEL/allocated`` or ``MODEL/allocated(DEVICE)``). See the module docstring.
     """
     limits = sorted({float(limit) for limit in limits})
     if not limits or limits[0] < 1:
@@ -108,7 +110,7 @@ def limit_census(traces: dict[str, Trace], policies=("dtr",), memories=("flat",)
                 censuses = _direct_censuses(trace, policy, memory, limits, ratios, refine, probes, resolution,
                                             options, blind) if direct else \
                     _derived_censuses(trace, policy, memory, limits, ratios, refine, probes, resolution, options)
-                label = memory if enforce == RESERVED else f"{memory}/{ALLOCATED}"
+                label = _memory_label(memory, enforce, device_capacity)
                 for limit, (census, anatomy) in censuses.items():
                     config = {"trace": name, "policy": census.policy, "memory": label, "limit": limit}
                     tables.append({**config, **_summary(census, anatomy, limit if direct else limits[-1])})
@@ -117,6 +119,14 @@ def limit_census(traces: dict[str, Trace], policies=("dtr",), memories=("flat",)
     return LimitCensus(table=pd.DataFrame(tables, columns=TABLE_COLUMNS),
                        holes=pd.concat(holes, ignore_index=True),
                        samples=pd.concat(samples, ignore_index=True)[SAMPLE_COLUMNS])
+
+
+def _memory_label(memory: str, enforce: str, device) -> str:
+    """``MODEL``, ``MODEL/allocated`` (an unlimited device, the sweep's default) or ``MODEL/allocated(DEVICE)``."""
+    if enforce == RESERVED:
+        return memory
+    device = parse_device_capacity(device)
+    return f"{memory}/{ALLOCATED}" if device == parse_device_capacity(None) else f"{memory}/{ALLOCATED}({device.label})"
 
 
 def _derived_censuses(trace, policy, memory, limits, ratios, refine, probes, resolution, options) -> dict:
