@@ -23,10 +23,11 @@ def plot_holes_by_limit(table: pd.DataFrame, *, titles: dict[str, str] | None = 
     ``table``: :attr:`dtrlab.analysis.limit_census.LimitCensus.table` (or its shipped CSV)."""
     base = policy_styles(list(dict.fromkeys(table["policy"])))
     # Under another memory model a policy keeps its colour and marker, hollow (a policy drawn dashed under
-    # flat memory stays told apart), on a dashed line (dotted under the allocated semantics, MODEL/allocated...),
-    # its label naming the model.
+    # flat memory stays told apart), on a dashed line (dotted under the allocated semantics, MODEL/allocated;
+    # dash-dotted on a finite device, MODEL/allocated(DEVICE)), its label naming the model.
+    line = {"/allocated(": "-.", "/allocated": ":"}
     styles = {f"{p} @ {m}": base[p] if m == "flat" else replace(
-                  base[p], label=f"{base[p].label} @ {m}", linestyle=":" if "/allocated" in m else "--")
+                  base[p], label=f"{base[p].label} @ {m}", linestyle=next((v for k, v in line.items() if k in m), "--"))
               for p, m in dict.fromkeys(zip(table["policy"], table["memory"]))}
     table = table.assign(policy=[f"{p} @ {m}" for p, m in zip(table["policy"], table["memory"])])
     traces = list(dict.fromkeys(table["trace"]))
