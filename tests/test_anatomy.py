@@ -31,6 +31,7 @@ from dtrlab.sweep.cache import SweepCache
 from dtrlab.sweep.shipped import read_metadata
 from dtrlab.trace import LogBuilder, load_log
 
+from conftest import ROOT
 from test_properties import random_logs
 
 LIMIT_WORDS = ("remat_limit", "overhead_limit", "remat_allowance", "recompute_allowance")
@@ -458,13 +459,13 @@ def test_limit_census_equals_direct_sweeps(policy, tmp_path_factory):
     check()
 
 
-@pytest.mark.parametrize("name, kinds", [("unet-b2", {"oom", "near-miss"}), ("resnet32-b8", {"cliff", "near-miss", "limit"})])
+@pytest.mark.parametrize("name, kinds", [("unet-b2", {"oom", "near-miss"}),
+                                         ("resnet32-b8", {"cliff", "near-miss", "limit"})])
 def test_limit_census_under_allocated_semantics_is_swept_at_each_limit(name, kinds, tmp_path):
     """Under the DTR prototype's allocated semantics no outcome is derived (an OOM run's last recompute may
     be unchecked): every limit is swept directly, labelled MODEL/allocated, and the anatomy's claims hold
     in direct runs (closes_at passes; an oom hole fails even at a limit of a million). Random traces have
     no hole under these semantics; two shipped traces under the caching model have every kind."""
-    from conftest import ROOT
     trace = load_log(ROOT / "traces" / f"{name}.jsonl.gz")
     result = check_limit_census(trace, "dtr", tmp_path, ratios="0.05:1.0:0.01", memory="caching", enforce="allocated")
     assert set(result.table["memory"]) == {"caching/allocated"}
@@ -491,7 +492,7 @@ def test_read_anatomy_table_refuses_an_unlisted_or_edited_file(tmp_path):
 
 
 def test_ship_anatomy_stops_on_ctrl_c_in_one_line_and_ships_what_it_finished(tmp_path, monkeypatch, capsys):
-    from conftest import ROOT, load_script
+    from conftest import load_script
 
     ship_anatomy = load_script("ship_anatomy")
     finished = []
