@@ -193,14 +193,13 @@ def _direct_censuses(trace, policy, memory, limits, ratios, refine, probes, reso
                      anatomy: bool) -> dict:
     """Every limit's (census, anatomy) from sweeps at that limit: for policies that read the limit (no
     anatomy) and for every policy under ``enforce="allocated"`` (with ``anatomy``: see the module docstring)."""
-    result = {}
+    result, run = {}, dict(trace=trace, policy=policy, memory=memory, **options)
     for limit in limits:
-        frame = sweep(trace, policy, ratios=ratios, overhead_limit=limit, memory=memory, **options)
+        frame = sweep(ratios=ratios, overhead_limit=limit, **run)
         census = find_holes(frame)
         if refine:
             census = refine_holes(trace, frame, policy, probes=probes, resolution=resolution, memory=memory,
                                   **options).refined
-        run = dict(trace=trace, policy=policy, memory=memory, **options)
         result[limit] = (census, hole_anatomy(census, _unlimited(census, census.samples, run)) if anatomy else None)
     return result
 

@@ -304,7 +304,8 @@ typedef struct {
     NameMap names;
     /* the set of defined tensor names: tensor ids hashed by name (names live in tensor_names) */
     int32_t *defined; Py_ssize_t n_defined_slots;
-    Bytes scratch;  /* a MUTATE's new name */
+    Bytes scratch;  /* a MUTATE's new names */
+    Str *new_names; Py_ssize_t new_names_cap;  /* ... as strings into scratch (kept between MUTATEs) */
     int in_backward;
 } Build;
 
@@ -328,7 +329,7 @@ static void build_free(Build *b) {
                    &b->tensor_name_at, &b->schedule};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) PyMem_Free(all[i]->v);
     PyMem_Free(b->op_names.v); PyMem_Free(b->tensor_names.v); PyMem_Free(b->scratch.v);
-    PyMem_Free(b->names.entries); PyMem_Free(b->names.slots); PyMem_Free(b->defined);
+    PyMem_Free(b->names.entries); PyMem_Free(b->names.slots); PyMem_Free(b->defined); PyMem_Free(b->new_names);
 }
 
 static int schedule_push(Build *b, int64_t kind, int64_t operand) {
@@ -452,8 +453,13 @@ static int build_mutate(Build *b, Record *r) {
         OK(bytes_push(&b->scratch, old.s, old.n));
         OK(bytes_push(&b->scratch, "$", 1));
     }
-    Str *new_names = PyMem_Malloc((size_t)(n_mutated ? n_mutated : 1) * sizeof(Str));
-    if (!new_names) { PyErr_NoMemory(); return -1; }
+    if (n_mutated > b->new_names_cap) {
+        Str *grown = PyMem_Realloc(b->new_names, (size_t)n_mutated * sizeof(Str));
+        if (!grown) { PyErr_NoMemory(); return -1; }
+        b->new_names = grown;
+        b->new_names_cap = n_mutated;
+    }
+    Str *new_names = b->new_names;
     for (Py_ssize_t k = 0, at = 0; k < n_mutated; k++) {
         Py_ssize_t n = tensor_name(b, b->op_args.v[args_at + mutated[k]]).n + 1;
         new_names[k] = (Str){b->scratch.v + at, n};
@@ -461,7 +467,6 @@ static int build_mutate(Build *b, Record *r) {
     }
     int64_t cost;
     int got = number(r, F_TIME, 1, 0, &cost) ? add_operator(b, op_name, cost, n_args, new_names, n_mutated) : NOT_MINE;
-    PyMem_Free(new_names);
     if (got != 1) return got;
     int64_t first = b->tensor_op.n - n_mutated;
     for (Py_ssize_t k = 0; k < n_mutated; k++) {
