@@ -161,6 +161,26 @@ def test_holes_by_limit_names_each_policy_and_memory_model_once():
     plt.close(fig)
 
 
+def test_holes_by_limit_draws_a_finer_grid_as_its_own_line():
+    """A policy censused on two grids (twophase at 0.005 and 0.001) is two lines, the finer one named by its step;
+    DTR on one grid under two memory models (their grids differ, their steps do not) keeps plain labels."""
+    import matplotlib.pyplot as plt
+
+    from dtrlab.plots.anatomy import plot_holes_by_limit
+
+    grids = [("twophase", "flat", "0.05:1.0:0.005", 3), ("twophase", "flat", "0.05:1.0:0.001", 5),
+             ("dtr", "flat", "0.05:1.0:0.005", 1), ("dtr", "caching", "0.05:2.0:0.005", 2)]
+    rows = [{"trace": "t", "policy": policy, "memory": memory, "ratios": ratios, "limit": limit, "holes": holes}
+            for policy, memory, ratios, holes in grids for limit in (1.5, 2.0)]
+    fig = plot_holes_by_limit(pd.DataFrame(rows))
+    labels = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert labels == ["twophase", "twophase @ step 0.001", "DTR (h_DTR)", "DTR (h_DTR) @ caching"]
+    drawn = {line.get_label(): line.get_ydata().tolist() for line in fig.axes[0].get_lines()
+             if not line.get_label().startswith("_")}
+    assert drawn["twophase @ step 0.001"] == [5, 5] and drawn["twophase"] == [3, 3]
+    plt.close(fig)
+
+
 def test_strip_cells_meet_halfway_between_samples():
     from dtrlab.plots.feasibility import _cell_edges
 

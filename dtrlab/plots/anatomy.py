@@ -19,17 +19,28 @@ ANATOMY_LABELS = {"oom": "oom (fails at any limit)", "cliff": "cliff", "near-mis
 
 def plot_holes_by_limit(table: pd.DataFrame, *, titles: dict[str, str] | None = None, columns: int = 4):
     """One panel per trace: the number of holes (y) at each overhead limit (x, log scale), one line per
-    policy and memory model (``dtr`` under flat memory, ``dtr @ caching`` under another).
-    ``table``: :attr:`dtrlab.analysis.limit_census.LimitCensus.table` (or its shipped CSV)."""
+    policy and memory model (``dtr`` under flat memory, ``dtr @ caching`` under another), and per census
+    grid where a policy and model were censused on several (the finer ones labelled with their step).
+    ``table``: :attr:`dtrlab.analysis.limit_census.LimitCensus.table` (or its shipped CSV, whose
+    ``ratios`` column names each row's grid)."""
     base = policy_styles(list(dict.fromkeys(table["policy"])))
+    steps = (table["ratios"].astype(str).str.rsplit(":", n=1).str[-1] if "ratios" in table
+             else pd.Series("", index=table.index))
+    coarsest = steps.groupby([table["policy"], table["memory"]]).transform(
+        lambda group: max(group, key=lambda step: float(step or 0)))
+    finer = [f" @ step {step}" if step != top else "" for step, top in zip(steps, coarsest)]
     # Under another memory model a policy keeps its colour and marker, hollow (a policy drawn dashed under
     # flat memory stays told apart), on a dashed line (dotted under the allocated semantics, MODEL/allocated;
-    # dash-dotted on a finite device, MODEL/allocated(DEVICE)), its label naming the model.
+    # dash-dotted on a finite device, MODEL/allocated(DEVICE)), its label naming the model; a finer grid's
+    # line is dash-dot-dotted, its label naming the step.
     line = {"/allocated(": "-.", "/allocated": ":"}
-    styles = {f"{p} @ {m}": base[p] if m == "flat" else replace(
-                  base[p], label=f"{base[p].label} @ {m}", linestyle=next((v for k, v in line.items() if k in m), "--"))
-              for p, m in dict.fromkeys(zip(table["policy"], table["memory"]))}
-    table = table.assign(policy=[f"{p} @ {m}" for p, m in zip(table["policy"], table["memory"])])
+    styles = {}
+    for p, m, f in dict.fromkeys(zip(table["policy"], table["memory"], finer)):
+        style = base[p] if m == "flat" else replace(
+            base[p], label=f"{base[p].label} @ {m}", linestyle=next((v for k, v in line.items() if k in m), "--"))
+        styles[f"{p} @ {m}{f}"] = replace(style, label=f"{style.label}{f}", linestyle=(0, (3, 1, 1, 1, 1, 1))) \
+            if f else style
+    table = table.assign(policy=[f"{p} @ {m}{f}" for p, m, f in zip(table["policy"], table["memory"], finer)])
     traces = list(dict.fromkeys(table["trace"]))
     fig, axes = panel_grid(len(traces), columns=columns, sharex=True)
     finite = sorted(x for x in table["limit"].unique() if math.isfinite(x))
@@ -38,7 +49,7 @@ def plot_holes_by_limit(table: pd.DataFrame, *, titles: dict[str, str] | None = 
         for policy, style in styles.items():
             line = rows[rows["policy"] == policy].sort_values("limit")
             line = line[np.isfinite(line["limit"])]
-            fill = style.color if policy.endswith(" @ flat") else "white"
+            fill = style.color if " @ flat" in policy else "white"
             ax.plot(line["limit"], line["holes"], marker=style.marker, color=style.color, linestyle=style.linestyle,
                     label=style.label, markersize=4, markerfacecolor=fill)
         ax.axvline(2.0, color=THRESHOLD_COLOR, linewidth=0.7, linestyle=":")
