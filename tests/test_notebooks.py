@@ -199,5 +199,7 @@ def test_anatomy_notebook_reads_only_shipped_tables(traces, tmp_path, monkeypatc
     parameters = make_figures.notebook_parameters(directory, tmp_path / "figures", tmp_path / "cache", quick=False,
                                                   jobs=1, reference=None)
     make_figures.run_notebook(make_figures.notebook_paths(["12"])[0], tmp_path / "executed", parameters)
-    assert sorted((tmp_path / "figures").glob("12-*.png"))
+    # every shipped set has flat and caching rows: one holes-by-limit figure each
+    assert sorted(path.name for path in (tmp_path / "figures").glob("12-*.png")) == [
+        "12-holes-by-limit-caching.png", "12-holes-by-limit.png", "12-needed-overhead.png"]
     assert not list((tmp_path / "cache").rglob("*.parquet")), "runs were simulated: ship them (scripts/ship_anatomy.py)"
