@@ -221,6 +221,14 @@ def _samples(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[[c for c in SAMPLE_COLUMNS if c not in ("trace", "policy", "memory", "limit")]]
 
 
+def grid_steps(frame: pd.DataFrame) -> pd.Series:
+    """The step of each shipped row's census grid (the last field of its ``ratios``, e.g. ``"0.005"``);
+    empty strings for a frame without the column (a census computed here)."""
+    if "ratios" not in frame:
+        return pd.Series("", index=frame.index)
+    return frame["ratios"].astype(str).str.rsplit(":", n=1).str[-1]
+
+
 def read_anatomy_table(name: str, directory: str | os.PathLike | None = None) -> pd.DataFrame:
     """A shipped table of the limit census (e.g. ``dtr-logs-table.csv``, ``-holes.csv``,
     ``-samples.csv.gz``), checked against its bundle's ``MANIFEST.json`` first (the shipped

@@ -9,6 +9,7 @@ import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
 
+from ..analysis.limit_census import grid_steps
 from .style import STATUS_COLORS, THRESHOLD_COLOR, panel_grid, policy_styles
 
 #: One colour per hole kind of :func:`dtrlab.analysis.anatomy.hole_anatomy`.
@@ -24,8 +25,7 @@ def plot_holes_by_limit(table: pd.DataFrame, *, titles: dict[str, str] | None = 
     ``table``: :attr:`dtrlab.analysis.limit_census.LimitCensus.table` (or its shipped CSV, whose
     ``ratios`` column names each row's grid)."""
     base = policy_styles(list(dict.fromkeys(table["policy"])))
-    steps = (table["ratios"].astype(str).str.rsplit(":", n=1).str[-1] if "ratios" in table
-             else pd.Series("", index=table.index))
+    steps = grid_steps(table)
     coarsest = steps.groupby([table["policy"], table["memory"]]).transform(
         lambda group: max(group, key=lambda step: float(step or 0)))
     finer = [f" @ step {step}" if step != top else "" for step, top in zip(steps, coarsest)]
