@@ -2,12 +2,12 @@
 
 from .version import __version__
 from .policies import available_policies, get_policy, register, score_policy
-from .runtime import Intervention, RunResult, baseline, simulate
+from .runtime import Intervention, RunResult, Semantics, baseline, simulate
 from .trace import Trace, load, load_log
 from . import calibrated  # noqa: F401  (registers monotone; every import of a dtrlab module runs this file first)
 
 __all__ = ["__version__", "available_policies", "get_policy", "register", "score_policy", "Intervention",
-           "RunResult", "baseline", "simulate", "sweep", "Trace", "load", "load_log"]
+           "RunResult", "Semantics", "Execution", "baseline", "simulate", "sweep", "Trace", "load", "load_log"]
 
 
 def __getattr__(name):
@@ -17,4 +17,8 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module(".sweep", __name__)
+    if name == "Execution":
+        from .sweep.execution import Execution
+
+        return Execution
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,11 +13,8 @@ from ..policies import Policy, get_policy
 from ..trace.model import Trace
 from . import compiled
 from .baseline import baseline
+from .semantics import DEFAULT_OVERHEAD_LIMIT, FLAT, Semantics
 from .simulator import ALLOCATED, RESERVED, SEMANTICS, Failure, Intervention, Simulator
-
-FLAT = "flat"
-
-DEFAULT_OVERHEAD_LIMIT = 2.0
 
 
 @dataclass(frozen=True)
