@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field, replace
-from types import MappingProxyType
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from .simulator import RESERVED
 
@@ -26,37 +26,26 @@ class Semantics:
     ``device_capacity``) and the thrash limit (``overhead_limit``) of a run; see
     :func:`dtrlab.simulate` for each. ``overhead_limit=math.inf`` is no limit.
 
-    Equal configurations compare equal and hash equal (options are held read-only and sorted), so a
-    ``Semantics`` can key a dict. Validation of names and options happens where a run is built
-    (:func:`dtrlab.runtime.memory_spec`, :func:`dtrlab.runtime.check_semantics`), with the same
-    one-line errors as before.
+    ``memory_options`` may be given as a dict; it is held as sorted ``(name, value)`` pairs, so
+    equal configurations compare and hash equal and a ``Semantics`` can key a dict. Names and
+    options are validated where a run is built (:func:`dtrlab.runtime.memory_spec`,
+    :func:`dtrlab.runtime.check_semantics`), with the same one-line errors as before.
     """
 
     memory: object = FLAT  # a registered name, or a MemoryModel instance standing for its name and options
-    memory_options: MappingProxyType = field(default=MappingProxyType({}))
+    memory_options: tuple = ()
     enforce: str = RESERVED
     device_capacity: object = None
     overhead_limit: float = DEFAULT_OVERHEAD_LIMIT
 
     def __post_init__(self):
-        options = dict(sorted((self.memory_options or {}).items()))
-        object.__setattr__(self, "memory_options", MappingProxyType(options))
+        options = self.memory_options or {}
+        pairs = options.items() if isinstance(options, Mapping) else options
+        object.__setattr__(self, "memory_options", tuple(sorted((str(k), v) for k, v in pairs)))
         limit = self.overhead_limit
         if not (isinstance(limit, numbers.Real) and limit >= 1):  # `>=` is False for nan
             raise ValueError(f"overhead_limit must be a number >= 1 (2.0 allows as much recompute as compute; "
                              f"math.inf is no limit), got {limit!r}")
-
-    def __hash__(self):
-        return hash((self.memory if isinstance(self.memory, str) else id(self.memory),
-                     tuple(self.memory_options.items()), self.enforce, str(self.device_capacity),
-                     self.overhead_limit))
-
-    def __eq__(self, other):
-        if not isinstance(other, Semantics):
-            return NotImplemented
-        return (self.memory == other.memory and dict(self.memory_options) == dict(other.memory_options)
-                and self.enforce == other.enforce and self.device_capacity == other.device_capacity
-                and self.overhead_limit == other.overhead_limit)
 
     @property
     def options(self) -> dict:
