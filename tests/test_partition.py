@@ -131,6 +131,16 @@ def test_flat_peak_is_the_real_cpu_peak(joints, source):
             assert predicted - largest <= real <= predicted + largest, (knob, real, predicted)
 
 
+def test_reused_min_cuts_are_torchs_answers(joints):
+    """Remembering torch's solve_min_cut answers changes no decision (against fresh calls, a fresh joint)."""
+    joint = joints["transformer"]
+    for knob in (0.8, 0.3, 0.1):
+        reused = partition(joint, knob)
+        fresh = partition(joint, knob, reuse_min_cuts=False)
+        assert reused == fresh and reused.trace.content_hash == fresh.trace.content_hash
+    assert joint.min_cuts
+
+
 def test_knob_peaks_row(joints):
     row = knob_peaks(joints[MLP], 0.3)
     for key in ("knob", "flat_peak", "allocated_peak", "reserved_peak", "proxy_saved_bytes", "saved_count",
