@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from dtrlab.memory.partitioned import interventions, knob_peaks, step_peaks, step_record  # noqa: E402
+from dtrlab.memory.partitioned import (interventions, knob_peaks, peak_composition, step_peaks,  # noqa: E402
+                                      step_record)
 from dtrlab.trace.models import build  # noqa: E402
 from dtrlab.trace.partition import _LossStep, partition, trace_joint  # noqa: E402
 
@@ -148,6 +149,16 @@ def test_knob_peaks_row(joints):
         assert key in row
     assert row["knob"] == 0.3 and row["solver"] == "dp" and row["torch_version"] == torch.__version__
     assert row["flat_peak"] == row["recorded_peak"]
+
+
+def test_peak_composition_adds_up(joints):
+    for knob in (1.0, 0.0):
+        step = partition(joints["transformer"], knob)
+        parts = peak_composition(step)
+        assert parts["flat_peak"] == step_peaks(step)["flat_peak"]
+        assert sum(parts[kind] for kind in ("constants", "forward", "recomputed", "backward")) == parts["flat_peak"]
+        assert sum(parts["recomputed_nodes"].values()) == parts["recomputed"]
+        assert set(parts["recomputed_nodes"]) <= set(step.recomputed)
 
 
 def test_proxy_objective_falls_with_the_knob(joints):

@@ -299,10 +299,15 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
 
     check_torch_has_knob()
     knob = check_knob(knob)
-    graph_module = fx.GraphModule(joint.graph_module, copy.deepcopy(joint.graph_module.graph))
+    from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
+
+    # Lazy graph modules: Python code for the graphs is generated only if something runs them
+    # (the interpreter below does not), as torch.compile itself does while it partitions.
+    with _use_lazy_graph_module(True):
+        graph_module = _make_graph_module(joint.graph_module, copy.deepcopy(joint.graph_module.graph))
     forced = _apply_forcing(graph_module, force or {})
     reuse = _reused_min_cuts(joint, forced) if reuse_min_cuts else contextlib.nullcontext()
-    with partitioner_config(knob, solver), reuse:
+    with partitioner_config(knob, solver), reuse, _use_lazy_graph_module(True):
         used_solver = functorch_config.activation_memory_budget_solver
         estimator = functorch_config.activation_memory_budget_runtime_estimator
         forward, backward = min_cut_rematerialization_partition(
