@@ -112,9 +112,11 @@ def test_flat_peak_is_the_real_cpu_peak(joints, source):
 
     The prediction counts the constants (parameters, inputs, lifted tensors, the tangent)
     from the start; the real measurement starts with all but the tangent allocated. At
-    knob 1.0 the two agree to the byte. Below 1 the real peak may exceed the prediction by
-    at most one activation (measured: 524,300 bytes on the transformer at 0.3; cause not
-    identified, see the module docstring of dtrlab.memory.partitioned).
+    knob 1.0 the two agree to the byte. Below 1 the real peak may exceed the prediction
+    (never fall below it) by a kernel's internal temporaries, which an operator-level trace
+    does not see: on the transformer at 0.3 the gap is 524,300 B, exactly what CPU
+    ``native_dropout`` allocates besides its outputs (a float noise tensor of 524,288 B
+    and 12 B of scalars, measured with the profiler). Tolerance: the step's largest tensor.
     """
     for knob in KNOBS:
         step = partition(joints[source], knob)
@@ -129,7 +131,7 @@ def test_flat_peak_is_the_real_cpu_peak(joints, source):
             assert real == predicted
         else:
             largest = max(op.total_size for op in step.trace.operators)
-            assert predicted - largest <= real <= predicted + largest, (knob, real, predicted)
+            assert predicted <= real <= predicted + largest, (knob, real, predicted)
 
 
 def test_reused_min_cuts_are_torchs_answers(joints):

@@ -23,7 +23,15 @@ step after ``zero_grad(set_to_none=True)``).
 Modelled: the graphs torch's partitioner returns, in the order it returns them, run as
 aot_eager runs them. Not modelled: Inductor's joint-graph passes, fusion (its fused kernels
 do not materialise intermediates), reordering and buffer reuse, which change real peaks on
-a GPU (tests compare with aot_eager on the CPU; scripts/validate_allocator_cuda.py with CUDA).
+a GPU; kernels' internal temporaries (CPU ``native_dropout`` allocates a float noise tensor
+besides its outputs), which can only raise the real peak. tests/test_partition.py compares
+with aot_eager on the CPU (equal at knob 1, above by at most one tensor below it);
+scripts/validate_allocator_cuda.py's ``knob`` section with CUDA.
+
+Why the peak moves: :func:`peak_composition` splits the bytes live at the peak into
+constants, saved forward tensors, recomputed tensors and backward tensors;
+:func:`interventions` forces one node saved or recomputed at a time and reports the peak's
+change.
 """
 
 from __future__ import annotations
