@@ -13,6 +13,12 @@ API (stable; dtrlab.memory.partitioned and the knob census build on it)::
     joint = trace_joint("hf:llama", batch=1, seq=256, layers=4)   # once: dynamo + AOT autograd
     step = partition(joint, 0.05)                                  # per knob: torch's partitioner
     step.saved, step.recomputed, step.proxy_saved_bytes, step.trace
+    partition(joint, 0.05, force={"mm_3": "recompute"})            # one node forced (its hooks)
+
+    # dtrlab.memory.partitioned (the memory layer):
+    knob_peaks(joint, 0.05)     # {knob, flat_peak, allocated_peak, reserved_peak, proxy_saved_bytes, ...}
+    peak_composition(step)      # what is live at the peak: constants, saved, recomputed, backward
+    interventions(joint, 0.05)  # one row per node forced saved / recomputed: its peak delta
 
 * :func:`trace_joint` builds the model source (any ``dtrlab capture`` source: zoo,
   ``torchvision:``, ``hf:``, ``diffusers:``, ``module:function``) under a
@@ -148,7 +154,7 @@ class PartitionedStep:
         """FLOPs of the backward's recomputed operators (capture's FLOP model, as in the trace)."""
         recomputed = set(self.recomputed)
         return sum(op.cost for op, name in zip(self.trace.operators, self.trace.meta["node_names"])
-                   if name in recomputed)
+                   if op.backward and name in recomputed)
 
 
 def check_knob(knob) -> float:
@@ -205,8 +211,9 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
         torch.compile(step, backend=backend, fullgraph=True, dynamic=False)(*workload.inputs)
     except Exception as exc:  # dynamo wraps what the backend raises
         if "graph_module" not in kept:
+            cause = getattr(exc, "inner_exception", None) or exc  # what the backend itself raised
             raise ModelSourceError(f"{source}: torch.compile cannot trace its training step in one graph: "
-                                   f"{type(exc).__name__}: {_first_line(exc)}") from exc
+                                   f"{type(cause).__name__}: {_first_line(cause)}") from exc
     finally:
         torch._dynamo.reset()
     graph_module = kept["graph_module"]
