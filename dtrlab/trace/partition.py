@@ -222,8 +222,8 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
         raise ModelSourceError(f"{source}: its joint graph has {len(tangents)} tangents; the step must return "
                                "one scalar loss")
     return JointGraph(
-        source=source, build_options=tuple(sorted((k, _option_value(v)) for k, v in {**options, "device": device}.items()
-                                                  if v is not None)),
+        source=source, build_options=tuple(sorted((k, _option_value(v))
+                                                  for k, v in {**options, "device": device}.items() if v is not None)),
         graph_module=graph_module, joint_inputs=tuple(kept["joint_inputs"]),
         num_fwd_outputs=kept["num_fwd_outputs"],
         static_lifetime_input_indices=tuple(kept.get("static_lifetime_input_indices") or ()),
@@ -439,7 +439,9 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
     gc.disable()  # as in capture.record: collection at random points would move releases
     try:
         with recorder:
-            outputs = dict(zip(output_names, _NodeInterpreter(forward, recorder, primals[0].device).boxed_run(list(primals))))
+            forward_outputs = _NodeInterpreter(forward, recorder, primals[0].device).boxed_run(list(primals))
+            outputs = dict(zip(output_names, forward_outputs))
+            del forward_outputs
             # The step's outputs: the loss (and new values of buffers it updates, e.g. batch norm's running stats).
             loss = [outputs[name] for name in output_names[:num_fwd_outputs]]
             recorder.flush_releases()
@@ -486,7 +488,8 @@ def _record_step(forward: fx.GraphModule, backward: fx.GraphModule, joint: Joint
     node_names = tuple(recorder.operator_nodes)
     trace.meta.update(node_names=node_names, torch_version=torch.__version__, cost_model="flops",
                       cost_unit="flop")
-    forward_ops = sum(1 for line in recorder.lines[:recorder.backward_line] if line["INSTRUCTION"] in ("CALL", "MUTATE"))
+    forward_ops = sum(1 for line in recorder.lines[:recorder.backward_line]
+                      if line["INSTRUCTION"] in ("CALL", "MUTATE"))
     return trace, recorder.peak_live_bytes, forward_ops
 
 
