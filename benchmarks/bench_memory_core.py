@@ -42,8 +42,7 @@ sys.path.insert(0, str(ROOT))
 from dtrlab import load_log, simulate  # noqa: E402
 from dtrlab.memory import CachingModel, FlatModel  # noqa: E402
 from dtrlab.runtime import budget_for  # noqa: E402
-from dtrlab.runtime._memory import MemoryCore  # noqa: E402
-from dtrlab.runtime.memory_spec import core_memory_args  # noqa: E402
+from dtrlab.memory._compiled import MemoryCore  # noqa: E402
 
 
 class RecordingCaching(CachingModel):
@@ -79,13 +78,13 @@ def python_replay(capacity, calls):
 
 
 def c_replay(model, ids, sizes, stats_each=False):
-    core = MemoryCore(*core_memory_args(model))
+    core = MemoryCore(*model.core_args())
     refused = core.replay(ids, sizes, stats_each)
     return refused, core.stats()
 
 
 def wrapper_replay(capacity, calls):
-    core = MemoryCore(*core_memory_args(CachingModel(capacity)))
+    core = MemoryCore(*CachingModel(capacity).core_args())
     refused = 0
     allocate, free = core.allocate, core.free
     for block_id, size in calls:

@@ -786,7 +786,7 @@ static int sim_alloc(Sim *sim) {
                         sim->region_rev_compute);
 }
 
-/* Build sim->model from memory_spec.core_memory_args's tuple
+/* Build sim->model from the tuple of the Python model's core_args() (dtrlab/memory/core_args.py)
  * (kind, capacity, granularity, expandable, max_split, divisions, limit_before_mapping, reuse_addresses). */
 static int model_init(Sim *sim, PyObject *args) {
     int kind, expandable, limit_before_mapping, reuse_addresses;
