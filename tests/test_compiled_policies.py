@@ -30,7 +30,7 @@ from dtrlab.policies.searched import SEARCHED, ScoreSearch
 from dtrlab.policies.twophase import TwoPhase
 from dtrlab.policies.variants import VARIANTS, ScoreFamily
 from dtrlab.runtime import Intervention, SimulationError, Simulator, baseline, compiled
-from dtrlab.runtime.compiled_policies import policy_reason, policy_spec
+from dtrlab.policies.core_spec import policy_reason, policy_spec
 from dtrlab.trace.model import RELEASE
 
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="the compiled core is not built")
@@ -297,7 +297,7 @@ def test_policies_that_run_other_code_stay_on_the_python_simulator(small_resnet)
 
 def test_parameters_changed_after_construction_follow_the_closure(small_resnet):
     # The family's score is the closure built from the constructor's parameters; editing
-    # params later changes the label only. The core reads the closure, as the reference runs it.
+    # params later changes the label only. The spec holds the closure's values, as the reference runs it.
     policy = ScoreFamily(a=2)
     policy.params["a"] = 3
     assert policy_spec(policy)[7] == 2

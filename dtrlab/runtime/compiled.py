@@ -1,9 +1,10 @@
 """The compiled replay core (``_core.c``): which runs it can take, and how to run one.
 
-The core replays a whole trace in C for the policies that
-:mod:`~dtrlab.runtime.compiled_policies` encodes and the memory models that
-:mod:`~dtrlab.runtime.memory_spec` encodes (flat, aligned, caching; both budget
-semantics), decision for decision like :class:`~dtrlab.runtime.simulator.Simulator`
+The core replays a whole trace in C for the policies that describe themselves to it
+(:meth:`~dtrlab.policies.Policy.core_spec`, :mod:`dtrlab.policies.core_spec`) and the
+memory models that do (:meth:`~dtrlab.memory.MemoryModel.core_args`: flat, aligned,
+caching; both budget semantics), decision for decision like
+:class:`~dtrlab.runtime.simulator.Simulator`
 (the readable reference, which stays the only path for policies written in Python,
 user-registered memory models, recorders and step-by-step analyses).
 ``tests/test_compiled_core.py``, ``tests/test_compiled_policies.py`` and
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 
 from ..trace.model import Trace
 from ..memory import MemoryStats
-from .compiled_policies import POLICY_CODES, policy_reason, policy_spec  # noqa: F401 (POLICY_CODES: re-exported)
+from ..policies.builtin import POLICY_CODES  # noqa: F401 (re-exported)
+from ..policies.core_spec import policy_reason, policy_spec
 from .per_trace import cache_per_trace
 from .simulator import ALLOCATED, RESERVED, Failure, Intervention, remat_allowance
 
