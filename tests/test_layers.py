@@ -7,6 +7,8 @@ of README.md ("What is in the package"); a module may import its own layer or a 
 one. Top-level modules such as ``dtrlab/version.py`` are utilities below every layer
 and import nothing of dtrlab; ``dtrlab/__init__.py`` is the façade above all of them,
 and no module of dtrlab imports it.
+
+No module reaches a private name of another package (:func:`private_reaches` states the rule).
 """
 
 from __future__ import annotations
@@ -129,6 +131,90 @@ def test_the_checker_sees_imports_inside_functions_relative_ones_and_cycles():
     assert layer("dtrlab.policies.base") < layer("dtrlab.calibrated.monotone") < layer("dtrlab.analysis.holes")
     components = _strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
     assert sorted(map(sorted, components)) == [["a", "b", "c"], ["d"]]
+
+
+def package_of(name: str) -> str:
+    """The package a dotted dtrlab name belongs to: ``dtrlab.<package>``, a top-level module
+    (``dtrlab.version``) or the façade ``dtrlab``."""
+    return ".".join(name.split(".")[:2])
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def private_reaches(module: str, source: str | None = None) -> list[str]:
+    """Where ``module`` reaches a private name of another package: ``(line) name`` for each.
+
+    A name is private when one of its dotted parts starts with an underscore (dunders such as
+    ``__version__`` are public). The check covers ``from M import _x``, ``from M._m import x``,
+    ``import M._m`` and an attribute ``alias._x`` (or ``alias.y._x``) where ``alias`` is bound in
+    the module by an import, wherever those stand (functions included), when the private name
+    belongs to another package than ``module``'s (:func:`package_of`): a package's own private
+    modules and names, such as ``dtrlab.runtime._core`` imported by ``dtrlab.runtime.compiled``,
+    are its own business. Relative imports resolve as in :func:`imports`. An attribute of an
+    instance (``sim._x``) is out of reach of this static check.
+    """
+    path = MODULES.get(module)
+    tree = ast.parse(path.read_text() if source is None else source)
+    package = module if path is not None and path.name == "__init__.py" else module.rpartition(".")[0]
+    home = package_of(module)
+    bound, found = {}, []
+
+    def reach(line: int, name: str) -> None:
+        parts = name.split(".")
+        if parts[0] == "dtrlab" and package_of(name) != home and any(map(_private, parts[1:])):
+            found.append(f"({line}) {name}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                reach(node.lineno, alias.name)
+                # `import a.b` binds a; `import a.b as c` binds c to a.b
+                bound[alias.asname or alias.name.partition(".")[0]] = (alias.name if alias.asname
+                                                                       else alias.name.partition(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            source_module = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                reach(node.lineno, f"{source_module}.{alias.name}")
+                bound[alias.asname or alias.name] = f"{source_module}.{alias.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            chain, value = [node.attr], node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in bound:
+                reach(node.lineno, ".".join([bound[value.id], *reversed(chain)]))
+    return found
+
+
+def test_no_module_reaches_a_private_name_of_another_package():
+    reaches = [f"{MODULES[m].relative_to(PACKAGE.parent)} {where}" for m in MODULES for where in private_reaches(m)]
+    assert not reaches, ("private names of another package (make the name public where it is an interface, "
+                         "or move the code to its owner):\n" + "\n".join(reaches))
+
+
+def test_the_private_name_check_sees_every_form():
+    source = """
+from ..memory.caching import _divisions_table
+from dtrlab.runtime import _core
+import dtrlab.runtime._core
+from ..policies import coop
+from ..policies.coop import Coop as Cooperative
+from . import _own_helper, holes
+from ..version import __version__
+
+
+def use():
+    import dtrlab
+    return coop._cheapest_window, Cooperative._block_cost, dtrlab.memory.caching._Pool, holes._private
+"""
+    found = private_reaches("dtrlab.analysis.holes", source)
+    assert found == ["(2) dtrlab.memory.caching._divisions_table", "(3) dtrlab.runtime._core",
+                     "(4) dtrlab.runtime._core", "(13) dtrlab.policies.coop._cheapest_window",
+                     "(13) dtrlab.policies.coop.Coop._block_cost", "(13) dtrlab.memory.caching._Pool"]
 
 
 def _layer_name(rank: int) -> str:

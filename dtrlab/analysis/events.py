@@ -70,8 +70,8 @@ class Recorder:
         keep = candidates if self.candidate_scores else ()
         self._candidate_ids.append(array("q", keep))
         self._candidate_scores.append(array("d", (scores.get(s, math.nan) for s in keep)))
-        tensor = names[sim._pending[-1]]
-        needed = sim.ops[sim.tensor_op[sim._pending[-1]]].total_size
+        tensor = names[sim.pending[-1]]
+        needed = sim.ops[sim.tensor_op[sim.pending[-1]]].total_size
         memory = sim.memory
         for s in chosen:
             memory -= sim.size[s]
@@ -84,7 +84,7 @@ class Recorder:
 
     def on_remat(self, sim, t) -> None:
         names = sim.trace.tensor_names
-        pending = sim._pending
+        pending = sim.pending
         key = (sim.step, pending[0])
         if key != self._chain_key:
             self._chain_key = key

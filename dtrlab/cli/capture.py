@@ -70,7 +70,7 @@ def run(args) -> int:
             from None
     options = capture_parser().parse_args(args.arguments)
     args.debug = args.debug or options.debug
-    from ..trace.capture import _versions, capture  # imports torch._dynamo: after --help and usage errors
+    from ..trace.capture import capture, package_versions  # imports torch._dynamo: after --help and usage errors
 
     sizes = {key: getattr(options, key) for key in SIZE_KEYS}
     recording = capture(options.model, real=options.real, cost=options.cost, repeats=options.repeats,
@@ -80,7 +80,7 @@ def run(args) -> int:
     fraction = recording.pinned_fraction
     summary = {"model": options.model, "batch": recording.meta["batch"], "out": options.out,
                "peak_live_bytes": recording.peak_live_bytes, "pinned_bytes": recording.pinned_bytes,
-               "pinned_fraction": round(fraction, 4), "versions": _versions(), **recording.meta}
+               "pinned_fraction": round(fraction, 4), "versions": package_versions(), **recording.meta}
     print(json.dumps(summary))
     if fraction > PINNED_WARNING:
         print(f"dtrlab capture: warning: {fraction:.0%} of the peak ({recording.pinned_bytes:,} of "

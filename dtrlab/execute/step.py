@@ -298,8 +298,8 @@ def _optimizer(name: str | None, module: torch.nn.Module) -> torch.optim.Optimiz
 
 
 def _sum_outputs(output) -> torch.Tensor:
-    from ..trace.capture import _default_loss
-    return _default_loss(output)
+    from ..trace.capture import default_loss
+    return default_loss(output)
 
 
 def _storage_size(trace: Trace, s: int) -> int:

@@ -139,7 +139,7 @@ def _storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage()._cdata
 
 
-class _Recorder(TorchDispatchMode):
+class Recorder(TorchDispatchMode):
     """Dispatch mode that turns every ATen call into log instructions."""
 
     def __init__(self, cost: str, repeats: int):
@@ -385,7 +385,7 @@ def _argument_value(schema, args, kwargs, name):
     raise KeyError(name)
 
 
-def _default_loss(output) -> torch.Tensor:
+def default_loss(output) -> torch.Tensor:
     tensors = [t for t in tree_flatten(output)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
     total = tensors[0].sum()
     for t in tensors[1:]:
@@ -395,7 +395,7 @@ def _default_loss(output) -> torch.Tensor:
 
 def record(module: torch.nn.Module, inputs, *, loss_fn: Callable | None = None,
            optimizer: torch.optim.Optimizer | None = None, cost: str = "time", repeats: int = 5,
-           recorder_class: type[_Recorder] | None = None) -> Recording:
+           recorder_class: type[Recorder] | None = None) -> Recording:
     """Record one training step of ``module`` on ``inputs``.
 
     ``inputs`` is a tensor or a tuple of positional arguments.  The step is
@@ -406,13 +406,13 @@ def record(module: torch.nn.Module, inputs, *, loss_fn: Callable | None = None,
     dtrlab.execute run the same step through the same recorder while it executes it.
     """
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
-    loss_fn = loss_fn or _default_loss
+    loss_fn = loss_fn or default_loss
     devices = sorted({t.device.type for t in _leaf_tensors(module, inputs)})
     if cost == "time" and "meta" in devices:
         raise ValueError("cost 'time' measures real operators: the model is on the meta device (capture with "
                          "--real, or choose --cost flops or roofline:GPU)")
     module.zero_grad(set_to_none=True)
-    recorder = (recorder_class or _Recorder)(cost, repeats)
+    recorder = (recorder_class or Recorder)(cost, repeats)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # collection of cycles at random points would make the log nondeterministic
     try:
@@ -482,7 +482,7 @@ def capture(source: str, *, real: bool = False, cost: str = "flops", repeats: in
     return recording
 
 
-def _versions() -> dict:
+def package_versions() -> dict:
     """Versions of the packages a trace depends on (those installed)."""
     from importlib.metadata import PackageNotFoundError, version
 
