@@ -24,8 +24,9 @@ from test_properties import random_logs, random_traces
 
 from dtrlab import simulate
 from dtrlab.calibrated.monotone import Monotone
-from dtrlab.policies import get_policy, score_policy
+from dtrlab.policies import DTR, ScorePolicy, get_policy, score_policy
 from dtrlab.policies.ablations import ABLATIONS
+from dtrlab.policies.core_spec import POLICY_METHODS, Formula, runs_own
 from dtrlab.policies.searched import SEARCHED, ScoreSearch
 from dtrlab.policies.twophase import TwoPhase
 from dtrlab.policies.variants import VARIANTS, ScoreFamily
@@ -293,6 +294,52 @@ def test_policies_that_run_other_code_stay_on_the_python_simulator(small_resnet)
             simulate(small_resnet, policy, ratio=0.5, engine="compiled")
         assert simulate(small_resnet, policy, ratio=0.5) == simulate(small_resnet, policy, ratio=0.5,
                                                                        engine="python")
+
+
+class SquaredCost(ScorePolicy):
+    """A policy written outside dtrlab's formulas, which describes itself to the core: e*^2 / (size x staleness)."""
+
+    name = "test_compiled_policies_squared_cost"
+    features = frozenset({"e_star"})
+
+    def score_of(self, sim, s):
+        denominator = sim.size[s] * (sim.clock - sim.last_access[s])
+        cost = sim.compute_cost[s] + sim.region_compute[s] + sim.region_rev_compute[s]
+        return cost**2 / denominator if denominator > 0 else math.inf
+
+    def core_spec(self, build):
+        runs_own(self, SquaredCost, POLICY_METHODS)
+        build.require("e_star")
+        return Formula("estar", a=2).spec()
+
+
+class PlainDTR(DTR):
+    name = "test_compiled_policies_plain_dtr"
+
+
+class OwnDTRScore(DTR):
+    name = "test_compiled_policies_own_dtr_score"
+
+    def score_of(self, sim, s):
+        return sim.size[s]
+
+
+@QUICK
+@given(trace=random_traces, fraction=st.floats(0.0, 1.2))
+def test_a_policy_that_implements_core_spec_runs_compiled(trace, fraction):
+    policy = SquaredCost()
+    assert policy_spec(policy) == policy_spec(ScoreFamily(a=2))
+    same_replay_or_same_error(trace, policy, *budgets(trace, fraction, 1.0))
+
+
+def test_a_subclass_runs_compiled_unless_it_replaces_what_the_spec_describes(small_resnet):
+    assert policy_spec(PlainDTR()) == policy_spec(DTR()) == (0, None)
+    fast = simulate(small_resnet, PlainDTR(), ratio=0.4, engine="compiled")
+    assert fast == simulate(small_resnet, PlainDTR(), ratio=0.4, engine="python")
+    assert policy_reason(OwnDTRScore()) == "policy 'test_compiled_policies_own_dtr_score' defines its own score_of"
+    undeclared = SquaredCost()
+    undeclared.features = frozenset()
+    assert "reads e_star without declaring it" in policy_reason(undeclared)
 
 
 def test_parameters_changed_after_construction_follow_the_closure(small_resnet):
