@@ -55,7 +55,6 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 from dtrlab.execute.record import SHIPPED_SUBDIR as EXECUTE_SUBDIR  # noqa: E402
 from dtrlab.integrity import write_manifest  # noqa: E402
@@ -63,8 +62,7 @@ from dtrlab.sweep.cache import rows_from_cache  # noqa: E402
 from dtrlab.sweep.shipped import (  # noqa: E402
     DEFAULT_SHIPPED_DIR, RECOMPUTE_ENV, bundle_table, read_metadata, tables_from_cache, verified, write_bundle_file)
 from dtrlab.trace import load_directory  # noqa: E402
-
-import make_figures  # noqa: E402  (beside this script)
+from dtrlab.pipeline import figures as make_figures  # noqa: E402
 
 #: The notebooks whose runs are shipped, per trace set: all for traces/; for the DTR logs the census
 #: (01's grid, on which 03, 05 and 07 find their hole, and 02's finer census) and the allocator

@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dtrlab"
 #: use it); ``calibrated`` holds policies that simulate to decide (``monotone``), so it sits
 #: above the runtime and the sweep, whose cache it reads.
 LAYERS = ["trace", "memory", "policies", "runtime", "execute", "sweep", "calibrated", "analysis", "solvers",
-          "search", "plots", "widgets", "cli"]
+          "search", "plots", "widgets", "pipeline", "cli"]
 UTILITY = -1  # a top-level module: below every layer
 FACADE = len(LAYERS)  # dtrlab/__init__.py and dtrlab/__main__.py
 

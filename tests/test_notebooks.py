@@ -9,14 +9,13 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import load_script
 
 pd = pytest.importorskip("pandas")
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from dtrlab.pipeline import figures as make_figures  # noqa: E402  (matplotlib: after pandas' importorskip)
 
-make_figures = load_script("make_figures")
 NOTEBOOKS = make_figures.notebook_paths()
 
 
@@ -59,7 +58,7 @@ def test_models_notebooks_read_only_shipped_results(prefix, tmp_path, monkeypatc
 
 def test_only_selects_notebooks_by_prefix():
     assert [p.name[:2] for p in make_figures.notebook_paths(["06", "01"])] == ["01", "06"]
-    with pytest.raises(SystemExit, match="no notebook matches"):
+    with pytest.raises(ValueError, match="no notebook matches"):
         make_figures.notebook_paths(["99"])
 
 
@@ -97,7 +96,7 @@ def test_first_cell_names_only_real_parameters(notebook):
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_figures_follow_the_traces_they_ran_on(notebook):
-    # figures_dir is empty by default and derived from traces_dir, as make_figures.py derives it, so
+    # figures_dir is empty by default and derived from traces_dir, as dtrlab figures derives it, so
     # traces_dir = "../../shared/dtr-logs" cannot overwrite figures/traces/.
     _, parameters, code = _cells(notebook)
     assert 'figures_dir = ""' in parameters
