@@ -53,7 +53,7 @@ def test_models_notebooks_read_only_shipped_results(prefix, tmp_path, monkeypatc
                                                   quick=False, jobs=1, reference=None)
     make_figures.run_notebook(make_figures.notebook_paths([prefix])[0], tmp_path / "executed", parameters)
     assert sorted((tmp_path / "figures").glob(f"{prefix}-*.png"))
-    assert not list((tmp_path / "cache").rglob("*.parquet")), "runs were simulated: ship them (scripts/ship_results.py)"
+    assert not list((tmp_path / "cache").rglob("*.parquet")), "runs were simulated: ship them (dtrlab ship results)"
 
 
 def test_only_selects_notebooks_by_prefix():
@@ -193,7 +193,7 @@ def test_anatomy_notebook_reads_only_shipped_tables(traces, tmp_path, monkeypatc
     pytest.importorskip("papermill")
     directory = (ROOT / traces).resolve()
     if not (ROOT / "results" / "shipped" / "anatomy" / f"{directory.name}-table.csv").exists() or not directory.is_dir():
-        pytest.skip(f"no shipped limit census of {directory} (scripts/ship_anatomy.py), or the traces are absent")
+        pytest.skip(f"no shipped limit census of {directory} (dtrlab ship anatomy), or the traces are absent")
     monkeypatch.setenv("MPLBACKEND", "agg")
     parameters = make_figures.notebook_parameters(directory, tmp_path / "figures", tmp_path / "cache", quick=False,
                                                   jobs=1, reference=None)
@@ -201,4 +201,4 @@ def test_anatomy_notebook_reads_only_shipped_tables(traces, tmp_path, monkeypatc
     # every shipped set has flat and caching rows: one holes-by-limit figure each
     assert sorted(path.name for path in (tmp_path / "figures").glob("12-*.png")) == [
         "12-holes-by-limit-caching.png", "12-holes-by-limit.png", "12-needed-overhead.png"]
-    assert not list((tmp_path / "cache").rglob("*.parquet")), "runs were simulated: ship them (scripts/ship_anatomy.py)"
+    assert not list((tmp_path / "cache").rglob("*.parquet")), "runs were simulated: ship them (dtrlab ship anatomy)"
