@@ -507,7 +507,8 @@ def test_ship_anatomy_stops_on_ctrl_c_in_one_line_and_ships_what_it_finished(tmp
     monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))  # restored afterwards: --cache sets it
     out = tmp_path / "anatomy"
     status = main(["ship", "anatomy", str(ROOT / "traces"), "--only", "unet", "--policies", "dtr", "lru",
-                   "--limits", "2", "--ratios", "0.4:1.0:0.2", "--output", str(out), "--cache", str(tmp_path / "cache")])
+                   "--limits", "2", "--ratios", "0.4:1.0:0.2", "--output", str(out),
+                   "--cache", str(tmp_path / "cache")])
     error = capsys.readouterr().err
     assert status == 130 and error.count("\n") == 1 and "interrupted" in error and "Traceback" not in error
     table = pd.read_csv(out / "traces-table.csv")

@@ -122,7 +122,7 @@ def merge_pack(traces_dir: Path, cache: Path, output: Path) -> list[tuple[str, i
         if path.exists():
             if not verified(path, output.parent):
                 raise IntegrityError(f"{path} does not match {output.parent / 'MANIFEST.json'}; "
-                                 "regenerate the bundle instead of merging into it")
+                                     "regenerate the bundle instead of merging into it")
             rows = pd.concat([pd.read_parquet(path), rows], ignore_index=True)
             rows = rows.drop_duplicates(["config_key", "budget_bytes"], keep="last")
             configs = read_metadata(path)["configs"] | configs
