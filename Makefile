@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml setup.py dtrlab/trace/_logparse.c dtrlab/runt
 	touch $@
 
 figures: setup
-	$(BIN)/python scripts/make_figures.py
+	$(BIN)/dtrlab figures
 
 test: setup
 	$(BIN)/python -m pytest -m "not slow"

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["DTRLAB_RECOMPUTE"] = "1"  # simulate everything: no shipped results (results/shipped/) either
 
 from dtrlab.analysis.allocator_census import EXPANDABLE, Config, allocator_census  # noqa: E402

@@ -22,7 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["DTRLAB_RECOMPUTE"] = "1"  # simulate everything: no shipped results (results/shipped/) either
 
 import pandas as pd  # noqa: E402

@@ -29,11 +29,10 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from dtrlab import load_log, simulate
+from bench_replay import timed  # best-of CPU and wall time, as the replay benchmark
 
-from dtrlab import load_log, simulate  # noqa: E402
-from bench_replay import timed  # noqa: E402 (best-of CPU and wall time, as the replay benchmark)
+ROOT = Path(__file__).resolve().parent.parent
 
 SEMANTICS = {"reserved": {}, "allocated": {"enforce": "allocated", "device_capacity": "1.25x"}}
 

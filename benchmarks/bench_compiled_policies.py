@@ -17,12 +17,10 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dtrlab import load_log, simulate  # noqa: E402
-from dtrlab.policies import get_policy  # noqa: E402
-from dtrlab.policies.searched import SEARCHED  # noqa: E402
-from bench_replay import timed  # noqa: E402 (the same best-of timing as the replay benchmark)
+from dtrlab import load_log, simulate
+from dtrlab.policies import get_policy
+from dtrlab.policies.searched import SEARCHED
+from bench_replay import timed  # the same best-of timing as the replay benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ("resnet32-b8", "transformer-b4", "treelstm-b4")

@@ -36,13 +36,12 @@ from array import array
 from dataclasses import astuple
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from dtrlab import load_log, simulate
+from dtrlab.memory import CachingModel, FlatModel
+from dtrlab.memory._compiled import MemoryCore
+from dtrlab.runtime import budget_for
 
-from dtrlab import load_log, simulate  # noqa: E402
-from dtrlab.memory import CachingModel, FlatModel  # noqa: E402
-from dtrlab.runtime import budget_for  # noqa: E402
-from dtrlab.memory._compiled import MemoryCore  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class RecordingCaching(CachingModel):

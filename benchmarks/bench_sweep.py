@@ -9,14 +9,10 @@ Prints wall seconds per backend and checks every backend returns the same frame
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dtrlab.sweep import sweep  # noqa: E402
-from dtrlab.trace import load  # noqa: E402
+from dtrlab.sweep import sweep
+from dtrlab.trace import load
 
 RATIOS = "0.05:1.0:0.005"
 

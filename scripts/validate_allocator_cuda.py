@@ -63,11 +63,9 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dtrlab.memory import get_memory_model  # noqa: E402
-from dtrlab.memory.replay import unbounded_events  # noqa: E402
-from dtrlab.trace import load  # noqa: E402
+from dtrlab.memory import get_memory_model
+from dtrlab.memory.replay import unbounded_events
+from dtrlab.trace import load
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent

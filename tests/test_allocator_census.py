@@ -129,22 +129,17 @@ def test_labels_and_the_default_configurations():
         census(four_mib_chain(), [Config("coop", "caching", {}, "allocated", "1.25x")])
 
 
-def load_ship_results():
-    from conftest import load_script
-
-    return load_script("ship_results")
-
-
 def test_shipping_merges_new_runs_into_a_verified_bundle(tmp_path, monkeypatch):
-    """scripts/ship_results.py --allocator-census adds the cached runs of new configurations to a
+    """dtrlab ship results --allocator-census adds the cached runs of new configurations to a
     trace's bundle file and keeps its other rows; the shipped layer then serves both without
     simulating, and a bundle file that no longer matches the manifest is refused, not merged."""
-    from dtrlab.integrity import write_manifest
+    from dtrlab.integrity import IntegrityError, write_manifest
     from dtrlab.sweep import sweep
     from dtrlab.sweep.shipped import RECOMPUTE_ENV, SHIPPED_ENV, read_metadata
     from dtrlab.trace import LogBuilder
 
-    ship = load_ship_results()
+    from dtrlab.pipeline import ship_results as ship
+
     log = LogBuilder()
     log.constant("x", 0)
     for name in "abc":
@@ -170,7 +165,7 @@ def test_shipping_merges_new_runs_into_a_verified_bundle(tmp_path, monkeypatch):
                         progress=False, **arguments)
         assert shipped["status"].tolist() == frame["status"].tolist()
     path.write_bytes(path.read_bytes() + b"\0")
-    with pytest.raises(SystemExit, match="does not match"), pytest.warns(UserWarning):
+    with pytest.raises(IntegrityError, match="does not match"), pytest.warns(UserWarning):
         ship.merge_pack(tmp_path / "set", second, bundle / "set")
 
 

@@ -492,9 +492,9 @@ def test_read_anatomy_table_refuses_an_unlisted_or_edited_file(tmp_path):
 
 
 def test_ship_anatomy_stops_on_ctrl_c_in_one_line_and_ships_what_it_finished(tmp_path, monkeypatch, capsys):
-    from conftest import load_script
+    from dtrlab.cli import main
+    from dtrlab.pipeline import ship_anatomy
 
-    ship_anatomy = load_script("ship_anatomy")
     finished = []
 
     def census(*args, **kwargs):  # the first configuration finishes, Ctrl-C arrives in the second
@@ -506,9 +506,9 @@ def test_ship_anatomy_stops_on_ctrl_c_in_one_line_and_ships_what_it_finished(tmp
     monkeypatch.setattr(ship_anatomy, "limit_census", census)
     monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))  # restored afterwards: --cache sets it
     out = tmp_path / "anatomy"
-    status = ship_anatomy.entry([str(ROOT / "traces"), "--only", "unet", "--policies", "dtr", "lru",
-                                 "--limits", "2", "--ratios", "0.4:1.0:0.2", "--output", str(out),
-                                 "--cache", str(tmp_path / "cache")])
+    status = main(["ship", "anatomy", str(ROOT / "traces"), "--only", "unet", "--policies", "dtr", "lru",
+                   "--limits", "2", "--ratios", "0.4:1.0:0.2", "--output", str(out),
+                   "--cache", str(tmp_path / "cache")])
     error = capsys.readouterr().err
     assert status == 130 and error.count("\n") == 1 and "interrupted" in error and "Traceback" not in error
     table = pd.read_csv(out / "traces-table.csv")

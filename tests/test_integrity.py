@@ -367,7 +367,7 @@ def test_a_full_disk_while_compacting_keeps_the_parts(tmp_path, monkeypatch):
 @pytest.mark.parametrize("key", ["", "{\"trace_hash\": ", "{}", "other"])
 def test_ship_results_skips_a_damaged_key_json(tmp_path, key):
     """A 0-byte, cut, foreign or other configuration's key.json is skipped by the packer, with a warning
-    (it broke scripts/ship_results.py with JSONDecodeError)."""
+    (it broke the packer of dtrlab ship results with JSONDecodeError)."""
     unet = load_unet()
     clean = clean_cache()
     frame, files = clean

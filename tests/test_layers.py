@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dtrlab"
 #: use it); ``calibrated`` holds policies that simulate to decide (``monotone``), so it sits
 #: above the runtime and the sweep, whose cache it reads.
 LAYERS = ["trace", "memory", "policies", "runtime", "execute", "sweep", "calibrated", "analysis", "solvers",
-          "search", "plots", "widgets", "cli"]
+          "search", "plots", "widgets", "pipeline", "cli"]
 UTILITY = -1  # a top-level module: below every layer
 FACADE = len(LAYERS)  # dtrlab/__init__.py and dtrlab/__main__.py
 
@@ -258,3 +258,40 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
                         break
                 components.append(component)
     return components
+
+
+def _python_sources_outside_tests() -> dict[str, str]:
+    """Every Python source of the checkout but the tests': the package, scripts/, benchmarks/ and the
+    notebooks' code cells (one source per notebook)."""
+    import json
+
+    root = PACKAGE.parent
+    sources = {str(p.relative_to(root)): p.read_text() for folder in ("dtrlab", "scripts", "benchmarks")
+               for p in sorted((root / folder).rglob("*.py"))}
+    for notebook in sorted((root / "notebooks").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text())["cells"]
+        sources[str(notebook.relative_to(root))] = "\n".join(
+            "".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
+    return sources
+
+
+def test_nothing_outside_tests_imports_tests():
+    tests = {p.stem for p in Path(__file__).parent.glob("*.py")}
+    offending = []
+    for name, source in _python_sources_outside_tests().items():
+        for node in ast.walk(ast.parse(source, name)):
+            modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                       [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            offending += [f"{name}:{node.lineno} imports {m}" for m in modules
+                          if m.split(".")[0] in tests or m.split(".")[0] == "tests"]
+    assert not offending, offending
+
+
+def test_scripts_and_benchmarks_import_the_installed_package_not_paths():
+    """No ``sys.path`` edit in scripts/ or benchmarks/: they import dtrlab as installed (``make setup``)."""
+    edits = [f"{name}:{node.lineno}" for name, source in _python_sources_outside_tests().items()
+             if name.startswith(("scripts/", "benchmarks/"))
+             for node in ast.walk(ast.parse(source, name))
+             if isinstance(node, ast.Attribute) and node.attr == "path"
+             and isinstance(node.value, ast.Name) and node.value.id == "sys"]
+    assert not edits, edits

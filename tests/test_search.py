@@ -279,11 +279,12 @@ def ship_fixture(tmp_path, monkeypatch):
 
 
 def test_ship_compares_on_every_held_out_set(tmp_path, monkeypatch, restore_shipped_policies):
-    """``python -m dtrlab.search.ship`` with two ``--heldout`` sets: comparison rows for each, by set."""
-    from dtrlab.search.ship import main as ship, read_shipped_csv
+    """``dtrlab ship search`` with two ``--heldout`` sets: comparison rows for each, by set."""
+    from dtrlab.cli import main
+    from dtrlab.search import read_shipped_csv
 
     out = tmp_path / "out"
-    assert ship([*ship_fixture(tmp_path, monkeypatch), "--heldout-ratios", "0.6,0.9"]) == 0
+    assert main(["ship", "search", *ship_fixture(tmp_path, monkeypatch), "--heldout-ratios", "0.6,0.9"]) == 0
     comparison = read_shipped_csv(out / "comparison.csv")
     held = comparison[comparison["traces_role"] == "held-out"]
     assert held.groupby("trace_set")["traces"].first().to_dict() == {"first": 1, "second": 2}
@@ -296,12 +297,14 @@ def test_ship_compares_on_every_held_out_set(tmp_path, monkeypatch, restore_ship
 def test_ship_keeps_the_comparisons_it_holds_and_computes_the_rest(tmp_path, monkeypatch, restore_shipped_policies):
     """A second ``ship`` with one more held-out grid computes only that grid's comparisons; the rows it
     held come back unchanged; a file damaged since is not trusted (all recomputed)."""
-    import dtrlab.search.ship as ship_module
+    import dtrlab.pipeline.ship_search as ship_module
+    from dtrlab.cli import main
+    from dtrlab.search import read_shipped_csv
 
-    arguments = ship_fixture(tmp_path, monkeypatch)
+    arguments = ["ship", "search", *ship_fixture(tmp_path, monkeypatch)]
     out = tmp_path / "out"
-    assert ship_module.main([*arguments, "--heldout-ratios", "0.6,0.9"]) == 0
-    before = ship_module.read_shipped_csv(out / "comparison.csv")
+    assert main([*arguments, "--heldout-ratios", "0.6,0.9"]) == 0
+    before = read_shipped_csv(out / "comparison.csv")
     computed = []
     real_compare = ship_module.compare
 
@@ -310,36 +313,34 @@ def test_ship_keeps_the_comparisons_it_holds_and_computes_the_rest(tmp_path, mon
         return real_compare(policies, traces, ratios=ratios, **options)
 
     monkeypatch.setattr(ship_module, "compare", counting_compare)
-    assert ship_module.main([*arguments, "--heldout-ratios", "0.6,0.9", "--heldout-ratios", "0.7,0.9"]) == 0
+    assert main([*arguments, "--heldout-ratios", "0.6,0.9", "--heldout-ratios", "0.7,0.9"]) == 0
     assert computed == ["0.7,0.9"] * 8  # 4 policies on each held-out set
-    after = ship_module.read_shipped_csv(out / "comparison.csv")
+    after = read_shipped_csv(out / "comparison.csv")
     pd.testing.assert_frame_equal(after[after["ratios"] != "0.7,0.9"].reset_index(drop=True), before)
     assert len(after[after["ratios"] == "0.7,0.9"]) == 8
-    per_trace = ship_module.read_shipped_csv(out / "comparison_per_trace.csv")
+    per_trace = read_shipped_csv(out / "comparison_per_trace.csv")
     assert len(per_trace[per_trace["ratios"] == "0.7,0.9"]) == 4 * (1 + 2)
 
     (out / "comparison.csv").write_text((out / "comparison.csv").read_text().replace("held-out", "held_out", 1))
     computed.clear()
-    assert ship_module.main([*arguments, "--heldout-ratios", "0.6,0.9"]) == 0
+    assert main([*arguments, "--heldout-ratios", "0.6,0.9"]) == 0
     assert len(computed) == 4 * 3  # the tuned set and both held-out sets, recomputed
-    pd.testing.assert_frame_equal(ship_module.read_shipped_csv(out / "comparison.csv"), before)
+    pd.testing.assert_frame_equal(read_shipped_csv(out / "comparison.csv"), before)
 
 
 def test_ship_names_a_malformed_grid(tmp_path, capsys):
-    from dtrlab.search.ship import main as ship
+    from dtrlab.cli import main
 
-    with pytest.raises(SystemExit) as exit_info:
-        ship(["--out", str(tmp_path), "--skip", "study", "--skip", "inclusion", "--tuning", str(ROOT / "traces"),
-              "--heldout", str(ROOT / "traces"), "--heldout-ratios", "0.05:1.0:0.005", "--heldout-ratios", "xyz"])
-    assert exit_info.value.code == 2
+    assert main(["ship", "search", "--out", str(tmp_path), "--skip", "study", "--skip", "inclusion", "--tuning",
+                 str(ROOT / "traces"), "--heldout", str(ROOT / "traces"), "--heldout-ratios", "0.05:1.0:0.005",
+                 "--heldout-ratios", "xyz"]) == 2
     err = capsys.readouterr().err
     assert "--heldout-ratios xyz: ratios must be numbers" in err and "Traceback" not in err
 
 
 def test_ship_names_a_missing_trace_directory(tmp_path, capsys):
-    from dtrlab.search.ship import main as ship
+    from dtrlab.cli import main
 
-    with pytest.raises(SystemExit) as exit_info:
-        ship(["--out", str(tmp_path), "--skip", "study", "--skip", "inclusion", "--heldout", str(tmp_path / "nope")])
-    assert exit_info.value.code == 2
+    assert main(["ship", "search", "--out", str(tmp_path), "--skip", "study", "--skip", "inclusion", "--heldout",
+                 str(tmp_path / "nope")]) == 2
     assert f"--heldout {tmp_path / 'nope'}: not a directory of traces" in capsys.readouterr().err

@@ -122,14 +122,14 @@ def _trace_of(path: Path, traces: dict):
     metadata = read_metadata(path)
     trace = traces[metadata["trace"]]
     assert trace.content_hash == metadata["trace_hash"], (
-        f"{path} was shipped for another version of {metadata['trace']}; run scripts/ship_results.py")
+        f"{path} was shipped for another version of {metadata['trace']}; run dtrlab ship results")
     return trace
 
 
 # ------------------------------------------------------------------ every shipped file is the one of the manifest
 def test_every_shipped_file_matches_the_manifest():
-    """Fails when a shipped file was edited, added or removed without scripts/ship_results.py (or
-    python -m dtrlab.search.ship) recording it: the shipped layer would ignore it at run time."""
+    """Fails when a shipped file was edited, added or removed without dtrlab ship results (or
+    dtrlab ship search) recording it: the shipped layer would ignore it at run time."""
     listed = integrity.read_manifest(DEFAULT_SHIPPED_DIR)
     present = {p.relative_to(DEFAULT_SHIPPED_DIR).as_posix() for p in DEFAULT_SHIPPED_DIR.rglob("*")
                if p.is_file() and p.name != integrity.MANIFEST_NAME and not p.name.startswith(".")}
@@ -143,7 +143,7 @@ def test_every_shipped_file_matches_the_manifest():
 
 # ------------------------------------------------------------------ the bundle is current and covers the notebooks
 def test_bundle_is_in_the_repository_for_every_shipped_trace(shipped_traces):
-    assert [p.stem for p in TRACES_BUNDLE] == sorted(shipped_traces), "run scripts/ship_results.py"
+    assert [p.stem for p in TRACES_BUNDLE] == sorted(shipped_traces), "run dtrlab ship results"
     total = sum(p.stat().st_size for p in DEFAULT_SHIPPED_DIR.rglob("*.parquet"))
     # 6.9 MB on 1 December 2026, after notebook 10's sweeps of the five searched policies joined
     # traces/ (0.002) and traces/models (0.005, eight policies); 8.3 MB on 2 December, after the
@@ -157,7 +157,7 @@ def test_bundle_rows_are_of_this_simulator_and_trace(path):
     rows = _bundle_rows(path)
     assert metadata["simulator_version"] == SIMULATOR_VERSION, (
         f"{path} holds simulator v{metadata['simulator_version']} results, the simulator is v{SIMULATOR_VERSION}: "
-        "regenerate the bundle with scripts/ship_results.py")
+        "regenerate the bundle with dtrlab ship results")
     assert (rows["simulator_version"] == SIMULATOR_VERSION).all()
     assert (rows["trace_hash"] == metadata["trace_hash"]).all()
     assert set(rows["config_key"]) == set(metadata["configs"])
@@ -188,7 +188,7 @@ def test_dtr_log_census_is_shipped(log_traces, tmp_path):
     configuration of notebook 08's allocator census on its grid."""
     from dtrlab.analysis.allocator_census import DEFAULT_CONFIGS
 
-    assert sorted(p.stem for p in LOGS_BUNDLE) == sorted(log_traces), "run scripts/ship_results.py"
+    assert sorted(p.stem for p in LOGS_BUNDLE) == sorted(log_traces), "run dtrlab ship results"
     wanted = [("dtr", {}, CENSUS_GRID), ("dtr", {}, FINE_CENSUS_GRID)]
     wanted += [(c.policy, {**dict(zip(("memory", "memory_options"), memory_spec(c.memory, c.options, c.enforce))),
                            **({"enforce": c.enforce, "device_capacity": c.device_label} if c.device_label else {})},
@@ -210,7 +210,7 @@ def test_models_allocator_census_is_shipped(tmp_path):
 
     models = load_directory(ROOT / "traces" / "models")
     assert sorted(p.stem for p in MODELS_BUNDLE) == sorted(models), \
-        "run scripts/ship_results.py --allocator-census models"
+        "run dtrlab ship results --allocator-census models"
     configs = census_configs(MODELS_POLICIES, gpu=MODELS_GPU)
     wanted = [(c.policy, dict(zip(("memory", "memory_options"), memory_spec(c.memory, c.options, c.enforce)))
                | ({"enforce": c.enforce, "device_capacity": c.device_label} if c.device_label else {}))
@@ -253,7 +253,7 @@ def test_every_shipped_trace_row_recomputes(shipped_traces, tmp_path):
 def test_every_shipped_dtr_log_census_row_recomputes(log_traces, tmp_path):
     """Every row of the flat census (notebooks 01 and 02), and NON_FLAT_SAMPLE budgets of each
     configuration of notebook 08's allocator census: all of them take most of an hour on 2 cores
-    even compiled (scripts/ship_results.py recomputes them)."""
+    even compiled (dtrlab ship results recomputes them)."""
     for path in LOGS_BUNDLE:
         rows, configs = _bundle_rows(path), read_metadata(path)["configs"]
         non_flat = rows["config_key"].map(lambda key: configs[key].get("memory", "flat") != "flat")
@@ -408,13 +408,13 @@ def _search_inputs(path: Path, traces: dict):
     metadata = json.loads(pq.read_schema(path).metadata[METADATA_KEY])
     assert metadata["kind"] == "single_tensor_search" and metadata["simulator_version"] == SIMULATOR_VERSION
     trace = traces[metadata["trace"]]
-    assert trace.content_hash == metadata["trace_hash"], f"{path} is stale; run scripts/ship_results.py"
+    assert trace.content_hash == metadata["trace_hash"], f"{path} is stale; run dtrlab ship results"
     config = metadata["config"]
     return trace, _policy(config), config["budget_bytes"], config["overhead_limit"]
 
 
 def test_notebook_03_search_is_shipped():
-    assert len(TABLES_BUNDLE) >= 1, "notebook 03's intervention search is not shipped; run scripts/ship_results.py"
+    assert len(TABLES_BUNDLE) >= 1, "notebook 03's intervention search is not shipped; run dtrlab ship results"
 
 
 @pytest.mark.parametrize("path", TABLES_BUNDLE, ids=lambda p: p.stem)
@@ -494,7 +494,7 @@ def notebook_11_runs():
 def test_every_shipped_real_run_is_a_listed_record():
     from dtrlab.execute.record import RECORD_FORMAT, from_record, record_path
 
-    assert EXECUTE_BUNDLE, "notebook 11's real runs are not shipped; run scripts/ship_results.py --execute-only"
+    assert EXECUTE_BUNDLE, "notebook 11's real runs are not shipped; run dtrlab ship results --execute-only"
     for path in EXECUTE_BUNDLE:
         integrity.verify_in_manifest(path, DEFAULT_SHIPPED_DIR)
         record = integrity.read_json(path)
@@ -516,7 +516,7 @@ def test_notebook_11_runs_are_shipped_and_match_a_fresh_real_run(notebook_11_run
     shipped = {label: load_shipped(DEFAULT_SHIPPED_DIR, record_key(step, budget, policy=policy))
                for label, budget in budgets.items()}
     missing = [label for label, found in shipped.items() if found is None]
-    assert not missing, f"no valid shipped record of {missing}: run scripts/ship_results.py --execute-only"
+    assert not missing, f"no valid shipped record of {missing}: run dtrlab ship results --execute-only"
     record, _ = shipped["hole"]
     fresh = run_step(step, budget_bytes=budgets["hole"], policy=policy)
     assert record.run == fresh.run and record.status == "thrash"
@@ -563,7 +563,7 @@ SEARCH_CSVS = ["comparison.csv", "pareto.csv", "inclusion_pairs.csv", "inclusion
 
 
 def test_shipped_search_csvs_read_through_the_manifest():
-    from dtrlab.search.ship import read_shipped_csv
+    from dtrlab.search import read_shipped_csv
 
     for name in SEARCH_CSVS:
         assert len(read_shipped_csv(DEFAULT_SHIPPED_DIR / "search" / name)) > 0
@@ -571,7 +571,7 @@ def test_shipped_search_csvs_read_through_the_manifest():
 
 @pytest.mark.parametrize("damage", ["edited", "unlisted", "no manifest"])
 def test_edited_shipped_search_csv_is_refused_at_load(damage, tmp_path):
-    from dtrlab.search.ship import read_shipped_csv
+    from dtrlab.search import read_shipped_csv
 
     path = tmp_path / "comparison.csv"
     original = (DEFAULT_SHIPPED_DIR / "search" / "comparison.csv").read_bytes()

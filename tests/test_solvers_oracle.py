@@ -1,5 +1,5 @@
 """Every solver, both relaxations and every registered policy against the exhaustive search of
-tests/exhaustive.py (the least recompute of a tiny trace, with the simulator's semantics), and
+dtrlab/solvers/exhaustive.py (the least recompute of a tiny trace, with the simulator's semantics), and
 the regressions of issue 22.
 
 The truth ``T`` at (trace, budget, overhead limit) is the search's optimum over on-demand runs
@@ -27,7 +27,8 @@ from dtrlab.solvers import SOLVERS, build_problem, checked, replay, solve_optima
 from dtrlab.solvers import relax, solve  # noqa: E402
 from dtrlab.solvers.relax import RELAX_METHODS, checked_relaxation, solve_relaxation  # noqa: E402
 from dtrlab.trace.builder import LogBuilder  # noqa: E402
-from exhaustive import SearchTooLarge, every_simulator_run, least_recompute, replay_witness, tiny_log  # noqa: E402
+from dtrlab.solvers.exhaustive import (  # noqa: E402
+    SearchTooLarge, every_simulator_run, least_recompute, replay_witness, tiny_log)
 from test_solvers import EXACT, HAND_DERIVED, chain  # noqa: E402
 
 # The same traces on every run, so that CI's verdict is reproducible (each defect these tests found

@@ -23,7 +23,7 @@ failing samples' runs without a limit: a run at the sweep's limit that passed or
 of memory is that run (it never reached the limit); one that thrashed is simulated
 again without a limit (through :func:`~dtrlab.sweep.sweep` and its cache).
 
-The shipped tables (``results/shipped/anatomy/``, written by ``scripts/ship_anatomy.py``)
+The shipped tables (``results/shipped/anatomy/``, written by ``dtrlab ship anatomy``)
 are read back by :func:`read_anatomy_table`, which checks them against the bundle's
 ``MANIFEST.json`` first.
 """
@@ -59,7 +59,7 @@ TABLE_COLUMNS = ["trace", "policy", "memory", "limit", "sweep_limit", "samples",
 #: Columns of :attr:`LimitCensus.samples`, one row per (trace, policy, memory, limit, budget).
 SAMPLE_COLUMNS = ["trace", "policy", "memory", "limit", "ratio", "budget_bytes", "status", "sweep_status",
                   "overhead", "remat_compute", "baseline_compute", "needed_limit"]
-#: Where the shipped census lies (``scripts/ship_anatomy.py`` writes it).
+#: Where the shipped census lies (``dtrlab ship anatomy`` writes it).
 SHIPPED_ANATOMY = DEFAULT_SHIPPED_DIR / "anatomy"
 
 
@@ -236,12 +236,12 @@ def read_anatomy_table(name: str, directory: str | os.PathLike | None = None) ->
     raises :class:`~dtrlab.integrity.IntegrityError` (one line: the file, why, how to mend it)."""
     path = Path(directory or SHIPPED_ANATOMY) / name
     if not path.is_file():
-        raise FileNotFoundError(f"no shipped anatomy table {path} (scripts/ship_anatomy.py writes it)")
+        raise FileNotFoundError(f"no shipped anatomy table {path} (dtrlab ship anatomy writes it)")
     bundle = DEFAULT_SHIPPED_DIR.resolve()
     root = bundle if path.resolve().is_relative_to(bundle) else path.parent
     try:
         verify_in_manifest(path, root)
     except (IntegrityError, FileNotFoundError) as exc:  # the latter: no manifest
         raise IntegrityError(f"refusing the shipped anatomy table {path}: {exc} (regenerate it with "
-                             "scripts/ship_anatomy.py, or restore it with git)") from None
+                             "dtrlab ship anatomy, or restore it with git)") from None
     return pd.read_csv(path)

@@ -1,6 +1,6 @@
 """Regenerate ``results/shipped/search/``: the study, its tables, the policies file and the comparisons.
 
-    python -m dtrlab.search.ship --study search.db --top 5 --refine --tuning traces \
+    dtrlab ship search --study search.db --top 5 --refine --tuning traces \
         --heldout ../shared/dtr-logs --heldout traces/models --heldout-ratios 0.05:1.0:0.005 -j 2
 
 (the shipped results' command; add ``--heldout-ratios 0.05:1.0:0.001`` for the finer census, hours of CPU).
@@ -23,25 +23,24 @@ under ``results/shipped``):
 The CSV files are written atomically, and the sha256 and size of every file written
 are recorded in the bundle's ``MANIFEST.json`` (``results/shipped/MANIFEST.json`` when
 ``--out`` lies in the shipped bundle, else ``OUT/MANIFEST.json``; other entries kept).
-:func:`read_shipped_csv` reads them back only if they match it (notebook 10 reads them so).
+:func:`~dtrlab.search.read_shipped_csv` reads them back only if they match it (notebook 10 reads them so).
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import warnings
 from pathlib import Path
 
 import pandas as pd
 
-from ..integrity import IntegrityError, atomic_write_bytes, verify_in_manifest, write_manifest
+from ..integrity import IntegrityError, atomic_write_bytes, write_manifest
+from ..search.report import SHIPPED_SEARCH, compare, export_policies
+from ..search.shipped import manifest_root, read_shipped_csv
+from ..search.space import make_policy
+from ..search.study import open_study, pareto_table, trials_table
 from ..sweep import parse_ratios, sweep
-from ..sweep.shipped import DEFAULT_SHIPPED_DIR
 from ..trace import load_directory
-from .report import SHIPPED_SEARCH, compare, export_policies
-from .space import make_policy
-from .study import open_study, pareto_table, trials_table
 
 BASELINES = ["dtr", "msps", "monotone"]
 HELDOUT_RATIOS = "0.05:1.0:0.01"
@@ -75,29 +74,6 @@ def write_csv(frame: pd.DataFrame, path: Path, written: list[Path]) -> None:
     written.append(path)
 
 
-def manifest_root(out: Path) -> Path:
-    """The directory whose MANIFEST.json lists ``out``'s files: the shipped bundle's if ``out`` is in it."""
-    bundle = DEFAULT_SHIPPED_DIR.resolve()
-    return bundle if out.resolve().is_relative_to(bundle) else out
-
-
-def read_shipped_csv(path: str | Path) -> pd.DataFrame:
-    """A CSV file of the shipped search results, checked against its bundle's MANIFEST.json first.
-
-    Raises :class:`~dtrlab.integrity.IntegrityError` (one line: the file, why, and how to mend it)
-    when it is not listed, or its size or sha256 differs, or the manifest is missing or damaged.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no shipped search result {path} (python -m dtrlab.search.ship writes it)")
-    try:
-        verify_in_manifest(path, manifest_root(path.parent))
-    except (IntegrityError, FileNotFoundError) as exc:  # the latter: no manifest
-        raise IntegrityError(f"refusing the shipped search result {path}: {exc} (regenerate it with "
-                             "python -m dtrlab.search.ship, or restore it with git)") from None
-    return pd.read_csv(path)
-
-
 def shipped_comparison(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The comparison files already in ``out`` (checked against their manifest), or empty frames.
 
@@ -129,8 +105,8 @@ def kept_comparison(summary: pd.DataFrame, per_trace: pd.DataFrame, traces: dict
     return kept.reset_index(drop=True), kept_traces.reset_index(drop=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser) -> None:
+    """The options of ``dtrlab ship search``."""
     parser.add_argument("--study", type=Path, help="the study's SQLite file (default: the shipped one)")
     parser.add_argument("--out", type=Path, default=SHIPPED_SEARCH)
     parser.add_argument("--tuning", type=Path, default=Path("traces"), help="directory of the tuning trace set")
@@ -152,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the inclusion census of the baseline policies only (before a search)")
     parser.add_argument("--skip", action="append", default=[], choices=["study", "comparison", "inclusion"])
     parser.add_argument("-j", "--jobs", type=int, default=1)
-    args = parser.parse_args(argv)
+
+
+def run(args, parser) -> int:
+    """``dtrlab ship search``: the study's tables, the comparisons and the inclusion census, as asked."""
     heldout_sets = args.heldout or [Path("../shared/dtr-logs")]
     heldout_grids = args.heldout_ratios or [HELDOUT_RATIOS]
     for option, directory in [("--tuning", args.tuning), *(("--heldout", d) for d in heldout_sets)]:
@@ -244,6 +223,3 @@ def main(argv: list[str] | None = None) -> int:
         write_manifest(manifest_root(out), written)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
