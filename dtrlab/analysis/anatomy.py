@@ -49,7 +49,7 @@ from ..policies import get_policy
 from ..runtime import ALLOCATED, Intervention, recompute_allowance
 from ..sweep import sweep
 from ..sweep.budget_sweep import resolve_trace
-from .holes import HoleCensus, _frame_memory, with_memory_columns
+from .holes import Census, HoleCensus, _frame_memory, with_memory_columns
 
 #: Registered policies whose decisions read the overhead limit: ``monotone`` calibrates
 #: with runs at the simulator's ``remat_limit`` (dtrlab/calibrated/monotone.py).
@@ -251,3 +251,23 @@ def _record(result) -> dict:
     return {"status": get("status"), "remat_compute": int(get("remat_compute")),
             "baseline_compute": int(get("baseline_compute")), "overhead_limit": float(get("overhead_limit")),
             "policy_name": str(name), "enforce": get("enforce") or "reserved"}
+
+
+def census_anatomy(census: Census, traces: dict, *, jobs: int = 1, backend: str = "loky", client=None, cache=True,
+                   progress: bool = True) -> pd.DataFrame:
+    """``census.holes`` (a refined :func:`~dtrlab.analysis.holes.run_census`) with the anatomy of every hole
+    (:data:`ANATOMY_COLUMNS`), from runs without a limit at its failing samples (:func:`unlimited_runs`, which
+    refuses a policy that reads the limit). ``traces``: the census's traces by name."""
+    if not census.refinements and len(census.holes):
+        raise ValueError("the anatomy needs a refined census (run_census(..., refine=True))")
+    tables = []
+    for name, refinement in census.refinements.items():
+        refined = refinement.refined
+        if len(refined.holes):
+            unlimited = unlimited_runs(traces[name], refined, jobs=jobs, backend=backend, client=client, cache=cache,
+                                       progress=progress)
+            tables.append(hole_anatomy(refined, unlimited)[["fail_low_bytes", *ANATOMY_COLUMNS]].assign(trace=name))
+    if not tables:
+        return census.holes.assign(**{c: [] for c in ANATOMY_COLUMNS}) if census.holes.empty else \
+            census.holes.assign(**dict.fromkeys(ANATOMY_COLUMNS))
+    return census.holes.merge(pd.concat(tables, ignore_index=True), on=["trace", "fail_low_bytes"], how="left")

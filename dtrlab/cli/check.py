@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 
 from .capture import add_model_size_arguments
-from .common import jobs_count, load_single_trace, overhead_limit, positive_float, positive_int
+from .common import (check_no_limit, jobs_count, load_single_trace, overhead_limit_or_none, positive_float,
+                     positive_int)
 
 
 def register(subparsers) -> None:
@@ -37,8 +38,9 @@ def register(subparsers) -> None:
     parser.add_argument("--resolution", type=positive_int, metavar="BYTES",
                         help="bisect hole edges to this many bytes (default: 1 MiB or 1/10000 of the peak)")
     parser.add_argument("--no-monotone", action="store_true", help="do not run monotone(dtr) at the budget")
-    parser.add_argument("--overhead-limit", type=overhead_limit, default=2.0,
-                        help="thrash once total compute exceeds this multiple of the baseline (default 2.0)")
+    parser.add_argument("--overhead-limit", type=overhead_limit_or_none, default=2.0,
+                        help="thrash once total compute exceeds this multiple of the baseline (default 2.0; none: "
+                             "no limit)")
     parser.add_argument("--out", default="dtrlab-check", metavar="DIR",
                         help="write NAME.html and NAME.json here (and a captured model's NAME.jsonl.gz); "
                              "default dtrlab-check/")

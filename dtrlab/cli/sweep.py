@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import (add_policy_arguments, check_scheduler, jobs_count, load_traces, memory_arguments, output_file,
+from .common import (add_policy_arguments, check_no_limit, check_scheduler, jobs_count, load_traces, memory_arguments, output_file,
                      policy_params, print_table, ratio_grid)
 
 
@@ -27,6 +27,7 @@ def add_sweep_arguments(parser) -> None:
 def sweep_options(args) -> dict:
     """Keyword arguments for :func:`dtrlab.sweep.sweep` from the shared options."""
     check_scheduler(args.scheduler, args.backend)
+    check_no_limit(args.overhead_limit, args.policy, policy_params(args.param))
     return dict(ratios=ratio_grid(args.ratios), jobs=args.jobs, backend="dask" if args.scheduler else args.backend,
                 client=args.scheduler, overhead_limit=args.overhead_limit,
                 cache=False if args.no_cache else (args.cache or True), progress=not args.quiet,
@@ -36,7 +37,7 @@ def sweep_options(args) -> dict:
 def register(subparsers) -> None:
     parser = subparsers.add_parser("sweep", help="simulate many budgets of each trace; write a parquet frame")
     parser.add_argument("logs", nargs="+", metavar="LOG", help="log file, directory of logs, or logs.zip")
-    add_policy_arguments(parser)
+    add_policy_arguments(parser, unlimited=True)
     add_sweep_arguments(parser)
     parser.add_argument("--out", metavar="PARQUET", type=output_file,
                         help="write all rows here (one row per trace and budget)")
