@@ -63,6 +63,13 @@ def run(args) -> int:
 
     if args.anatomy and args.no_refine:
         raise ValueError("--anatomy classifies the refined census's holes; drop --no-refine")
+    if args.delta is not None and args.ratios.count(":") == 1:
+        # With --delta only START:STOP is read (census_grid); a three-point grid validates them.
+        start, stop = args.ratios.split(":")
+        try:
+            args.ratios += f":{(float(stop) - float(start)) / 2!r}"
+        except ValueError:
+            pass  # ratio_grid names the bad value
     options = sweep_options(args)
     if args.anatomy:
         check_no_limit(math.inf, args.policy, policy_params(args.param))  # the anatomy runs without a limit

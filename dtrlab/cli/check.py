@@ -42,7 +42,8 @@ def register(subparsers) -> None:
                         help="thrash once total compute exceeds this multiple of the baseline (default 2.0; none: "
                              "no limit)")
     parser.add_argument("--out", default="dtrlab-check", metavar="DIR",
-                        help="write NAME.html and NAME.json here (and a captured model's NAME.jsonl.gz); "
+                        help="write NAME.html, NAME.json and the figure NAME.png here (and a captured model's "
+                             "NAME.jsonl.gz); "
                              "default dtrlab-check/")
     add_model_size_arguments(parser)
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
@@ -74,7 +75,7 @@ def run(args) -> int:
     name = _file_name(trace.name)
     html_path, json_path = out / f"{name}.html", out / f"{name}.json"
     out.mkdir(parents=True, exist_ok=True)
-    write_check_report(report, html_path, json_path)
+    write_check_report(report, html_path, json_path, out / f"{name}.png")
     for line in report.summary():
         print(line)
     print(f"report: {html_path} (JSON: {json_path})")

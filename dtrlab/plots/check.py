@@ -113,10 +113,13 @@ window is found. A <i>safe</i> budget passes with no failing sample within one c
 """
 
 
-def write_check_report(report: CheckReport, html_path: str | Path, json_path: str | Path) -> None:
-    """Write the HTML report and the JSON record, each atomically."""
+def write_check_report(report: CheckReport, html_path: str | Path, json_path: str | Path,
+                       png_path: str | Path | None = None) -> None:
+    """Write the HTML report, the JSON record and (with ``png_path``) the figure alone, each atomically."""
     png = figure_png(plot_check(report))
     atomic_write_bytes(html_path, report_html(report, png).encode())
+    if png_path is not None:
+        atomic_write_bytes(png_path, png)
     atomic_write_bytes(json_path, (json.dumps(report.to_dict(), indent=1) + "\n").encode())
 
 
