@@ -18,6 +18,7 @@ def register(subparsers) -> None:
                         help="list every withheld storage, not only those that change the outcome")
     parser.add_argument("--save", metavar="PATH", type=output_file,
                         help="write the whole table to PATH (.parquet or .csv)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=explain)
 
 
@@ -47,7 +48,7 @@ def explain(args) -> int:
         print(f"  {key.ljust(width)}  {value}")
     search = single_tensor_search(trace, args.policy, budget_bytes=result.budget_bytes,
                                   overhead_limit=args.overhead_limit, jobs=args.jobs, backend=args.backend,
-                                  client=args.scheduler, **memory, **params)
+                                  client=args.scheduler, progress=not args.quiet, **memory, **params)
     table = search.table
     rescues = search.rescues
     print(f"\nwithholding each of the {len(table)} evicted storages: {len(rescues)} rescue the run, "

@@ -28,6 +28,7 @@ def register(subparsers) -> None:
     parser.add_argument("--save-samples", metavar="PATH", type=output_file,
                         help="write every sweep row to PATH (.parquet or .csv)")
     add_memory_arguments(parser)
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=variants)
 
 
@@ -44,7 +45,7 @@ def variants(args) -> int:
     ratios = ratio_grid(args.ratios)
     check_scheduler(args.scheduler, args.backend)
     census = variant_census(load_traces(args.logs), policies, ratios=ratios, jobs=args.jobs, backend=args.backend,
-                            client=args.scheduler, overhead_limit=args.overhead_limit, cache=not args.no_cache,
+                            client=args.scheduler, overhead_limit=args.overhead_limit, cache=not args.no_cache, progress=not args.quiet,
                             **memory_arguments(args))
     table = census.table
     print(f"{len(census.ratios)} ratios from {min(census.ratios):.6g} to {max(census.ratios):.6g}")
