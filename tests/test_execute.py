@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from dtrlab.sweep.execution import Execution
 
 torch = pytest.importorskip("torch")
 
@@ -316,7 +317,7 @@ def test_modern_model_decision_identity():
                                                   ("resnet32", 1, "0.83:0.86:0.002")])
 def test_a_census_hole_fails_for_real_and_both_sides_pass(model, batch, ratios):
     captured = capture_step(model, batch=batch)
-    frame = sweep(captured.trace, "dtr", ratios=ratios, cache=False, progress=False)
+    frame = sweep(captured.trace, "dtr", ratios=ratios, execution=Execution(cache=False, progress=False))
     hole = find_holes(frame).holes.iloc[0]  # the census finds it on the trace of this very step
     reference = reference_step(model, batch=batch)
     below = run_step(captured, budget_bytes=int(hole.pass_below_bytes))

@@ -59,7 +59,7 @@ def run(args) -> int:
     if not isinstance(traces, dict):
         traces = {traces.name: traces}
     started = time.perf_counter()
-    census = run_census(traces, args.policy, delta=args.delta, out=args.out, refine=not args.no_refine,
+    census = run_census(traces, delta=args.delta, out=args.out, refine=not args.no_refine,
                         resolution=args.resolution, probes=args.probes, **sweep_options(args))
     seconds = time.perf_counter() - started
     table = census.table

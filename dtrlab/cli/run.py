@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ..runtime import simulate
-from .common import add_single_run_arguments, load_single_trace, memory_arguments, policy_params
+from .common import add_single_run_arguments, load_single_trace, policy_params, semantics_argument
 
 
 def register(subparsers) -> None:
@@ -19,7 +19,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     trace = load_single_trace(args.log)
     result = simulate(trace, args.policy, ratio=args.ratio, budget_bytes=args.budget,
-                      overhead_limit=args.overhead_limit, **memory_arguments(args), **policy_params(args.param))
+                      semantics=semantics_argument(args), **policy_params(args.param))
     record = result.to_dict(evicted=args.evictions)
     if not result.passed:
         record["overhead"] = None  # clock over baseline compute at the failure: no overhead of a run
