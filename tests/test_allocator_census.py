@@ -164,15 +164,15 @@ def test_shipping_merges_new_runs_into_a_verified_bundle(tmp_path, monkeypatch):
     ship.merge_pack(tmp_path / "set", first, bundle / "set")  # no file yet: a new one
     write_manifest(bundle)
     new = sweep(tmp_path / "set" / "chain.log", "dtr", ratios=RATIOS,
-                execution=Execution(cache=second, progress=False), **UNLIMITED.sweep_arguments())
+                execution=Execution(cache=second, progress=False), semantics=UNLIMITED.semantics())
     (path, rows, _), = ship.merge_pack(tmp_path / "set", second, bundle / "set")
     write_manifest(bundle, [path])
     assert rows == 6 and len(read_metadata(path)["configs"]) == 2
     monkeypatch.delenv(RECOMPUTE_ENV)  # read the shipped layer (tests/conftest.py ignores it)
     monkeypatch.setattr("dtrlab.sweep.engine.run_spec", None)  # any simulation would fail now
-    for frame, arguments in ((old, {}), (new, UNLIMITED.sweep_arguments())):
+    for frame, semantics in ((old, Semantics()), (new, UNLIMITED.semantics())):
         shipped = sweep(tmp_path / "set" / "chain.log", "dtr", ratios=RATIOS,
-                        execution=Execution(cache=tmp_path / "empty", progress=False), **arguments)
+                        execution=Execution(cache=tmp_path / "empty", progress=False), semantics=semantics)
         assert shipped["status"].tolist() == frame["status"].tolist()
     path.write_bytes(path.read_bytes() + b"\0")
     with pytest.raises(SystemExit, match="does not match"), pytest.warns(UserWarning):
@@ -207,5 +207,5 @@ def test_fates_of_the_models_flat_holes_under_allocated(name, ratios, flat, allo
                              (Config("dtr", "caching", {"expandable_segments": True}, "allocated", "A100-80GB"),
                               allocated_expandable)]:
         frame = sweep(trace, "dtr", ratios=ratios,
-                      execution=Execution(cache=False, progress=False, backend="sequential"), **config.sweep_arguments())
+                      execution=Execution(cache=False, progress=False, backend="sequential"), semantics=config.semantics())
         assert " ".join(frame["status"]) == expected, config.label

@@ -75,7 +75,7 @@ def check_derived_equals_direct(trace, name, budget):
     options = _options(name)
     for engine in _engines(name):
         run = lambda limit: simulate(trace, get_policy(name), budget_bytes=budget,
-                                     engine=engine, semantics=Semantics(overhead_limit=limit), **options)
+                                     engine=engine, semantics=Semantics(overhead_limit=limit, **options))
         unlimited = run(math.inf)
         assert unlimited.status in ("pass", "oom")
         base, remat = unlimited.baseline_compute, unlimited.remat_compute
@@ -227,7 +227,8 @@ def limit_trace():
 
 def every_budget(trace, limit=2.0, **options):
     return sweep(trace, "dtr", budgets=range(1, baseline(trace).peak_memory + 1),
-                 semantics=Semantics(overhead_limit=limit), execution=Execution(cache=False, progress=False, backend="sequential"), **options)
+                 semantics=Semantics(overhead_limit=limit, **options),
+                 execution=Execution(cache=False, progress=False, backend="sequential"))
 
 
 HANDBUILT = {  # trace -> (base compute, [(fail_low, fail_high, anatomy, needed remat, neighbour remat)])
@@ -269,8 +270,8 @@ def test_handbuilt_hole_is_classified_as_built(build):
 
 
 def every_budget_at(trace, budgets, limit, policy="dtr", **semantics):
-    return sweep(trace, policy, budgets=budgets, semantics=Semantics(overhead_limit=limit),
-                 execution=Execution(cache=False, progress=False, backend="sequential"), **semantics)
+    return sweep(trace, policy, budgets=budgets, semantics=Semantics(overhead_limit=limit, **semantics),
+                 execution=Execution(cache=False, progress=False, backend="sequential"))
 
 
 @pytest.mark.parametrize("engine", ["python", "compiled"])
@@ -418,13 +419,14 @@ def check_limit_census(trace, policy, tmp_path, ratios="0.1:1.0:0.05", **semanti
     ``enforce`` and ``device_capacity`` of every run."""
     memory = semantics.pop("memory", "flat")
     result = limit_census({trace.name: trace}, [policy], [memory], limits=CENSUS_LIMITS, ratios=ratios,
-                          execution=Execution(cache=tmp_path, progress=False), **semantics)
+                          semantics=Semantics(**semantics), execution=Execution(cache=tmp_path, progress=False))
     semantics["memory"] = memory
     assert sorted(result.table["limit"]) == sorted(CENSUS_LIMITS)
     for row in result.table.itertuples():
         ours = result.samples[result.samples["limit"] == row.limit]
         direct = sweep(trace, policy, budgets=ours["budget_bytes"].tolist(),
-                       semantics=Semantics(overhead_limit=row.limit), execution=Execution(cache=False, progress=False, backend="sequential"), **semantics)
+                       semantics=Semantics(overhead_limit=row.limit, **semantics),
+                       execution=Execution(cache=False, progress=False, backend="sequential"))
         assert ours["status"].tolist() == direct["status"].tolist(), (policy, row.limit)
         census = find_holes(direct)
         assert (row.samples, row.failures, row.holes) == (len(direct), census.failures, len(census.holes))

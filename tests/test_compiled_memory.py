@@ -24,7 +24,6 @@ from dtrlab.policies import get_policy
 from dtrlab.runtime import OutOfMemory, Simulator, Thrash, baseline, compiled
 from dtrlab.runtime.run import check_semantics, memory_model
 from dtrlab.runtime.simulator import ALLOCATED, RESERVED
-from dtrlab.runtime.semantics import Semantics
 
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="the compiled core is not built")
 
@@ -118,8 +117,8 @@ def test_memory_runs_take_the_compiled_core_and_report_identical_results(small_r
                     {"memory": "caching", "memory_options": {"expandable_segments": True}},
                     {"memory": "caching", "enforce": "allocated", "device_capacity": "1.25x"}):
         for ratio in (0.3, 0.6, 1.0):
-            assert simulate(small_resnet, "dtr", ratio=ratio, engine="compiled", **options) == simulate(
-                small_resnet, "dtr", ratio=ratio, engine="python", **options)
+            assert simulate(small_resnet, "dtr", ratio=ratio, engine="compiled", semantics=Semantics(**options)) == simulate(
+                small_resnet, "dtr", ratio=ratio, engine="python", semantics=Semantics(**options))
 
 
 def test_a_model_the_core_does_not_know_runs_on_the_reference(small_resnet):

@@ -159,7 +159,7 @@ def test_a_storage_answers_one_question(tmp_path):
     from test_handbuilt import chain, chain_log
 
     storage = tmp_path / "study.db"
-    options = dict(cache=False, progress=False)
+    options = dict(execution=Execution(cache=False, progress=False))
     run_search([chain()], storage, n_trials=1, ratios=[0.5, 1.0], **options)
     with pytest.raises(ValueError, match=r"study\.db \(study 'score_search'\) was searched at ratios \[0\.5, 1\.0\], "
                                          r"not \[0\.5, 0\.75\]"):
