@@ -35,6 +35,7 @@ import time
 from array import array
 from dataclasses import astuple
 from pathlib import Path
+from dtrlab.runtime.semantics import Semantics
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -125,7 +126,7 @@ def main(argv=None) -> int:
         budget = budget_for(trace, args.ratio)
         recorder = RecordingCaching(budget)
         start = time.perf_counter()
-        result = simulate(trace, "dtr", budget_bytes=budget, memory=recorder, engine="python")
+        result = simulate(trace, "dtr", budget_bytes=budget, engine="python", semantics=Semantics(memory=recorder))
         simulation = time.perf_counter() - start
         calls = recorder.calls
         ids, sizes = arrays(calls)

@@ -250,17 +250,6 @@ def check(trace: Trace, budget, device, *, plan: CheckPlan = CheckPlan(), semant
                        checks=checks, monotone=monotone if plan.monotone else None)
 
 
-def sweep_arguments(semantics: Semantics, execution: Execution) -> dict:
-    """``semantics`` and ``execution`` as :func:`~dtrlab.sweep.sweep`'s keyword arguments (the reserved
-    semantics adds none, so its runs keep their cache keys)."""
-    arguments = {"memory": semantics.memory, "memory_options": semantics.options,
-                 "overhead_limit": semantics.overhead_limit, "jobs": execution.jobs, "backend": execution.backend,
-                 "client": execution.client, "cache": execution.cache, "progress": execution.progress}
-    if semantics.enforce != RESERVED:
-        arguments.update(enforce=semantics.enforce, device_capacity=semantics.device_capacity)
-    return arguments
-
-
 def memory_name(semantics: Semantics, device: str) -> str:
     """``flat``, or e.g. ``caching/allocated(A100-80GB)``: the anatomy tables' label, naming the ``device``."""
     if semantics.enforce == RESERVED:
@@ -272,16 +261,15 @@ def _policy_check(trace: Trace, policy: str, budget: int, window: tuple[float, f
                   semantics: Semantics, execution: Execution, memory: str) -> PolicyCheck:
     """The census of ``policy`` in ``window`` with ``budget`` among its samples, its holes' anatomy and
     the budget's place in it."""
-    run = sweep_arguments(semantics, execution)  # the grid shows its bar; the few runs after it do not
     grid = census_grid(trace, f"{window[0]!r}:{window[1]!r}", plan.delta)
-    quiet = {**run, "progress": False}
-    frame = pd.concat([sweep(trace, policy, **grid, **run), sweep(trace, policy, budgets=[budget], **quiet)],
+    quiet = execution.with_(progress=False)  # the grid shows its bar; the few runs after it do not
+    frame = pd.concat([sweep(trace, policy, **grid, semantics=semantics, execution=execution),
+                       sweep(trace, policy, budgets=[budget], semantics=semantics, execution=quiet)],
                       ignore_index=True)
-    exec_only = {k: quiet[k] for k in ("jobs", "backend", "client", "cache", "progress")}
-    census = refine_holes(trace, frame, policy, delta=plan.delta, resolution=plan.resolution, **exec_only).refined
+    census = refine_holes(trace, frame, policy, delta=plan.delta, resolution=plan.resolution, execution=quiet).refined
     holes = census.holes
     if get_policy(policy).name not in LIMIT_READERS and len(holes):
-        holes = hole_anatomy(census, unlimited_runs(trace, census, **exec_only))
+        holes = hole_anatomy(census, unlimited_runs(trace, census, execution=quiet))
     hole_records = [_plain(h) for h in holes.to_dict("records")]
     samples = census.samples
     at = samples[samples["budget_bytes"] == budget].iloc[0]
@@ -322,8 +310,9 @@ def _position(census: HoleCensus, budget: int, passed: bool, hole: dict | None, 
 
 def _monotone(trace: Trace, budget: int, semantics: Semantics) -> dict:
     """``monotone(dtr)`` at ``budget`` under flat memory: its status, overhead and the smallest ratio it passes at."""
-    result = simulate(trace, MONOTONE, budget_bytes=budget, overhead_limit=semantics.overhead_limit)
-    envelope = monotone_envelope(trace, overhead_limit=semantics.overhead_limit)
+    flat = REFERENCE.with_(overhead_limit=semantics.overhead_limit)
+    result = simulate(trace, MONOTONE, budget_bytes=budget, semantics=flat)
+    envelope = monotone_envelope(trace, semantics=flat)
     passing = envelope[envelope["base_status"] == "pass"]
     return {"policy": result.policy, "memory": "flat", "status": result.status,
             "overhead": result.overhead if result.passed else None,

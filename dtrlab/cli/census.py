@@ -78,12 +78,11 @@ def run(args) -> int:
     if not isinstance(traces, dict):
         traces = {traces.name: traces}
     started = time.perf_counter()
-    census = run_census(traces, args.policy, delta=args.delta, out=args.out, refine=not args.no_refine,
+    census = run_census(traces, delta=args.delta, out=args.out, refine=not args.no_refine,
                         resolution=args.resolution, probes=args.probes, **options)
     holes = census.holes
     if args.anatomy:
-        holes = census_anatomy(census, traces, **{k: options[k] for k in ("jobs", "backend", "client", "cache",
-                                                                           "progress")})
+        holes = census_anatomy(census, traces, execution=options["execution"])
         write_parquet(Path(args.out) / "holes.parquet", holes)
     seconds = time.perf_counter() - started
     table = census.table

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from .capture import add_model_size_arguments
-from .common import (check_no_limit, jobs_count, load_single_trace, overhead_limit_or_none, positive_float,
+from .common import (check_no_limit, execution_argument, jobs_count, load_single_trace, overhead_limit_or_none, positive_float,
                      positive_int)
 
 
@@ -61,17 +61,16 @@ def run(args) -> int:
     from ..analysis.check import DEFAULT_POLICIES, CheckPlan, check, parse_device
     from ..plots.check import write_check_report
     from ..runtime.semantics import Semantics
-    from ..sweep.execution import Execution
 
     parse_device(args.device)  # a bad device is an error before a capture
+    for policy in args.policies or DEFAULT_POLICIES:
+        check_no_limit(args.overhead_limit, policy)
     plan = CheckPlan(window=args.window, delta=args.delta, policies=tuple(args.policies or DEFAULT_POLICIES),
                      monotone=not args.no_monotone, resolution=args.resolution)
     out = Path(args.out)
     trace = _trace(args, out)
-    execution = Execution(jobs=args.jobs, cache=False if args.no_cache else (args.cache or True),
-                          progress=not args.quiet)
     report = check(trace, args.budget, args.device, plan=plan, semantics=Semantics(overhead_limit=args.overhead_limit),
-                   execution=execution)
+                   execution=execution_argument(args))
     name = _file_name(trace.name)
     html_path, json_path = out / f"{name}.html", out / f"{name}.json"
     out.mkdir(parents=True, exist_ok=True)

@@ -222,22 +222,33 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
                              "preset such as A100-80GB; default unlimited)")
 
 
-def memory_arguments(args) -> dict:
-    """``memory=`` and ``memory_options=`` for simulate/sweep, checked now: an unknown model or
-    option is an error that lists the valid ones."""
-    from ..runtime import memory_spec
+def semantics_argument(args):
+    """The :class:`~dtrlab.runtime.semantics.Semantics` of ``--memory``, ``--memory-option``, ``--enforce``,
+    ``--device-capacity`` and ``--overhead-limit`` (those the command has), checked now: an unknown
+    model or option is an error that lists the valid ones."""
+    from ..runtime import DEFAULT_OVERHEAD_LIMIT, Semantics
 
-    from ..runtime import check_semantics
+    if getattr(args, "device_capacity", None) is not None and getattr(args, "enforce", "reserved") == "reserved":
+        raise ValueError("--device-capacity applies to --enforce allocated only")
+    semantics = Semantics(memory=getattr(args, "memory", "flat"),
+                          memory_options=key_values(getattr(args, "memory_option", []), "--memory-option"),
+                          enforce=getattr(args, "enforce", "reserved"),
+                          device_capacity=getattr(args, "device_capacity", None),
+                          overhead_limit=getattr(args, "overhead_limit", DEFAULT_OVERHEAD_LIMIT))
+    return semantics.normalized()
 
-    options = key_values(args.memory_option, "--memory-option")
-    memory_spec(args.memory, options, args.enforce)
-    if args.enforce == "reserved":  # the default adds no argument, so commands without semantics keep working
-        if args.device_capacity is not None:
-            raise ValueError("--device-capacity applies to --enforce allocated only")
-        return {"memory": args.memory, "memory_options": options}
-    device = args.device_capacity
-    check_semantics(args.enforce, device)
-    return {"memory": args.memory, "memory_options": options, "enforce": args.enforce, "device_capacity": device}
+
+def execution_argument(args):
+    """The :class:`~dtrlab.sweep.execution.Execution` of ``--jobs``, ``--backend``, ``--scheduler``,
+    ``--cache``/``--no-cache`` and ``--quiet`` (those the command has); a ``--scheduler`` that does
+    not answer fails now (:func:`check_scheduler`)."""
+    from ..sweep.execution import Execution
+
+    backend, scheduler = getattr(args, "backend", "loky"), getattr(args, "scheduler", None)
+    check_scheduler(scheduler, backend)
+    return Execution(jobs=getattr(args, "jobs", 1), backend="dask" if scheduler else backend, client=scheduler,
+                     cache=False if getattr(args, "no_cache", False) else (getattr(args, "cache", None) or True),
+                     progress=not getattr(args, "quiet", False))
 
 
 def policy_params(pairs: list[str]) -> dict:

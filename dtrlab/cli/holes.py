@@ -67,10 +67,11 @@ def _traces_by_name(paths: list[str], names: set[str]) -> dict:
 def _holes(census, traces: dict, quiet: bool):
     """``census.holes``, with :data:`~dtrlab.analysis.anatomy.ANATOMY_COLUMNS` when ``traces`` are given."""
     from ..analysis.anatomy import hole_anatomy, unlimited_runs
+    from ..sweep.execution import Execution
 
     if not traces or census.holes.empty:
         return census.holes
-    return hole_anatomy(census, unlimited_runs(traces[census.trace], census, progress=not quiet))
+    return hole_anatomy(census, unlimited_runs(traces[census.trace], census, execution=Execution(progress=not quiet)))
 
 
 #: Columns every sweep frame has (older frames lack the memory columns, which are filled in).

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .common import jobs_count, load_traces, output_file, positive_float, positive_int, print_table, ratio_grid
+from .common import (execution_argument, jobs_count, load_traces, output_file, positive_float, positive_int,
+                     print_table, ratio_grid)
 
 
 def register(subparsers) -> None:
@@ -35,8 +36,7 @@ def search(args) -> int:
         raise ValueError("give a budget: --trials N (total finished trials) and/or --time SECONDS")
     ratios = ratio_grid(args.ratios)
     result = run_search(load_traces(args.logs), args.storage, study_name=args.study, n_trials=args.trials,
-                        timeout=args.time, ratios=ratios, jobs=args.jobs, cache=not args.no_cache, seed=args.seed,
-                        progress=not args.quiet)
+                        timeout=args.time, ratios=ratios, seed=args.seed, execution=execution_argument(args))
     print(f"\n{result.ran} trials run in {result.seconds:.0f} s ({result.retried} interrupted trials retried); "
           f"{result.completed} completed in {args.storage}")
     print("\nPareto front (holes, mean threshold ratio, mean overhead of passing samples):")
