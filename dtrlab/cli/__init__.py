@@ -26,8 +26,8 @@ from pathlib import Path
 from ..trace import TraceFormatError
 from .common import Parser
 
-COMMANDS = ["info", "run", "capture", "explain", "variants", "sweep", "holes", "census", "search", "frontier", "execute",
-            "check"]
+COMMANDS = ["info", "run", "capture", "explain", "variants", "sweep", "holes", "census", "search", "frontier", "execute"]
+COMMANDS.append("check")
 
 #: Failures that come from the input (files, options, logs, storages) rather than from
 #: a bug: a ValueError (TraceFormatError, IntegrityError, ...), a TypeError from a
