@@ -133,7 +133,8 @@ class CheckReport:
         dtr = self.checks[0]
         caching = next((c for c in self.checks if c.policy == dtr.policy and c.memory != "flat"), None)
         lines = [f"{self.trace}: budget {_gib(self.budget_bytes)} = {self.ratio:.4f} of the {_gib(self.peak_bytes)} "
-                 f"peak, device {self.device} ({_gib(self.device_bytes)})"]
+                 f"peak, device {self.device} ({_gib(self.device_bytes)}"
+                 f"{', smaller than the budget' if self.device_bytes < self.budget_bytes else ''})"]
         for item in (dtr, caching):
             if item is not None:
                 lines.append(f"{item.policy} @ {item.memory}: {describe_position(item)}")

@@ -82,7 +82,7 @@ def report_html(report: CheckReport, png: bytes) -> str:
         f"<tr><td>{e(c.policy)}</td><td>{e(c.memory)}</td><td>{h['fail_low_ratio']:.4f}-{h['fail_high_ratio']:.4f}"
         f"</td><td>{h['width_bytes'] / 2**20:.1f}</td><td>{e(str(h['kinds']))}</td>"
         f"<td class='kind'>{e(str(h.get('anatomy') or ''))}</td><td>{_number(h.get('closes_at'), 'never')}</td>"
-        f"<td>{_number(h.get('needed_remat'), '')}</td><td>{'yes' if c.hole is h else ''}</td></tr>"
+        f"<td>{_number(h.get('needed_remat'), '')}</td><td>{'yes' if c.hole == h else ''}</td></tr>"
         for c in report.checks for h in c.holes)
     monotone = "" if report.monotone is None else _monotone_html(report.monotone)
     summary = "<br>".join(e(line) for line in report.summary())
