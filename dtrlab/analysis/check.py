@@ -114,14 +114,6 @@ class CheckReport:
     checks: list[PolicyCheck]
     monotone: dict | None
 
-    def find(self, policy: str = "dtr", memory: str = "flat") -> PolicyCheck:
-        """The check of ``policy`` under ``memory`` (``flat``, or the allocated label's prefix ``caching``)."""
-        for item in self.checks:
-            if item.policy == policy and item.memory.startswith(memory):
-                return item
-        raise KeyError(f"no check of {policy!r} under {memory!r}; have "
-                       f"{sorted({(c.policy, c.memory) for c in self.checks})}")
-
     def to_dict(self) -> dict:
         record = {k: v for k, v in asdict(self).items() if k != "checks"}
         record["window"] = list(self.window)
@@ -129,7 +121,8 @@ class CheckReport:
         return _plain(record)
 
     def summary(self) -> list[str]:
-        """Five lines: the question, DTR's answer under each semantics, the safe budgets, the alternatives."""
+        """Five lines: the question, the first policy's answer under each semantics (DTR by default), its
+        nearest safe budgets, and monotone(dtr) with the other policies safe at the budget."""
         dtr = self.checks[0]
         caching = next((c for c in self.checks if c.policy == dtr.policy and c.memory != "flat"), None)
         lines = [f"{self.trace}: budget {_gib(self.budget_bytes)} = {self.ratio:.4f} of the {_gib(self.peak_bytes)} "

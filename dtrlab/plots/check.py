@@ -102,7 +102,7 @@ window is found. A <i>safe</i> budget passes with no failing sample within one c
 (docs/sweeps.md, "Hole anatomy").</p>
 <h2>At the budget</h2>
 <table><tr><th>policy</th><th>memory</th><th>outcome</th><th>safe below</th><th>safe above</th>
-<th>threshold</th></tr>{rows}</table>
+<th>threshold in the window</th></tr>{rows}</table>
 <h2>Holes in the window</h2>
 <table><tr><th>policy</th><th>memory</th><th>failing ratios</th><th>MiB</th><th>kinds</th><th>anatomy</th>
 <th>closes at limit</th><th>needed recompute</th><th>holds the budget</th></tr>{holes}</table>
