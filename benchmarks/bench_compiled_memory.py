@@ -2,7 +2,7 @@
 
 Per log and ratio, under DTR:
 
-(a) **caching, compiled over Python**: ``simulate(memory="caching", engine="python")`` (one run)
+(a) **caching, compiled over Python**: ``simulate(semantics=Semantics(memory="caching"), engine="python")`` (one run)
     against ``engine="compiled"`` (best of ``--repeats``). Target (issue 23): >= 20x, geometric
     mean over the 8 DTR logs.
 (b) **caching over flat, both compiled**: the compiled caching run against the compiled flat run
