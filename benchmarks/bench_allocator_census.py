@@ -52,7 +52,8 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as cache:
             started = time.perf_counter()
             census = allocator_census({name: trace}, ISSUE_10_CONFIGS,
-                                      address_flips=(), execution=Execution(jobs=args.jobs, cache=cache, progress=False))
+                                      address_flips=(),
+                                      execution=Execution(jobs=args.jobs, cache=cache, progress=False))
             wall = time.perf_counter() - started
         total_wall += wall
         total_runs += len(census.samples)

@@ -24,7 +24,7 @@ RATIOS = "0.05:1.0:0.005"
 
 def timed(trace, **options):
     start = time.perf_counter()
-    frame = sweep(trace, "dtr", ratios=RATIOS, execution=Execution(cache=False, progress=False), **options)
+    frame = sweep(trace, "dtr", ratios=RATIOS, execution=Execution(cache=False, progress=False, **options))
     return time.perf_counter() - start, frame.drop(columns="wall_seconds")
 
 

@@ -81,12 +81,12 @@ def census_anatomy(traces: dict, args, name: str, manifest_dir: Path) -> int:
     for trace_name, trace in traces.items():
         for policy in args.policies:
             wall, cpu = time.perf_counter(), time.process_time()
-            options = dict(jobs=args.jobs, progress=False)
-            frame = sweep(trace, policy, **census_grid(trace, "0.05:1.0:0.005", 0.001), **options)
+            execution = Execution(jobs=args.jobs, progress=False)
+            frame = sweep(trace, policy, **census_grid(trace, "0.05:1.0:0.005", 0.001), execution=execution)
             census = refine_holes(trace, frame, policy, delta=0.001,
-                                  resolution=max(1, int(baseline(trace).peak_memory * 1e-4)), **options).refined
-            holes = hole_anatomy(census, unlimited_runs(trace, census,
-                                                        execution=Execution(jobs=args.jobs, progress=False)))
+                                  resolution=max(1, int(baseline(trace).peak_memory * 1e-4)),
+                                  execution=execution).refined
+            holes = hole_anatomy(census, unlimited_runs(trace, census, execution=execution))
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             merge_write(path, holes.assign(trace=trace_name, policy=census.policy, memory="flat",
                                            ratios="0.05:1.0 delta 0.001", wall_seconds=round(wall, 1),
@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         for policy in args.policies:
             for memory in args.memories:
                 wall, cpu = time.perf_counter(), time.process_time()
-                result = limit_census({trace_name: trace}, [policy], [memory], args.limits, ratios=args.ratios, semantics=Semantics(enforce=args.enforce, device_capacity=args.device_capacity),
+                result = limit_census({trace_name: trace}, [policy], [memory], args.limits, ratios=args.ratios,
+                                      semantics=Semantics(enforce=args.enforce, device_capacity=args.device_capacity),
                                       execution=Execution(jobs=args.jobs, progress=False))
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                 config = {"ratios": args.ratios}

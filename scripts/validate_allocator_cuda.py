@@ -389,7 +389,7 @@ def semantics_runs(args) -> list[dict]:
         for enforce, options, capacity, extra in configs:
             model = Recording(capacity, **options)
             result = simulate(trace, "dtr", budget_bytes=budget,
-                              semantics=Semantics(memory=model, enforce=enforce), **extra)
+                              semantics=Semantics(memory=model, enforce=enforce, **extra))
             runs.append({"trace": trace.name, "ratio": ratio, "enforce": enforce, "options": options,
                          "capacity": capacity, "status": result.status, "calls": model.calls,
                          "conf": "expandable_segments:True" if options.get("expandable_segments") else ""})

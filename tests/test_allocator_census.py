@@ -76,7 +76,8 @@ def test_columns_under_both_semantics():
                    semantics=Semantics(memory="caching", enforce="allocated"))
     assert (run.status, run.evicted_storages, run.peak_reserved_bytes) == ("pass", ("a", "b"), 20 * MIB)
     assert simulate(four_mib_chain(), "dtr", budget_bytes=12 * MIB,
-                    semantics=Semantics(memory="caching", enforce="allocated", device_capacity="1.25x")).failure.cause == "device"
+                    semantics=Semantics(memory="caching", enforce="allocated", device_capacity="1.25x")
+                    ).failure.cause == "device"
     # Every sample of the address-aware configurations was compared under both address policies.
     assert len(result.flips) == 6 and not result.flips["flipped"].any()
     assert set(result.flips["config"]) == {RESERVED.label, DEVICE_125.label}
@@ -207,5 +208,6 @@ def test_fates_of_the_models_flat_holes_under_allocated(name, ratios, flat, allo
                              (Config("dtr", "caching", {"expandable_segments": True}, "allocated", "A100-80GB"),
                               allocated_expandable)]:
         frame = sweep(trace, "dtr", ratios=ratios,
-                      execution=Execution(cache=False, progress=False, backend="sequential"), semantics=config.semantics())
+                      execution=Execution(cache=False, progress=False, backend="sequential"),
+                      semantics=config.semantics())
         assert " ".join(frame["status"]) == expected, config.label

@@ -333,7 +333,8 @@ def test_refusals():
         hole_anatomy(census, every_budget_at(trace, failing_budgets(census), 2.0))
     with pytest.raises(ValueError, match="no run without a limit"):
         hole_anatomy(census, unlimited_runs(trace, census,
-                                            execution=Execution(progress=False, backend="sequential", cache=False)).iloc[:1])
+                                            execution=Execution(progress=False, backend="sequential",
+                                                                cache=False)).iloc[:1])
 
 
 MODELS = Path(__file__).resolve().parent.parent / "traces" / "models"

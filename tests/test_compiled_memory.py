@@ -117,7 +117,8 @@ def test_memory_runs_take_the_compiled_core_and_report_identical_results(small_r
                     {"memory": "caching", "memory_options": {"expandable_segments": True}},
                     {"memory": "caching", "enforce": "allocated", "device_capacity": "1.25x"}):
         for ratio in (0.3, 0.6, 1.0):
-            assert simulate(small_resnet, "dtr", ratio=ratio, engine="compiled", semantics=Semantics(**options)) == simulate(
+            assert simulate(small_resnet, "dtr", ratio=ratio, engine="compiled",
+                            semantics=Semantics(**options)) == simulate(
                 small_resnet, "dtr", ratio=ratio, engine="python", semantics=Semantics(**options))
 
 

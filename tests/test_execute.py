@@ -173,7 +173,8 @@ def test_decisions_and_values_on_a_model_with_views_in_place_and_multi_output_op
 def test_decisions_under_a_memory_model(mixed, memory):
     for ratio in (0.6, 0.9):
         executed = run_step(mixed, ratio=ratio, semantics=Semantics(**memory))
-        assert executed.run == simulate(mixed.trace, "dtr", ratio=ratio, semantics=Semantics(**memory))  # the model's metrics too
+        assert executed.run == simulate(mixed.trace, "dtr", ratio=ratio,
+                                        semantics=Semantics(**memory))  # the model's metrics too
 
 
 def test_real_storages_are_dropped_and_restored(mixed, mixed_reference):

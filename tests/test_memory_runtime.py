@@ -324,7 +324,8 @@ def test_sweep_frames_carry_the_memory_model_and_flat_keys_stay(tmp_path, small_
     assert len(keys) == 3 and old_key not in keys
     # Default options written out or left implicit share one cache entry.
     again = sweep(small_resnet, "dtr", ratios=[0.5],
-                  semantics=Semantics(memory="caching", memory_options={"expandable_segments": False}), execution=Execution(cache=tmp_path, progress=False))
+                  semantics=Semantics(memory="caching", memory_options={"expandable_segments": False}),
+                  execution=Execution(cache=tmp_path, progress=False))
     assert again["wall_seconds"].tolist() == caching["wall_seconds"].tolist()
 
 

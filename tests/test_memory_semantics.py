@@ -350,7 +350,8 @@ def test_allocated_semantics_invariants(log, fraction, model, device, policy):
     except Thrash:
         status = "thrash"
     result = simulate(trace, policy, budget_bytes=budget,
-                      semantics=Semantics(memory=checked_model(memory, capacity, options, "allocated"), enforce="allocated", device_capacity=device if device != "1x" else capacity))
+                      semantics=Semantics(memory=checked_model(memory, capacity, options, "allocated"),
+                                          enforce="allocated", device_capacity=device if device != "1x" else capacity))
     assert result.status == status and result.evicted_storages == tuple(trace.tensor_names[s] for s in sim.evicted)
 
 
@@ -380,11 +381,13 @@ def test_sweep_column_and_cache_key(tmp_path, small_resnet):
     named = SweepCache(tmp_path, small_resnet, get_policy("dtr"),
                        Semantics(memory="caching", memory_options={}, enforce="reserved"), None)
     allocated = SweepCache(tmp_path, small_resnet, get_policy("dtr"),
-                           Semantics(memory="caching", memory_options={}, enforce="allocated", device_capacity="1.25x"), None)
+                           Semantics(memory="caching", memory_options={}, enforce="allocated",
+                                     device_capacity="1.25x"), None)
     assert reserved.config_key == named.config_key and "enforce" not in reserved.key
     assert allocated.config_key != reserved.config_key and allocated.key["device_capacity"] == "1.25x"
     frame = sweep(small_resnet, "dtr", ratios=[0.6, 0.9],
-                  semantics=Semantics(memory="caching", enforce="allocated", device_capacity="1.25x"), execution=Execution(cache=tmp_path, progress=False))
+                  semantics=Semantics(memory="caching", enforce="allocated", device_capacity="1.25x"),
+                  execution=Execution(cache=tmp_path, progress=False))
     assert frame["enforce"].tolist() == ["allocated"] * 2 and frame["device_capacity"].tolist() == ["1.25x"] * 2
     for ratio, status in zip(frame["ratio"], frame["status"]):
         run = simulate(small_resnet, "dtr", ratio=ratio,
@@ -451,7 +454,8 @@ def test_refine_holes_keeps_the_frame_semantics(small_resnet):
     from dtrlab.analysis.holes import refine_holes
 
     frame = sweep(small_resnet, "dtr", ratios=[0.4, 0.6, 0.8],
-                  semantics=Semantics(memory="caching", enforce="allocated", device_capacity="1.5x"), execution=Execution(cache=False, progress=False))
+                  semantics=Semantics(memory="caching", enforce="allocated", device_capacity="1.5x"),
+                  execution=Execution(cache=False, progress=False))
     refinement = refine_holes(small_resnet, frame, "dtr", probes=1, execution=Execution(cache=False, progress=False))
     samples = refinement.refined.samples
     assert set(samples["enforce"]) == {"allocated"} and set(samples["device_capacity"]) == {"1.5x"}

@@ -138,7 +138,8 @@ def test_interrupted_search_resumes_with_no_trial_lost_or_repeated(small_resnet,
 
     env_cache = tmp_path / "cache"
     result = run_search([small_resnet], storage, n_trials=5, seed=1,
-                        ratios=[0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9], execution=Execution(progress=False, cache=env_cache))
+                        ratios=[0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9],
+                        execution=Execution(progress=False, cache=env_cache))
     after = _states(storage)
     finished = [t for t in after if t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL]
     assert result.retried == 1 and len(finished) == 5

@@ -429,7 +429,8 @@ def test_sample_of_shipped_search_recomputes_field_by_field(path, shipped_traces
     shipped = pd.read_parquet(path)
     storages = random.Random(0).sample(list(shipped["storage"]), min(SAMPLE_BUDGETS, len(shipped)))
     fresh = single_tensor_search(trace, policy, budget_bytes=budget, storages=storages,
-                                 semantics=Semantics(overhead_limit=limit), execution=Execution(progress=False, cache=False)).table
+                                 semantics=Semantics(overhead_limit=limit),
+                                 execution=Execution(progress=False, cache=False)).table
     expected = shipped[shipped["storage"].isin(storages)].reset_index(drop=True)
     pd.testing.assert_frame_equal(fresh, expected)
 
@@ -439,7 +440,8 @@ def test_sample_of_shipped_search_recomputes_field_by_field(path, shipped_traces
 def test_every_shipped_search_row_recomputes(path, shipped_traces):
     trace, policy, budget, limit = _search_inputs(path, shipped_traces)
     fresh = single_tensor_search(trace, policy, budget_bytes=budget,
-                                 semantics=Semantics(overhead_limit=limit), execution=Execution(jobs=os.cpu_count() or 1, progress=False, cache=False)).table
+                                 semantics=Semantics(overhead_limit=limit),
+                                 execution=Execution(jobs=os.cpu_count() or 1, progress=False, cache=False)).table
     pd.testing.assert_frame_equal(fresh, pd.read_parquet(path))
 
 

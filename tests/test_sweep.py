@@ -172,7 +172,8 @@ def test_every_part_of_an_intervention_is_in_the_cache_key(small_resnet, tmp_pat
     storage = small_resnet.operators[-1].outputs[0]
     interventions = [None, Intervention(withhold={storage}), Intervention(pin={storage: 10}),
                      Intervention(force_evict={storage: 10}), Intervention(force_evict={storage: 11})]
-    directories = {SweepCache(tmp_path, small_resnet, get_policy("dtr"), intervention=i).directory for i in interventions}
+    directories = {SweepCache(tmp_path, small_resnet, get_policy("dtr"), intervention=i).directory
+                   for i in interventions}
     assert len(directories) == len(interventions)
     # Without timed actions the key is what it always was (existing caches stay valid).
     assert SweepCache(tmp_path, small_resnet, get_policy("dtr"), intervention=Intervention()).directory == \

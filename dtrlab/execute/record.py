@@ -126,7 +126,8 @@ def load_shipped(bundle: str | os.PathLike, key: dict) -> tuple[ExecuteResult, d
 
 
 def run_or_load(step: CapturedStep, budget_bytes: int, *, bundle: str | os.PathLike | None,
-                save_to: str | os.PathLike | None = None, policy="dtr", semantics: Semantics = REFERENCE) -> ExecuteResult:
+                save_to: str | os.PathLike | None = None, policy="dtr",
+                semantics: Semantics = REFERENCE) -> ExecuteResult:
     """The shipped record of this run from ``bundle`` (:func:`load_shipped`), else ``run_step`` for real,
     with a one-line message either way; a real run's record is written to ``save_to`` when given."""
     key = record_key(step, budget_bytes, policy=policy, semantics=semantics)

@@ -89,7 +89,8 @@ class Semantics:
         enforce = row.get("enforce") or RESERVED
         return cls(memory=row.get("memory") or FLAT,
                    memory_options=json.loads(row["memory_options"]) if row.get("memory_options") else (),
-                   enforce=enforce, device_capacity=(row.get("device_capacity") or None) if enforce != RESERVED else None,
+                   enforce=enforce,
+                   device_capacity=(row.get("device_capacity") or None) if enforce != RESERVED else None,
                    overhead_limit=float(row["overhead_limit"]))
 
 

@@ -177,7 +177,8 @@ def run_search(traces, storage: str | os.PathLike, *, study_name: str = "score_s
     ``n_trials`` finished (completed or pruned) trials or ``timeout`` seconds passed (at least one must be given).
 
     Each trial sweeps one policy over every trace at ``ratios`` (where ``execution`` says; its
-    ``progress`` is the search's bar, not each sweep's) and is ranked by :func:`~dtrlab.search.evaluate.objective_value`.
+    ``progress`` is the search's bar, not each sweep's) and is ranked by
+    :func:`~dtrlab.search.evaluate.objective_value`.
     Traces are evaluated shortest schedule first; with ``prune_margin`` a trial stops
     (state PRUNED, counted as finished) once its holes so far exceed the best
     completed trial's total by more than the margin: it cannot be best and its
