@@ -16,6 +16,7 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
+from dtrlab.runtime.semantics import Semantics
 
 from dtrlab import load_log, simulate
 from dtrlab.policies import get_policy
@@ -54,7 +55,8 @@ def main() -> int:
             label = get_policy(name, **params).label + ("" if memory == "flat" else f" [{memory}]")
 
             def run(engine):
-                return simulate(trace, get_policy(name, **params), ratio=args.ratio, memory=memory, engine=engine)
+                return simulate(trace, get_policy(name, **params), ratio=args.ratio, engine=engine,
+                                semantics=Semantics(memory=memory))
 
             fast_cpu, fast_wall, fast = timed(lambda: run("compiled"), args.repeats)
             slow_cpu, slow_wall, slow = timed(lambda: run("python"), 1)

@@ -12,6 +12,7 @@ import argparse
 import time
 
 from dtrlab.sweep import sweep
+from dtrlab.sweep.execution import Execution
 from dtrlab.trace import load
 
 RATIOS = "0.05:1.0:0.005"
@@ -19,7 +20,7 @@ RATIOS = "0.05:1.0:0.005"
 
 def timed(trace, **options):
     start = time.perf_counter()
-    frame = sweep(trace, "dtr", ratios=RATIOS, cache=False, progress=False, **options)
+    frame = sweep(trace, "dtr", ratios=RATIOS, execution=Execution(cache=False, progress=False, **options))
     return time.perf_counter() - start, frame.drop(columns="wall_seconds")
 
 

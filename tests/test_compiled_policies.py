@@ -33,6 +33,7 @@ from dtrlab.policies.variants import VARIANTS, ScoreFamily
 from dtrlab.runtime import Intervention, SimulationError, Simulator, baseline, compiled
 from dtrlab.policies.core_spec import policy_reason, policy_spec
 from dtrlab.trace.model import RELEASE
+from dtrlab.runtime.semantics import Semantics
 
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="the compiled core is not built")
 
@@ -191,8 +192,9 @@ def test_coop_and_dtr_fit_above_2_53(log, fraction, policy):
 def test_coop_and_dtr_fit_evict_on_a_real_trace_alike(small_resnet):
     for name in ("coop", "dtr_fit"):
         for ratio in (0.4, 0.7):
-            fast = simulate(small_resnet, name, ratio=ratio, memory="caching", engine="compiled")
-            assert fast == simulate(small_resnet, name, ratio=ratio, memory="caching", engine="python")
+            fast = simulate(small_resnet, name, ratio=ratio, engine="compiled", semantics=Semantics(memory="caching"))
+            assert fast == simulate(small_resnet, name, ratio=ratio, engine="python",
+                                    semantics=Semantics(memory="caching"))
             assert fast.evictions > 0
 
 
@@ -360,9 +362,9 @@ def test_monotone_calibrates_through_the_compiled_core(small_resnet, monkeypatch
     monkeypatch.setattr(monotone, "_cached_runs", lambda *args: {})
     monotone._CALIBRATIONS.clear()
     policy = Monotone(base="dtr_stale_plus1", calibration=[0.5, 0.7, 0.9])
-    result = simulate(small_resnet, policy, ratio=0.8, overhead_limit=2.0)
+    result = simulate(small_resnet, policy, ratio=0.8, semantics=Semantics(overhead_limit=2.0))
     assert len(runs) == 3 and all(type(p).name == "dtr_stale_plus1" for p in runs)
-    assert result == simulate(small_resnet, policy, ratio=0.8, overhead_limit=2.0, engine="python")
+    assert result == simulate(small_resnet, policy, ratio=0.8, engine="python", semantics=Semantics(overhead_limit=2.0))
 
 
 @pytest.mark.slow

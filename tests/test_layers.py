@@ -3,7 +3,7 @@
 Every module is parsed with ``ast``; every ``import`` and ``from ... import`` counts,
 wherever it stands (module level, function, ``if TYPE_CHECKING``), and so does
 ``importlib.import_module`` with a literal name. The layers, lowest first, are those
-of README.md ("What is in the package"); a module may import its own layer or a lower
+of docs/architecture.md ("What is in the package"); a module may import its own layer or a lower
 one. Top-level modules such as ``dtrlab/version.py`` are utilities below every layer
 and import nothing of dtrlab; ``dtrlab/__init__.py`` is the façade above all of them,
 and no module of dtrlab imports it.
@@ -46,7 +46,7 @@ def layer(module: str) -> int:
         return UTILITY
     if parts[1] not in LAYERS:
         raise AssertionError(f"package dtrlab.{parts[1]} is in no layer: add it to LAYERS in tests/test_layers.py "
-                             "and to README's package map, where it belongs")
+                             "and to the package map in docs/architecture.md, where it belongs")
     return LAYERS.index(parts[1])
 
 

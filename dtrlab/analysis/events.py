@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..policies import ScorePolicy
-from ..runtime import Intervention, RunResult, simulate
+from ..runtime import REFERENCE, Intervention, RunResult, Semantics, simulate
 from ..trace.model import Trace
 
 EVENT_KINDS = ("compute", "remat", "evict", "free", "pin", "force_evict", "failure")
@@ -231,11 +231,11 @@ def describe_intervention(intervention: Intervention, trace: Trace) -> str:
 
 
 def record(trace: Trace, policy="dtr", *, ratio: float | None = None, budget_bytes: int | None = None,
-           overhead_limit: float = 2.0, intervention: Intervention | None = None, candidate_scores: bool = True,
+           semantics: Semantics = REFERENCE, intervention: Intervention | None = None, candidate_scores: bool = True,
            **policy_params) -> RecordedRun:
     """:func:`~dtrlab.runtime.simulate` with a :class:`Recorder`; same arguments."""
     recorder = Recorder(candidate_scores=candidate_scores)
-    result = simulate(trace, policy, ratio=ratio, budget_bytes=budget_bytes, overhead_limit=overhead_limit,
+    result = simulate(trace, policy, ratio=ratio, budget_bytes=budget_bytes, semantics=semantics,
                       intervention=intervention, recorder=recorder, **policy_params)
     return RecordedRun(trace, result, intervention, recorder.events, recorder.evictions, recorder.remats,
                        recorder.frees, recorder.interventions, recorder.candidates, recorder.failure)

@@ -54,6 +54,7 @@ def capture_parser() -> Parser:
     parser.add_argument("--real", action="store_true", help="real CPU tensors instead of the meta device")
     parser.add_argument("--repeats", type=positive_int, default=5, help="timing repeats per operator (cost=time)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an unexpected error")
     return parser
 
@@ -75,6 +76,7 @@ def run(args) -> int:
     sizes = {key: getattr(options, key) for key in SIZE_KEYS}
     recording = capture(options.model, real=options.real, cost=options.cost, repeats=options.repeats,
                         batch=options.batch, seq=options.seq, image=options.image, seed=options.seed,
+                        progress=not options.quiet,
                         dtype=getattr(torch, options.dtype) if options.dtype else None, **sizes)
     recording.write(options.out)
     fraction = recording.pinned_fraction

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from dtrlab.runtime.semantics import Semantics
+from dtrlab.sweep.execution import Execution
 
 from .. import calibrated  # noqa: F401  (registers monotone)
 from ..analysis.anatomy import hole_anatomy, unlimited_runs
@@ -74,11 +76,12 @@ def census_anatomy(traces: dict, args, name: str, manifest_dir: Path) -> int:
     for trace_name, trace in traces.items():
         for policy in args.policies:
             wall, cpu = time.perf_counter(), time.process_time()
-            options = dict(jobs=args.jobs, progress=False)
-            frame = sweep(trace, policy, **census_grid(trace, "0.05:1.0:0.005", 0.001), **options)
+            execution = Execution(jobs=args.jobs, progress=False)
+            frame = sweep(trace, policy, **census_grid(trace, "0.05:1.0:0.005", 0.001), execution=execution)
             census = refine_holes(trace, frame, policy, delta=0.001,
-                                  resolution=max(1, int(baseline(trace).peak_memory * 1e-4)), **options).refined
-            holes = hole_anatomy(census, unlimited_runs(trace, census, jobs=args.jobs, progress=False))
+                                  resolution=max(1, int(baseline(trace).peak_memory * 1e-4)),
+                                  execution=execution).refined
+            holes = hole_anatomy(census, unlimited_runs(trace, census, execution=execution))
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             merge_write(path, holes.assign(trace=trace_name, policy=census.policy, memory="flat",
                                            ratios="0.05:1.0 delta 0.001", wall_seconds=round(wall, 1),
@@ -148,8 +151,8 @@ def ship(args, parser) -> int:
             for memory in args.memories:
                 wall, cpu = time.perf_counter(), time.process_time()
                 result = limit_census({trace_name: trace}, [policy], [memory], args.limits, ratios=args.ratios,
-                                      enforce=args.enforce, device_capacity=args.device_capacity, jobs=args.jobs,
-                                      progress=False)
+                                      semantics=Semantics(enforce=args.enforce, device_capacity=args.device_capacity),
+                                      execution=Execution(jobs=args.jobs, progress=False))
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                 config = {"ratios": args.ratios}
                 label = result.table["memory"].iloc[0]  # MODEL, or MODEL/allocated

@@ -39,7 +39,7 @@ from ..search.report import SHIPPED_SEARCH, compare, export_policies
 from ..search.shipped import manifest_root, read_shipped_csv
 from ..search.space import make_policy
 from ..search.study import open_study, pareto_table, trials_table
-from ..sweep import parse_ratios, sweep
+from ..sweep import QUIET, Execution, parse_ratios, sweep
 from ..trace import load_directory
 
 BASELINES = ["dtr", "msps", "monotone"]
@@ -61,7 +61,7 @@ def hole_zones(traces: dict, policies: list[str], ratios: str, pad: float = 0.01
     for name, trace in traces.items():
         low, high = [], []
         for policy in policies:
-            census = find_holes(sweep(trace, policy, ratios=ratios, progress=False))
+            census = find_holes(sweep(trace, policy, ratios=ratios, execution=QUIET))
             passing = census.samples.loc[census.samples["status"] == "pass", "ratio"]
             low.append(passing.min())
             high.append(census.threshold_ratio)
@@ -188,8 +188,8 @@ def run(args, parser) -> int:
                     summary, table = kept_comparison(kept_summary, kept_per_trace, members,
                                                      {**where, "policy": name, "swept": swept})
                     if summary is None:
-                        summary, table = compare({name: policy}, members, ratios=ratios, jobs=args.jobs,
-                                                 progress=True, refine=args.refine)
+                        summary, table = compare({name: policy}, members, ratios=ratios,
+                                                 execution=Execution(jobs=args.jobs), refine=args.refine)
                         summary, table = summary.assign(**where, swept=swept), table.assign(**where, swept=swept)
                     summaries.append(summary)
                     per_trace.append(table)
@@ -212,7 +212,7 @@ def run(args, parser) -> int:
         done = read_shipped_csv(path) if path.exists() else pd.DataFrame(columns=["policy"])
         missing = [p for p in wanted if get_policy(p).label not in set(done["policy"])]
         if missing:
-            new = inclusion_census(traces, missing, ratios=zones, jobs=args.jobs).pairs
+            new = inclusion_census(traces, missing, ratios=zones, execution=Execution(jobs=args.jobs)).pairs
             done = pd.concat([done, new], ignore_index=True) if len(done) else new
         done = done[done["policy"].isin([get_policy(p).label for p in wanted])]
         write_csv(done, path, written)
