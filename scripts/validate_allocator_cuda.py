@@ -73,12 +73,11 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from dtrlab.runtime.semantics import Semantics
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dtrlab.memory import get_memory_model  # noqa: E402
-from dtrlab.memory.replay import unbounded_events  # noqa: E402
-from dtrlab.trace import load  # noqa: E402
+from dtrlab.memory import get_memory_model
+from dtrlab.memory.replay import unbounded_events
+from dtrlab.trace import load
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
@@ -401,7 +400,8 @@ def semantics_runs(args) -> list[dict]:
                     device.bytes_for(budget), {"device_capacity": args.device_capacity})]
         for enforce, options, capacity, extra in configs:
             model = Recording(capacity, **options)
-            result = simulate(trace, "dtr", budget_bytes=budget, memory=model, enforce=enforce, **extra)
+            result = simulate(trace, "dtr", budget_bytes=budget,
+                              semantics=Semantics(memory=model, enforce=enforce, **extra))
             runs.append({"trace": trace.name, "ratio": ratio, "enforce": enforce, "options": options,
                          "capacity": capacity, "status": result.status, "calls": model.calls,
                          "conf": "expandable_segments:True" if options.get("expandable_segments") else ""})
