@@ -19,15 +19,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 import warnings
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dtrlab.memory.partitioned import step_peaks  # noqa: E402
-from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
+from dtrlab.memory.partitioned import step_peaks
+from dtrlab.trace.partition import partition, trace_joint
 
 
 def timed(function):

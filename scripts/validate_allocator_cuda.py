@@ -490,7 +490,7 @@ def knob_section(spec: dict, torch) -> dict:
     """torch.compile's activation_memory_budget on the GPU against dtrlab's prediction (see the module docstring)."""
     from dtrlab.memory.partitioned import step_peaks
     from dtrlab.trace.models import build
-    from dtrlab.trace.partition import _LossStep, partition, trace_joint
+    from dtrlab.trace.partition import LossStep, partition, trace_joint
 
     joint = trace_joint(spec["model"], device="cuda")
     runs = []
@@ -500,7 +500,7 @@ def knob_section(spec: dict, torch) -> dict:
         constants = sum(-(-op.total_size // 512) * 512 for op in step.trace.operators if op.is_constant)
         tangent = 512  # the loss's gradient, allocated by autograd during the real step
         workload = build(spec["model"], device="cuda")
-        module = _LossStep(workload.module, workload.loss_fn)
+        module = LossStep(workload.module, workload.loss_fn)
         torch._dynamo.reset()
         with torch._functorch.config.patch(activation_memory_budget=knob):
             compiled = torch.compile(module, backend="aot_eager", fullgraph=True, dynamic=False)

@@ -15,7 +15,7 @@ from torch.nn import functional as F  # noqa: E402
 from dtrlab.memory.partitioned import (interventions, knob_peaks, peak_composition, step_peaks,  # noqa: E402
                                       step_record)
 from dtrlab.trace.models import build  # noqa: E402
-from dtrlab.trace.partition import _LossStep, partition, trace_joint  # noqa: E402
+from dtrlab.trace.partition import LossStep, partition, trace_joint  # noqa: E402
 
 KNOBS = (1.0, 0.3, 0.0)
 MLP = "tests.test_partition:tiny_mlp"
@@ -67,7 +67,7 @@ def _measure_compiled_run(source: str, knob: float):
     step above the bytes live at its start (torch.profiler's memory events).
     """
     workload = build(source, device="cpu")
-    step = _LossStep(workload.module, workload.loss_fn)
+    step = LossStep(workload.module, workload.loss_fn)
     torch._dynamo.reset()  # else dynamo's cache would reuse the first knob's graphs
     with torch._functorch.config.patch(activation_memory_budget=knob):
         compiled = torch.compile(step, backend="aot_eager", fullgraph=True, dynamic=False)

@@ -31,7 +31,7 @@ API (stable; dtrlab.memory.partitioned and the knob census build on it)::
   ``min_cut_rematerialization_partition`` on the copy with the knob patched into
   ``torch._functorch.config`` (and the solver, optionally): no recompile. The forward and
   backward graphs it returns are run in order on meta tensors under the capture's recorder
-  (:class:`dtrlab.trace.capture._Recorder`, the code that records ``dtrlab capture``'s logs:
+  (:class:`dtrlab.trace.capture.Recorder`, the code that records ``dtrlab capture``'s logs:
   same operator names, sizes, aliasing, release points and cost models), run as aot_eager
   runs them (boxed calls: each graph frees its inputs and intermediates after their last
   use); saved tensors are handed from the forward's outputs to the backward, so a saved view
@@ -65,7 +65,7 @@ import torch
 import torch._dynamo  # noqa: F401
 from torch import fx, nn
 
-from .capture import _Recorder
+from .capture import Recorder
 from .model import Trace
 from .simrd_log import parse_lines
 
@@ -198,7 +198,7 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
             # A library that makes some tensors on the meta device itself (transformers' rotary
             # frequencies): fake tensors on the device like the rest (values never matter here).
             workload.module.to_empty(device=device)
-    step = _LossStep(workload.module, workload.loss_fn)
+    step = LossStep(workload.module, workload.loss_fn)
     kept: dict = {}
 
     def keep_joint(joint_module, joint_inputs, **kwargs):
@@ -230,7 +230,7 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
         forward_nodes=_forward_nodes(graph_module.graph), torch_version=torch.__version__, desc=workload.desc)
 
 
-class _LossStep(nn.Module):
+class LossStep(nn.Module):
     """The model and its loss as one module: the step torch.compile traces returns the loss."""
 
     def __init__(self, module: nn.Module, loss_fn):
@@ -418,7 +418,7 @@ def placeholder_tensors(graph_module: fx.GraphModule, device: str) -> list[torch
 
 
 def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[torch.Tensor],
-               recorder: _Recorder, num_fwd_outputs: int = 1) -> None:
+               recorder: Recorder, num_fwd_outputs: int = 1) -> None:
     """Run the forward graph on ``primals`` then the backward on its saved outputs, under ``recorder``.
 
     Boxed runs, as aot_eager's compiled graphs run: each graph drops its inputs and every
@@ -460,7 +460,7 @@ class _NodeInterpreter(fx.Interpreter):
     """Runs a graph node by node, telling the recorder which node runs (for the trace's node names),
     with the devices operators name (``_to_copy(device=cpu)``) replaced by the run's device."""
 
-    def __init__(self, graph_module: fx.GraphModule, recorder: _Recorder, device: torch.device):
+    def __init__(self, graph_module: fx.GraphModule, recorder: Recorder, device: torch.device):
         super().__init__(graph_module, garbage_collect_values=True)
         self.recorder = recorder
         self.device = device
@@ -493,7 +493,7 @@ def _record_step(forward: fx.GraphModule, backward: fx.GraphModule, joint: Joint
     return trace, recorder.peak_live_bytes, forward_ops
 
 
-class _NodeNamingRecorder(_Recorder):
+class _NodeNamingRecorder(Recorder):
     """The capture's recorder, also noting each operator's graph node and where the backward starts."""
 
     def __init__(self, cost: str, repeats: int):
