@@ -29,6 +29,7 @@ from .common import Parser
 COMMANDS = ["info", "run", "capture", "explain", "variants", "sweep", "holes", "census", "search", "frontier", "execute",
             "figures", "ship"]
 COMMANDS.append("check")
+COMMANDS.append("cache")
 
 #: Failures that come from the input (files, options, logs, storages) rather than from
 #: a bug: a ValueError (TraceFormatError, IntegrityError, ...), a TypeError from a

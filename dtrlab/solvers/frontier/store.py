@@ -11,7 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...integrity import IntegrityError, atomic_write_bytes, quarantine, read_hashed, sha256_bytes, write_hashed
+from ...integrity import (IntegrityError, atomic_write_bytes, quarantine, read_hashed, remove_stale, sha256_bytes,
+                          write_hashed)
 from ...trace.model import Trace
 from .plan import FrontierPlan
 from .result import COLUMNS, FRONTIER_VERSION, Frontier, _base_compute, _key, _plain, _records, assemble
@@ -124,7 +125,9 @@ class SolveJournal:
 
     def rows(self) -> list[dict]:
         """The verified rows of the entries (damaged ones quarantined); raises ``ValueError``
-        if an entry was made for another trace content or with other limits."""
+        if an entry was made for another trace content or with other limits. Old leftovers of
+        killed writes and of earlier quarantines are removed first (:func:`~dtrlab.integrity.remove_stale`)."""
+        remove_stale(self.directory)
         rows = {}
         for path in self.entries():
             try:
