@@ -43,7 +43,7 @@ INTERNAL_ERROR, CLOSED_PIPE, INTERRUPTED = 70, 141, 130
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser; with ``command``, that subcommand's alone (a run need not import and
-    build the other ten, a tenth of a short run's time)."""
+    build the others, a tenth of a short run's time)."""
     parser = Parser(prog="dtrlab", description="Simulate DTR on operator traces.")
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of an unexpected error (also accepted after the command)")
