@@ -14,10 +14,10 @@ version, so an older simulator's results are never reused.
 Checked, not trusted: every file's name holds the sha256 of its bytes, verified
 on every read. A damaged file (a flipped bit, a truncation, a file without a
 checksum) is never served: it is moved aside (``*.damaged``) with a one-line
-warning and its budgets are simulated again; reading a directory removes such files and
-the temporary files of killed writes once they are an hour old, saying how many. A cache directory that cannot be
-written (permissions, a full disk) turns the cache off for the rest of the sweep
-with one warning; nothing half-written is ever left.
+warning and its budgets are simulated again; reading a directory removes such files
+and the temporary files of killed writes once they are an hour old, saying how many.
+A cache directory that cannot be written (permissions, a full disk) turns the cache
+off for the rest of the sweep with one warning; nothing half-written is ever left.
 
 Below this writable cache lies a read-only **shipped layer**: the results the
 notebooks need for the shipped traces and the DTR logs' census, committed as
