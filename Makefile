@@ -12,7 +12,7 @@ export MPLBACKEND := agg
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py dtrlab/trace/_logparse.c dtrlab/runtime/_regions.c dtrlab/runtime/_core.c dtrlab/runtime/_regions_core.h dtrlab/policies/_policy_spec.h dtrlab/policies/_policy_core.h dtrlab/memory/_memory_core.h dtrlab/memory/_compiled.c
+$(VENV)/.installed: pyproject.toml setup.py dtrlab/trace/_logparse.c dtrlab/runtime/_regions.c dtrlab/runtime/_core.c dtrlab/runtime/_regions_core.h dtrlab/policies/_policy_spec.h dtrlab/policies/_policy_core.h dtrlab/memory/_memory_core.h dtrlab/memory/_compiled.c dtrlab/_pytype.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,torch,models,browser,solvers,docs]'

@@ -10,16 +10,17 @@ from setuptools import Extension, setup
 C11 = ["-O3", "-std=c11"]
 MEMORY_CORE = "dtrlab/memory/_memory_core.h"
 POLICY_HEADERS = ["dtrlab/policies/_policy_spec.h", "dtrlab/policies/_policy_core.h"]
+PYTYPE = "dtrlab/_pytype.h"  # the fields every extension type shares, for all three
 
 setup(
     ext_modules=[
         Extension("dtrlab.trace._logparse", ["dtrlab/trace/_logparse.c"], extra_compile_args=C11),
-        Extension("dtrlab.runtime._regions", ["dtrlab/runtime/_regions.c"], depends=["dtrlab/runtime/_regions_core.h"],
-                  extra_compile_args=C11),
+        Extension("dtrlab.runtime._regions", ["dtrlab/runtime/_regions.c"],
+                  depends=["dtrlab/runtime/_regions_core.h", PYTYPE], include_dirs=["dtrlab"], extra_compile_args=C11),
         Extension("dtrlab.runtime._core", ["dtrlab/runtime/_core.c"],
-                  depends=["dtrlab/runtime/_regions_core.h", *POLICY_HEADERS, MEMORY_CORE],
-                  include_dirs=["dtrlab/memory", "dtrlab/policies"], extra_compile_args=C11),
-        Extension("dtrlab.memory._compiled", ["dtrlab/memory/_compiled.c"], depends=[MEMORY_CORE],
-                  extra_compile_args=C11),
+                  depends=["dtrlab/runtime/_regions_core.h", *POLICY_HEADERS, MEMORY_CORE, PYTYPE],
+                  include_dirs=["dtrlab", "dtrlab/memory", "dtrlab/policies"], extra_compile_args=C11),
+        Extension("dtrlab.memory._compiled", ["dtrlab/memory/_compiled.c"], depends=[MEMORY_CORE, PYTYPE],
+                  include_dirs=["dtrlab"], extra_compile_args=C11),
     ],
 )

@@ -13,6 +13,8 @@
   of each file's sha256 and size (the shipped results); a verification is cached by
   (path, size, mtime), so a process hashes each file once.
 * :func:`quarantine`: rename a damaged file aside (``<name>.damaged``), with a one-line warning.
+* :func:`remove_stale`: remove what a killed writer or a quarantine left behind (``.<name>.<hex>.tmp``,
+  ``<name>.damaged``) once it is older than :data:`STALE_AGE_S`, with one message giving the count.
 
 Everything that fails verification raises :class:`IntegrityError`.
 """
@@ -23,7 +25,10 @@ import functools
 import hashlib
 import json
 import os
+import stat
+import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 #: The manifest file of a directory of shipped files.
@@ -142,6 +147,79 @@ def quarantine(path: str | os.PathLike, reason: str, stacklevel: int = 2) -> Non
             where = "left in place (unwritable), ignored"
     reason = reason.removeprefix(f"{path}: ")
     warnings.warn(f"ignoring damaged cache file {path} ({reason}); {where}, recomputing", stacklevel=stacklevel + 1)
+
+
+#: How old a leftover must be before :func:`remove_stale` removes it. A write takes seconds, so a
+#: temporary file an hour old has no live writer (its process was killed mid-write); a file moved
+#: aside as damaged was never read again, and the run that moved it aside computed its entry anew.
+STALE_AGE_S = 3600.0
+_DAMAGED = ".damaged"
+
+
+def is_unfinished_write(name: str) -> bool:
+    """``name`` is a temporary file of :func:`atomic_write_bytes` (``.<name>.<32 hex digits>.tmp``)."""
+    stem, dot, token = name.removesuffix(".tmp").rpartition(".")
+    return name.startswith(".") and name.endswith(".tmp") and bool(stem) and bool(dot) \
+        and len(token) == 32 and set(token) <= _HEX
+
+
+@dataclass(frozen=True)
+class StaleFiles:
+    """What :func:`remove_stale` removed: unfinished atomic writes and quarantined damaged files."""
+
+    directory: Path
+    min_age_s: float
+    unfinished: int = 0
+    damaged: int = 0
+
+    @property
+    def removed(self) -> int:
+        return self.unfinished + self.damaged
+
+    def message(self) -> str:
+        def count(n: int, what: str) -> str:
+            return f"{n} {what}" + ("" if n == 1 else "s")
+
+        return (f"removed {count(self.removed, 'stale file')} from {self.directory} "
+                f"({count(self.unfinished, 'unfinished write')}, "
+                f"{count(self.damaged, 'damaged file')} set aside), each older than {self.min_age_s / 3600:g} h")
+
+
+def remove_stale(directory: str | os.PathLike, *, recursive: bool = False, min_age_s: float = STALE_AGE_S,
+                 announce: bool = True) -> StaleFiles:
+    """Remove unfinished atomic writes and quarantined damaged files (``*.damaged``) older than
+    ``min_age_s`` from ``directory`` (and its subdirectories with ``recursive``); with ``announce``,
+    one warning giving the count when any was removed. A file that vanishes or cannot be removed
+    is left alone; a missing directory has nothing stale."""
+    directory = Path(directory)
+    cutoff = time.time() - min_age_s
+    unfinished = damaged = 0
+    for folder, _, names in os.walk(directory) if recursive else [(directory, None, _names(directory))]:
+        for name in names:
+            is_damaged = name.endswith(_DAMAGED)
+            if not (is_damaged or is_unfinished_write(name)):
+                continue
+            path = Path(folder) / name
+            try:
+                info = path.lstat()
+                if info.st_mtime > cutoff or not stat.S_ISREG(info.st_mode):
+                    continue
+                path.unlink()
+            except OSError:
+                continue
+            damaged += is_damaged
+            unfinished += not is_damaged
+    stale = StaleFiles(directory, min_age_s, unfinished, damaged)
+    if announce and stale.removed:
+        warnings.warn(stale.message(), stacklevel=2)
+    return stale
+
+
+def _names(directory: Path) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except OSError:  # missing, or not a directory
+        return []
 
 
 # ------------------------------------------------------------------ manifests of shipped files

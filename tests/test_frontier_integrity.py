@@ -18,7 +18,7 @@ pytest.importorskip("ortools", reason="the exact solvers need the optional extra
 pytest.importorskip("highspy", reason="the exact solvers need the optional extra: pip install 'dtrlab[solvers]'")
 
 from dtrlab.cli import main  # noqa: E402
-from dtrlab.solvers import frontier as frontier_module  # noqa: E402
+from dtrlab.solvers.frontier import steps as frontier_module  # noqa: E402
 from dtrlab.solvers.frontier import (FrontierPlan, SolveJournal, SolverFaultWarning, StaleFrontier,  # noqa: E402
                                      compute_frontier, read_frontier, write_frontier)
 from dtrlab.solvers.relax import RelaxResult  # noqa: E402
@@ -189,7 +189,7 @@ def test_resume_from_a_finished_file_repeats_no_solve(tmp_path, capsys, monkeypa
 WRAPPER = textwrap.dedent("""
     import os, sys, time
     from dtrlab.cli import main
-    from dtrlab.solvers import frontier
+    from dtrlab.solvers.frontier import steps as frontier
 
     done = 0
 

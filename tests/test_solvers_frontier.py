@@ -63,7 +63,7 @@ def test_interval_probes_find_what_the_stage_model_cannot(monkeypatch, tmp_path)
     policies (and without DTR's runs at the solved budgets, a real run too: DTR fits 40),
     the stage probes stop at 51; interval probes at 45, 42 and 40 close the bracket. A
     second run with ``reuse`` repeats no solve."""
-    from dtrlab.solvers import frontier as frontier_module
+    from dtrlab.solvers.frontier import steps as frontier_module
     from test_solvers_interval import deep_chain
     trace = deep_chain()
     plan = FrontierPlan(ratios=[1.0], time_limit_s=HANG_GUARD_S, resolution=1 / 60, interval_probes=4, policies=[],

@@ -29,6 +29,7 @@ from .common import Parser
 COMMANDS = ["info", "run", "capture", "explain", "variants", "sweep", "holes", "census", "search", "frontier", "execute",
             "figures", "ship"]
 COMMANDS.append("check")
+COMMANDS.append("cache")
 
 #: Failures that come from the input (files, options, logs, storages) rather than from
 #: a bug: a ValueError (TraceFormatError, IntegrityError, ...), a TypeError from a
@@ -42,7 +43,7 @@ INTERNAL_ERROR, CLOSED_PIPE, INTERRUPTED = 70, 141, 130
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser; with ``command``, that subcommand's alone (a run need not import and
-    build the other ten, a tenth of a short run's time)."""
+    build the others, a tenth of a short run's time)."""
     parser = Parser(prog="dtrlab", description="Simulate DTR on operator traces.")
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of an unexpected error (also accepted after the command)")

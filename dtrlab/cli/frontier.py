@@ -131,8 +131,7 @@ def _ratios(text: str):
 
 
 def run(args) -> int:
-    from ..solvers.frontier import (SolveJournal, SolverFaultWarning, StaleFrontier, compute_frontier, frontier_path,
-                                    read_frontier, write_frontier)
+    from ..solvers.frontier import SolveJournal, SolverFaultWarning, compute_frontier, frontier_path, write_frontier
     from ..solvers.problem import SCOPE_NOTE
 
     from ..policies import get_policy
@@ -151,22 +150,8 @@ def run(args) -> int:
         out = frontier_path(out, trace.name)
     journal = SolveJournal(out.with_suffix(".solves") if out.suffix == ".parquet" else Path(f"{out}.solves"),
                            trace, plan)
-    reuse = []
-    if args.resume:
-        if out.exists():
-            try:
-                earlier = read_frontier(out, trace)
-            except StaleFrontier as stale:
-                print(f"warning: not resuming from {out}: {stale}")
-            else:
-                if (earlier.overhead_limit, earlier.time_limit_s) != (plan.overhead_limit, plan.time_limit_s):
-                    raise ValueError(f"--resume: {out} was computed with --overhead-limit {earlier.overhead_limit} "
-                                     f"and --time-limit {earlier.time_limit_s}; give the same, or write elsewhere")
-                reuse = [r for r in earlier.rows.to_dict("records") if r["kind"] != "policy"]
-        kept = journal.rows()  # ValueError if made with other limits
-        reuse += kept
-        print(f"resuming: {len(reuse)} solves ({len(kept)} kept from an interrupted run in {journal.directory})")
-    elif journal.entries():
+    reuse = _resumed_solves(out, trace, plan, journal) if args.resume else []
+    if not args.resume and journal.entries():
         raise ValueError(f"{journal.directory} holds {len(journal.entries())} solves of an interrupted run: "
                          "--resume continues it (or delete that directory to start over)")
     print(f"scope: {SCOPE_NOTE}", flush=True)
@@ -217,3 +202,25 @@ def run(args) -> int:
         print(f"warning: solver fault, not used as a proof: {fault}")
     print(f"\n{frontier.summary()}\nscope: {SCOPE_NOTE}\nwrote {out}")
     return 0
+
+
+def _resumed_solves(out: Path, trace, plan, journal) -> list[dict]:
+    """The solves ``--resume`` takes: those of the output file, unless it is stale (a warning), and
+    the journal's; a file or journal made with other limits is an error."""
+    from ..solvers.frontier import StaleFrontier, read_frontier
+
+    reuse = []
+    if out.exists():
+        try:
+            earlier = read_frontier(out, trace)
+        except StaleFrontier as stale:
+            print(f"warning: not resuming from {out}: {stale}")
+        else:
+            if (earlier.overhead_limit, earlier.time_limit_s) != (plan.overhead_limit, plan.time_limit_s):
+                raise ValueError(f"--resume: {out} was computed with --overhead-limit {earlier.overhead_limit} "
+                                 f"and --time-limit {earlier.time_limit_s}; give the same, or write elsewhere")
+            reuse = [r for r in earlier.rows.to_dict("records") if r["kind"] != "policy"]
+    kept = journal.rows()  # ValueError if made with other limits
+    reuse += kept
+    print(f"resuming: {len(reuse)} solves ({len(kept)} kept from an interrupted run in {journal.directory})")
+    return reuse

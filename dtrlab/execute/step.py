@@ -187,22 +187,8 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
     (:class:`~dtrlab.execute.runtime.Divergence`, :class:`~dtrlab.execute.runtime.UnsupportedOperator`)
     when the real step cannot follow the simulator.
     """
-    refuse_loose(capture_options)
-    if isinstance(step, CapturedStep):
-        if capture_options:
-            raise TypeError(f"{', '.join(capture_options)}: capture options go with a model source, not a CapturedStep")
-        captured = step
-    else:
-        captured = capture_step(step, **capture_options)
+    captured, budget = _captured_with_budget(step, ratio, budget_bytes, capture_options)
     trace = captured.trace
-    if (ratio is None) == (budget_bytes is None):
-        raise ValueError("give exactly one of ratio= (e.g. 0.5) or budget_bytes= (e.g. 2_000_000_000)")
-    budget = budget_for(trace, ratio) if budget_bytes is None else int(budget_bytes)
-    minimum = minimum_budget(trace)
-    if budget < minimum.bytes:
-        raise BudgetBelowMinimum(
-            f"{captured.source}: budget {budget} B is below the step's minimum of {minimum.bytes} B (operator "
-            f"{minimum.operator}, {minimum.name}: the constants so far, its arguments and its outputs at once)")
     policy = get_policy(policy)
     enforce, overhead_limit = semantics.enforce, semantics.overhead_limit
     device_spec = check_semantics(enforce, semantics.device_capacity, policy)
@@ -257,18 +243,46 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
         evicted_storages=tuple(trace.tensor_names[s] for s in sim.evicted), baseline_memory=base.peak_memory,
         baseline_compute=base.model_compute, overhead_limit=overhead_limit, failure=sim.failure, **metrics,
         **({} if enforce == RESERVED else {"enforce": enforce, "device_capacity": device_spec.label}))
-    gradients, parameters = {}, {}
-    if status == "pass":
-        gradients = {name: p.grad for name, p in workload.module.named_parameters() if p.grad is not None}
-        parameters = dict(workload.module.named_parameters())
-        for name, tensor in [*gradients.items(), *parameters.items()]:
-            if tensor.untyped_storage().nbytes() == 0 and tensor.numel():
-                raise ExecutionError(f"{name} (or its gradient) is evicted after the step (the trace does not pin it)")
+    gradients, parameters = _kept_after_step(workload.module) if status == "pass" else ({}, {})
     return ExecuteResult(run=run, device=captured.device, wall_seconds=wall,
                          recomputations=tuple(executor.recomputations), loss=kept[0] if kept else None,
                          gradients=gradients, parameters=parameters,
                          allocator=dict(allocator) if allocator else None,
                          memory_timeline=tuple(executor.memory_timeline))
+
+
+def _captured_with_budget(step: str | CapturedStep, ratio: float | None, budget_bytes: int | None,
+                          capture_options: dict) -> tuple[CapturedStep, int]:
+    """The captured step (captured here from a model source) and its budget in bytes; refuses loose
+    keywords, capture options beside a captured step, not exactly one of ratio and budget_bytes, and
+    a budget below the step's minimum (:class:`BudgetBelowMinimum`)."""
+    refuse_loose(capture_options)
+    if isinstance(step, CapturedStep):
+        if capture_options:
+            raise TypeError(f"{', '.join(capture_options)}: capture options go with a model source, not a CapturedStep")
+        captured = step
+    else:
+        captured = capture_step(step, **capture_options)
+    trace = captured.trace
+    if (ratio is None) == (budget_bytes is None):
+        raise ValueError("give exactly one of ratio= (e.g. 0.5) or budget_bytes= (e.g. 2_000_000_000)")
+    budget = budget_for(trace, ratio) if budget_bytes is None else int(budget_bytes)
+    minimum = minimum_budget(trace)
+    if budget < minimum.bytes:
+        raise BudgetBelowMinimum(
+            f"{captured.source}: budget {budget} B is below the step's minimum of {minimum.bytes} B (operator "
+            f"{minimum.operator}, {minimum.name}: the constants so far, its arguments and its outputs at once)")
+    return captured, budget
+
+
+def _kept_after_step(module) -> tuple[dict, dict]:
+    """The gradients and parameters a passing step leaves; one the simulator left evicted is an error."""
+    gradients = {name: p.grad for name, p in module.named_parameters() if p.grad is not None}
+    parameters = dict(module.named_parameters())
+    for name, tensor in [*gradients.items(), *parameters.items()]:
+        if tensor.untyped_storage().nbytes() == 0 and tensor.numel():
+            raise ExecutionError(f"{name} (or its gradient) is evicted after the step (the trace does not pin it)")
+    return gradients, parameters
 
 
 class StepValues(NamedTuple):

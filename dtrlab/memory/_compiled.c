@@ -17,6 +17,7 @@
  *   replay(ids, sizes, stats_each=False) -> allocations refused (a whole call sequence in C, benchmarks)
  */
 #include "_memory_core.h"
+#include "_pytype.h"
 
 typedef struct {
     PyObject_HEAD
@@ -252,15 +253,9 @@ static PyMethodDef MemoryCore_methods[] = {
 };
 
 static PyTypeObject MemoryCoreType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "dtrlab.memory._compiled.MemoryCore",
-    .tp_basicsize = sizeof(MemoryCoreObject),
-    .tp_dealloc = (destructor)MemoryCore_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The compiled memory models of _memory_core.h; see dtrlab/memory/core_args.py.",
+    DTRLAB_PLAIN_TYPE("dtrlab.memory._compiled.MemoryCore", MemoryCoreObject, MemoryCore_dealloc, MemoryCore_init,
+                      "The compiled memory models of _memory_core.h; see dtrlab/memory/core_args.py."),
     .tp_methods = MemoryCore_methods,
-    .tp_init = (initproc)MemoryCore_init,
-    .tp_new = PyType_GenericNew,
 };
 
 static struct PyModuleDef memory_module = {

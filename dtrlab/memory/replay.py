@@ -12,8 +12,9 @@ with real CUDA tensors and compares the caching allocator with the ``caching`` m
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
-from ..trace.model import COMPUTE, GET, RELEASE, Trace
+from ..trace.model import COMPUTE, GET, RELEASE, Operator, Trace
 from .base import MemoryModel
 
 
@@ -26,22 +27,32 @@ class MemoryEvent:
     size: int
 
 
-def unbounded_events(trace: Trace) -> list[MemoryEvent]:
+def walk_unbounded(trace: Trace, computed: Callable[[Operator, list[tuple[int, int]]], None],
+                   freed: Callable[[int, int], None]) -> None:
+    """Walk ``trace``'s schedule as the unbounded baseline does (simrd's V1 runtime at an
+    infinite budget), the one copy of that walk.
+
+    ``computed(op, allocated)`` is called once a compute has placed its outputs, with the
+    ``(storage id, size)`` of each non-alias output in output order, before the compute frees
+    its unreferenced arguments; ``freed(storage id, size)`` whenever a resident storage loses
+    its last external reference (pinned ones too: V1 unpins to banish). At an infinite budget
+    every pinned tensor is already resident, so PIN does nothing.
+    """
     operators = trace.operators
     storage = [-1] * trace.n_tensors
     size = [0] * trace.n_tensors
     ref_ext = [0] * trace.n_tensors
     resident = [False] * trace.n_tensors
-    events: list[MemoryEvent] = []
 
     def free_if_unreferenced(s: int) -> None:
         if ref_ext[s] == 0 and resident[s]:
             resident[s] = False
-            events.append(MemoryEvent("free", s, size[s]))
+            freed(s, size[s])
 
     for kind, operand in trace.schedule:
         if kind == COMPUTE:
             op = operators[operand]
+            allocated = []
             for index, t in enumerate(op.outputs):
                 alias = op.aliases[index]
                 s = t if alias == -1 else storage[op.args[alias]]
@@ -49,8 +60,9 @@ def unbounded_events(trace: Trace) -> list[MemoryEvent]:
                 if alias == -1:
                     size[s] = op.sizes[index]
                     resident[s] = True
-                    events.append(MemoryEvent("alloc", s, size[s]))
+                    allocated.append((s, size[s]))
                 ref_ext[s] += 1
+            computed(op, allocated)
             for p in op.args:
                 free_if_unreferenced(storage[p])
         elif kind == GET:
@@ -59,6 +71,15 @@ def unbounded_events(trace: Trace) -> list[MemoryEvent]:
             s = storage[operand]
             ref_ext[s] -= 1
             free_if_unreferenced(s)
+
+
+def unbounded_events(trace: Trace) -> list[MemoryEvent]:
+    events: list[MemoryEvent] = []
+
+    def computed(op: Operator, allocated: list[tuple[int, int]]) -> None:
+        events.extend(MemoryEvent("alloc", s, size) for s, size in allocated)
+
+    walk_unbounded(trace, computed, lambda s, size: events.append(MemoryEvent("free", s, size)))
     return events
 
 

@@ -134,29 +134,14 @@ def run(args, parser) -> int:
     """``dtrlab ship search``: the study's tables, the comparisons and the inclusion census, as asked."""
     heldout_sets = args.heldout or [Path("../shared/dtr-logs")]
     heldout_grids = args.heldout_ratios or [HELDOUT_RATIOS]
-    for option, directory in [("--tuning", args.tuning), *(("--heldout", d) for d in heldout_sets)]:
-        if "comparison" not in args.skip and not directory.is_dir():
-            parser.error(f"{option} {directory}: not a directory of traces")
-    for option, grid in [("--tuning-ratios", args.tuning_ratios), ("--inclusion-ratios", args.inclusion_ratios),
-                         *(("--heldout-ratios", g) for g in heldout_grids)]:
-        try:  # a typo is an error now, not after an hour of sweeps
-            parse_ratios(grid)
-        except ValueError as exc:
-            parser.error(f"{option} {grid}: {exc}")
+    _check_arguments(args, parser, heldout_sets, heldout_grids)
     warnings.filterwarnings("ignore", category=UserWarning)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
     if "study" not in args.skip:
-        if args.study and args.study.resolve() != (out / "study.db").resolve():
-            shutil.copyfile(args.study, out / "study.db")
-        study = open_study(out / "study.db")
-        write_csv(trials_table(study), out / "trials.csv", written)
-        write_csv(pareto_table(study), out / "pareto.csv", written)
-        export_policies(study, out / "policies.json", top=args.top)
-        written += [out / "study.db", out / "policies.json"]
-        print(f"wrote the study's tables and {args.top} policies to {out}")
+        _ship_study(args, out, written)
 
     from ..policies import get_policy
     from ..policies.searched import load_searched
@@ -200,26 +185,56 @@ def run(args, parser) -> int:
         write_csv(pd.concat(per_trace, ignore_index=True), out / "comparison_per_trace.csv", written)
 
     if "inclusion" not in args.skip:
-        from ..analysis.inclusion import InclusionCensus, inclusion_census
-
-        # Where holes can be: per tuning-set trace, from the first passing budget to the
-        # threshold of any compared policy (+-0.01), at the search's step; incremental:
-        # policies already in the file are not recomputed.
-        traces = load_directory(args.tuning)
-        wanted = INCLUSION_POLICIES + ([] if args.inclusion_baselines_only else searched[:1])
-        zones = hole_zones(traces, wanted, args.tuning_ratios)
-        path = out / "inclusion_pairs.csv"
-        done = read_shipped_csv(path) if path.exists() else pd.DataFrame(columns=["policy"])
-        missing = [p for p in wanted if get_policy(p).label not in set(done["policy"])]
-        if missing:
-            new = inclusion_census(traces, missing, ratios=zones, execution=Execution(jobs=args.jobs)).pairs
-            done = pd.concat([done, new], ignore_index=True) if len(done) else new
-        done = done[done["policy"].isin([get_policy(p).label for p in wanted])]
-        write_csv(done, path, written)
-        prediction = InclusionCensus(ratios=(), pairs=done).prediction()
-        write_csv(prediction, out / "inclusion_prediction.csv", written)
-        print(prediction.to_string(index=False))
+        _ship_inclusion(args, out, searched, written)
     if written:
         write_manifest(manifest_root(out), written)
     return 0
 
+
+def _check_arguments(args, parser, heldout_sets: list[Path], heldout_grids: list[str]) -> None:
+    """Stop at a missing trace directory or a malformed grid (``parser.error``: one line, status 2)."""
+    for option, directory in [("--tuning", args.tuning), *(("--heldout", d) for d in heldout_sets)]:
+        if "comparison" not in args.skip and not directory.is_dir():
+            parser.error(f"{option} {directory}: not a directory of traces")
+    for option, grid in [("--tuning-ratios", args.tuning_ratios), ("--inclusion-ratios", args.inclusion_ratios),
+                         *(("--heldout-ratios", g) for g in heldout_grids)]:
+        try:  # a typo is an error now, not after an hour of sweeps
+            parse_ratios(grid)
+        except ValueError as exc:
+            parser.error(f"{option} {grid}: {exc}")
+
+
+def _ship_study(args, out: Path, written: list[Path]) -> None:
+    """The study's database, its trial and Pareto tables and the top policies."""
+    if args.study and args.study.resolve() != (out / "study.db").resolve():
+        shutil.copyfile(args.study, out / "study.db")
+    study = open_study(out / "study.db")
+    write_csv(trials_table(study), out / "trials.csv", written)
+    write_csv(pareto_table(study), out / "pareto.csv", written)
+    export_policies(study, out / "policies.json", top=args.top)
+    written += [out / "study.db", out / "policies.json"]
+    print(f"wrote the study's tables and {args.top} policies to {out}")
+
+
+def _ship_inclusion(args, out: Path, searched: list[str], written: list[Path]) -> None:
+    """The inclusion census's pairs and its prediction, over the tuning set's hole zones."""
+    from ..analysis.inclusion import InclusionCensus, inclusion_census
+    from ..policies import get_policy
+
+    # Where holes can be: per tuning-set trace, from the first passing budget to the
+    # threshold of any compared policy (+-0.01), at the search's step; incremental:
+    # policies already in the file are not recomputed.
+    traces = load_directory(args.tuning)
+    wanted = INCLUSION_POLICIES + ([] if args.inclusion_baselines_only else searched[:1])
+    zones = hole_zones(traces, wanted, args.tuning_ratios)
+    path = out / "inclusion_pairs.csv"
+    done = read_shipped_csv(path) if path.exists() else pd.DataFrame(columns=["policy"])
+    missing = [p for p in wanted if get_policy(p).label not in set(done["policy"])]
+    if missing:
+        new = inclusion_census(traces, missing, ratios=zones, execution=Execution(jobs=args.jobs)).pairs
+        done = pd.concat([done, new], ignore_index=True) if len(done) else new
+    done = done[done["policy"].isin([get_policy(p).label for p in wanted])]
+    write_csv(done, path, written)
+    prediction = InclusionCensus(ratios=(), pairs=done).prediction()
+    write_csv(prediction, out / "inclusion_prediction.csv", written)
+    print(prediction.to_string(index=False))

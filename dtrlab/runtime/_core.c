@@ -16,6 +16,7 @@
 #include "_regions_core.h"
 #include "_policy_spec.h"
 #include "_memory_core.h"
+#include "_pytype.h"
 #include <math.h>
 
 static PyObject *SimulationError; /* dtrlab.runtime.simulator.SimulationError */
@@ -146,15 +147,9 @@ static PyGetSetDef CoreTrace_getset[] = {
 };
 
 static PyTypeObject CoreTraceType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "dtrlab.runtime._core.CoreTrace",
-    .tp_basicsize = sizeof(CoreTrace),
-    .tp_dealloc = (destructor)CoreTrace_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A Trace flattened into C arrays (built by dtrlab.runtime.compiled).",
+    DTRLAB_PLAIN_TYPE("dtrlab.runtime._core.CoreTrace", CoreTrace, CoreTrace_dealloc, CoreTrace_init,
+                      "A Trace flattened into C arrays (built by dtrlab.runtime.compiled)."),
     .tp_getset = CoreTrace_getset,
-    .tp_init = (initproc)CoreTrace_init,
-    .tp_new = PyType_GenericNew,
 };
 
 /* ------------------------------------------------------------- sim state */

@@ -9,6 +9,7 @@
  *   region_rev_compute  array('q'), written here: reverse region compute
  */
 #include "_regions_core.h"
+#include "_pytype.h"
 
 typedef struct {
     PyObject_HEAD
@@ -143,16 +144,10 @@ static PyMethodDef RegionIndex_methods[] = {
 };
 
 static PyTypeObject RegionIndexType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "dtrlab.runtime._regions.RegionIndex",
-    .tp_basicsize = sizeof(RegionIndex),
-    .tp_dealloc = (destructor)RegionIndex_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Compiled evicted-neighbourhood index; see dtrlab/runtime/regions.py.",
+    DTRLAB_PLAIN_TYPE("dtrlab.runtime._regions.RegionIndex", RegionIndex, RegionIndex_dealloc, RegionIndex_init,
+                      "Compiled evicted-neighbourhood index; see dtrlab/runtime/regions.py."),
     .tp_methods = RegionIndex_methods,
     .tp_getset = RegionIndex_getset,
-    .tp_init = (initproc)RegionIndex_init,
-    .tp_new = PyType_GenericNew,
 };
 
 static struct PyModuleDef regions_module = {

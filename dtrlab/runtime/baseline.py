@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..trace.model import COMPUTE, GET, PIN, RELEASE, Trace
+from ..memory.replay import walk_unbounded
+from ..trace.model import Operator, Trace
 from . import compiled
 from .per_trace import cache_per_trace
 
@@ -22,42 +23,19 @@ class Baseline:
 
 
 def _replay(trace: Trace) -> Baseline:
-    operators = trace.operators
-    storage = [-1] * trace.n_tensors
-    size = [0] * trace.n_tensors
-    ref_ext = [0] * trace.n_tensors
-    resident = [False] * trace.n_tensors
     memory = peak = compute = 0
 
-    def banish_if_unreferenced(s: int) -> None:
-        nonlocal memory
-        if ref_ext[s] == 0 and resident[s]:
-            resident[s] = False
-            memory -= size[s]
+    def computed(op: Operator, allocated: list[tuple[int, int]]) -> None:
+        nonlocal memory, peak, compute
+        compute += op.cost
+        memory += op.total_size
+        peak = max(peak, memory)
 
-    for kind, operand in trace.schedule:
-        if kind == COMPUTE:
-            op = operators[operand]
-            for index, t in enumerate(op.outputs):
-                alias = op.aliases[index]
-                s = t if alias == -1 else storage[op.args[alias]]
-                storage[t] = s
-                if alias == -1:
-                    size[s] = op.sizes[index]
-                    resident[s] = True
-                ref_ext[s] += 1
-            compute += op.cost
-            memory += op.total_size
-            peak = max(peak, memory)
-            for p in op.args:
-                banish_if_unreferenced(storage[p])
-        elif kind == GET:
-            ref_ext[storage[operand]] += 1
-        elif kind == RELEASE:
-            s = storage[operand]
-            ref_ext[s] -= 1
-            banish_if_unreferenced(s)
-        # PIN: at an infinite budget every pinned tensor is already resident.
+    def banished(s: int, size: int) -> None:
+        nonlocal memory
+        memory -= size
+
+    walk_unbounded(trace, computed, banished)
     return Baseline(peak_memory=peak, model_compute=compute)
 
 

@@ -95,28 +95,41 @@ def _ancestors(trace: Trace, tensors) -> frozenset[int]:
 def least_recompute(trace: Trace, budget_bytes: int, overhead_limit: float = 2.0, *,
                     ahead_of_demand: bool = False) -> Optimum:
     """The least recompute of any run of ``trace`` within ``budget_bytes`` (see the module docstring)."""
-    ops, static = trace.operators, _Static(trace)
-    storage, size, undefine = static.storage, static.size, static.undefine
-    allowance = recompute_allowance(baseline(trace).model_compute, overhead_limit)
-    ref = [0] * trace.n_tensors
-    pinned = 0  # bit mask of pinned storages (the same in every run at a step)
-    computed: set[int] = set()  # operators computed so far
-    # label (material mask, defined mask, bytes counted) -> (recompute, actions as a linked list)
-    labels: dict[tuple[int, int, int], tuple[int, tuple | None]] = {(0, 0, 0): (0, None)}
-    widest = 1
+    search = _Search(trace, budget_bytes, recompute_allowance(baseline(trace).model_compute, overhead_limit),
+                     ahead_of_demand)
+    for k, (kind, operand) in enumerate(trace.schedule):
+        search.step(k, kind, operand)
+        if not search.labels:
+            return Optimum(None, {}, search.widest)
+    recompute, path = min(search.labels.values(), key=lambda value: value[0])
+    return Optimum(recompute, _actions_by_step(path), search.widest)
 
-    def evict(material: int, defined: int, memory: int, s: int):
-        return material & ~(1 << s), defined & undefine[s], memory - size[s]
 
-    def allocations(label, op_index: int, target: int):
+class _Search:
+    """The label-setting search, one schedule step at a time. A label is (material mask, defined
+    mask, bytes counted); ``labels`` maps each to (least recompute, actions as a linked list)."""
+
+    def __init__(self, trace: Trace, budget_bytes: int, allowance: int | None, ahead_of_demand: bool):
+        self.trace, self.ops, self.static = trace, trace.operators, _Static(trace)
+        self.budget_bytes, self.allowance, self.ahead_of_demand = budget_bytes, allowance, ahead_of_demand
+        self.ref = [0] * trace.n_tensors
+        self.pinned = 0  # bit mask of pinned storages (the same in every run at a step)
+        self.computed: set[int] = set()  # operators computed so far
+        self.labels: dict[tuple[int, int, int], tuple[int, tuple | None]] = {(0, 0, 0): (0, None)}
+        self.widest = 1
+
+    def evict(self, material: int, defined: int, memory: int, s: int):
+        return material & ~(1 << s), defined & self.static.undefine[s], memory - self.static.size[s]
+
+    def allocations(self, label, op_index: int, target: int):
         """``materialize(target)`` once every argument is defined, after each way of making room:
         ``(label after, storages evicted just before)`` per inclusion-minimal set of evictions
         that makes its outputs fit. (An eviction the allocation does not need can wait until
         the next allocation that does: nothing reads residency in between.)"""
-        op = ops[op_index]
+        op, static, size = self.ops[op_index], self.static, self.static.size
         material, defined, memory = label
-        room = memory + op.total_size - budget_bytes  # bytes to free
-        locked = {storage[a] for a in op.args} | {s for s in static.tensors_of if pinned >> s & 1}
+        room = memory + op.total_size - self.budget_bytes  # bytes to free
+        locked = {static.storage[a] for a in op.args} | {s for s in static.tensors_of if self.pinned >> s & 1}
         evictable = [s for s in static.tensors_of if material >> s & 1 and s not in locked and size[s]]
         choices: list[tuple[int, ...]] = []
 
@@ -134,94 +147,96 @@ def least_recompute(trace: Trace, budget_bytes: int, overhead_limit: float = 2.0
         for chosen in choices:
             now = label
             for s in chosen:
-                now = evict(*now, s)
-            yield compute(now, op_index, target), chosen
+                now = self.evict(*now, s)
+            yield self.compute(now, op_index, target), chosen
 
-    def compute(label, op_index: int, target: int):
+    def compute(self, label, op_index: int, target: int):
         """``materialize(target)``'s effect once every argument is defined and its outputs fit."""
         material, defined, memory = label
-        op = ops[op_index]
-        assert memory + op.total_size <= budget_bytes
+        op = self.ops[op_index]
+        assert memory + op.total_size <= self.budget_bytes
         memory += op.total_size
         for u, out_size in zip(op.outputs, op.sizes):
             if u != target and defined >> u & 1:
                 memory -= out_size  # a duplicate of a resident output, dropped after the check
             else:
-                material |= 1 << storage[u]
+                material |= 1 << self.static.storage[u]
                 defined |= 1 << u
         return material, defined, memory
 
-    def record(path, evicted, action):
-        for s in evicted:
-            path = (("evict", s), path)
-        return (action, path) if action else path
-
-    def gap(needed, recompute_allowed: bool) -> None:
+    def gap(self, needed) -> None:
         """Close ``labels`` under recomputations (each after its evictions) before a step needing ``needed``."""
-        nonlocal labels, widest
-        if not recompute_allowed:
-            return
-        candidates = sorted(computed if ahead_of_demand else _ancestors(trace, needed) & computed)
+        labels, allowance = self.labels, self.allowance
+        candidates = sorted(self.computed if self.ahead_of_demand else _ancestors(self.trace, needed) & self.computed)
         work = list(labels)
         while work:
             label = work.pop()
             recompute, path = labels[label]
             defined = label[1]
             for op_index in candidates:
-                op = ops[op_index]
+                op = self.ops[op_index]
                 target = next((u for u in op.outputs if not defined >> u & 1), None)
                 if target is None or any(not defined >> a & 1 for a in op.args):
                     continue
                 if allowance is not None and recompute + op.cost > allowance:
                     continue
-                for after, evicted in allocations(label, op_index, target):
+                for after, evicted in self.allocations(label, op_index, target):
                     known = labels.get(after)
                     if known is None or recompute + op.cost < known[0]:
-                        labels[after] = (recompute + op.cost, record(path, evicted, ("remat", target)))
+                        labels[after] = (recompute + op.cost, _record(path, evicted, ("remat", target)))
                         work.append(after)
             if len(labels) > MAX_LABELS:
-                raise SearchTooLarge(f"more than {MAX_LABELS} labels before one step of {trace.name}")
-        widest = max(widest, len(labels))
+                raise SearchTooLarge(f"more than {MAX_LABELS} labels before one step of {self.trace.name}")
+        self.widest = max(self.widest, len(labels))
 
-    for k, (kind, operand) in enumerate(trace.schedule):
+    def step(self, k: int, kind: int, operand: int) -> None:
+        """Schedule step ``k``: every label's successors (a compute after its recomputations and
+        evictions, a pin after its recomputations, a release's free)."""
+        storage = self.static.storage
         if kind == COMPUTE:
-            op = ops[operand]
-            constant = op.is_constant
-            gap(op.args, recompute_allowed=not constant)
+            op = self.ops[operand]
+            if not op.is_constant:
+                self.gap(op.args)
             nxt = {}
-            for label, (recompute, path) in labels.items():
+            for label, (recompute, path) in self.labels.items():
                 if any(not label[1] >> a & 1 for a in op.args):
                     continue  # an argument is undefined: some other label recomputed it first
-                for after, evicted in allocations(label, operand, op.outputs[0]):
+                for after, evicted in self.allocations(label, operand, op.outputs[0]):
                     if after not in nxt or recompute < nxt[after][0]:
-                        nxt[after] = (recompute, (("step", k), record(path, evicted, None)))
-            labels = nxt
-            computed.add(operand)
+                        nxt[after] = (recompute, (("step", k), _record(path, evicted, None)))
+            self.labels = nxt
+            self.computed.add(operand)
             for u in op.outputs:
-                ref[storage[u]] += 1
+                self.ref[storage[u]] += 1
         elif kind == PIN:
             s = storage[operand]
-            if not pinned >> s & 1:
-                gap([operand], recompute_allowed=True)
-                for label in list(labels):
-                    labels[label] = (labels[label][0], (("step", k), labels[label][1]))
-                labels = {label: value for label, value in labels.items() if label[1] >> operand & 1}
-                pinned |= 1 << s
+            if not self.pinned >> s & 1:
+                self.gap([operand])
+                labels = {label: (value[0], (("step", k), value[1])) for label, value in self.labels.items()}
+                self.labels = {label: value for label, value in labels.items() if label[1] >> operand & 1}
+                self.pinned |= 1 << s
         elif kind == GET:
-            ref[storage[operand]] += 1
+            self.ref[storage[operand]] += 1
         elif kind == RELEASE:
             s = storage[operand]
-            ref[s] -= 1
-            if ref[s] == 0 and not pinned >> s & 1:
+            self.ref[s] -= 1
+            if self.ref[s] == 0 and not self.pinned >> s & 1:
                 nxt = {}
-                for label, value in labels.items():
-                    after = evict(*label, s) if label[0] >> s & 1 else label
+                for label, value in self.labels.items():
+                    after = self.evict(*label, s) if label[0] >> s & 1 else label
                     if after not in nxt or value[0] < nxt[after][0]:
                         nxt[after] = value
-                labels = nxt
-        if not labels:
-            return Optimum(None, {}, widest)
-    recompute, path = min(labels.values(), key=lambda value: value[0])
+                self.labels = nxt
+
+
+def _record(path, evicted, action):
+    for s in evicted:
+        path = (("evict", s), path)
+    return (action, path) if action else path
+
+
+def _actions_by_step(path) -> dict[int, tuple]:
+    """An optimal label's linked list of actions as the actions before each step (steps without any left out)."""
     actions: dict[int, tuple] = {}
     step, pending = None, []  # walking back: the actions seen since the marker of ``step``
     while path is not None:
@@ -234,7 +249,7 @@ def least_recompute(trace: Trace, budget_bytes: int, overhead_limit: float = 2.0
             pending.append(action)
     if step is not None:
         actions[step] = tuple(reversed(pending))
-    return Optimum(recompute, {k: v for k, v in actions.items() if v}, widest)
+    return {k: v for k, v in actions.items() if v}
 
 
 def replay_witness(trace: Trace, budget_bytes: int, optimum: Optimum, overhead_limit: float = 2.0) -> tuple[str, int]:

@@ -112,117 +112,158 @@ def build_interval_model(problem: Problem, budget_bytes: int, allowance: int | N
     check_interval_size(problem)
     if copies < 1 or slots < 0:
         raise ValueError(f"copies must be >= 1 and slots >= 0, got copies={copies}, slots={slots}")
-    cp = cp_model.CpModel()
-    trace, ops, storage = problem.trace, problem.trace.operators, problem.storage
-    pinned = problem.pinned_storages
-    n = problem.n_stages
+    model = IntervalModel(cp=cp_model.CpModel(), problem=problem, slots=slots,
+                          stage_times=_stage_times(problem, slots, min_slots), copies={}, cost_terms=[])
+    memory = _Memory(horizon=model.stage_times[-1] + 1 if model.stage_times else 0)
+    for op_index in problem.op_stage:
+        _add_copies(model, op_index, max(copies, (min_copies or {}).get(op_index, 0)), memory)
+    for chain in model.copies.values():
+        _add_overlap_rules(model, chain)
+        _add_views_within_storage(model, chain)
+    _add_dependencies(model)
+    _add_memory(model, memory, budget_bytes)
+    if model.cost_terms and allowance is not None:
+        model.cp.Add(sum(cost * present for present, cost in model.cost_terms) <= allowance)
+    return model
+
+
+@dataclass
+class _Memory:
+    """What the cumulative and slot constraints gather while the copies are built."""
+
+    horizon: int  # one past the last event
+    intervals: list = field(default_factory=list)  # retention intervals (and the pinned constants')
+    demands: list[int] = field(default_factory=list)  # their bytes
+    slot_events: list = field(default_factory=list)  # allocating recomputations: one to a slot
+
+
+def _stage_times(problem: Problem, slots: int, min_slots: dict[int, int] | None) -> list[int]:
+    """The time of each stage's operator, after its gap's recompute slots."""
     stage_times, time = [], -1
-    for t in range(n):
+    for t in range(problem.n_stages):
         room = max(slots + (len(problem.end_pinned) if t == problem.final_stage else 0), (min_slots or {}).get(t, 0))
         time += 1 + room
         stage_times.append(time)
-    horizon = time + 1
+    return stage_times
 
-    def stage_time(t: int) -> int:
-        return stage_times[t]
 
-    def gap_slots(t: int) -> range:
-        return range(stage_times[t - 1] + 1 if t else 0, stage_times[t])
+def _gap_slots(model: IntervalModel, t: int) -> range:
+    return range(model.stage_times[t - 1] + 1 if t else 0, model.stage_times[t])
 
-    def last_time(op_index: int) -> int:
-        need = problem.need[op_index]
-        return stage_time(need[-1] if need else problem.op_stage[op_index])
 
-    model = IntervalModel(cp=cp, problem=problem, slots=slots, stage_times=stage_times, copies={}, cost_terms=[])
-    intervals, demands, slot_events = [], [], []
-    for op_index, first in problem.op_stage.items():
-        op = ops[op_index]
-        fresh = [x for x, alias in zip(op.outputs, op.aliases) if alias == -1]
-        if not fresh and all(storage[x] in pinned for x in op.outputs):
-            model.copies[op_index] = [_Copy(op_index, 0, stage_time(first), True, stage_time(first))]
-            continue  # a view of a constant is always defined
-        chain = [_Copy(op_index, 0, stage_time(first), True, stage_time(first))]
-        slot_times = [time for t in problem.need[op_index] for time in gap_slots(t)]
-        allocates = any(alias == -1 for alias in op.aliases)
-        for k in range(1, max(copies, (min_copies or {}).get(op_index, 0)) if slot_times else 1):
-            start = cp.NewIntVarFromDomain(cp_model.Domain.FromValues(slot_times), f"x{op_index}.{k}")
-            present = cp.NewBoolVar(f"p{op_index}.{k}")
-            chain.append(_Copy(op_index, k, start, present, min(slot_times)))
-            if allocates:
-                slot_events.append(cp.NewOptionalFixedSizeIntervalVar(start, 1, present, ""))
-            model.cost_terms.append((present, op.cost))
-            prev = chain[k - 1]
-            if k > 1:
-                cp.AddImplication(present, prev.present)
-            cp.Add(start >= prev.start + 1).OnlyEnforceIf(present)
-        for c in chain:
-            lo = c.earliest
-            for x in op.outputs:
-                if storage[x] in pinned:
-                    continue
-                hi = last_time(op_index)
-                freed = problem.release_stage.get(x) if x in problem.storage_window else None
-                if freed is not None and c.k == 0:
-                    hi = min(hi, stage_time(freed - 1))
-                end = cp.NewIntVar(lo, max(lo, hi), f"e{op_index}.{c.k}.{x}")
-                c.ends[x], c.latest_end[x] = end, max(lo, hi)
-                if c.k:
-                    cp.Add(end >= c.start).OnlyEnforceIf(c.present)
-                if freed is not None and c.k:
-                    # A release frees the storage: no copy spans it (ends before, or starts after).
-                    before = cp.NewBoolVar("")
-                    cp.Add(end <= stage_time(freed - 1)).OnlyEnforceIf(before)
-                    cp.Add(c.start >= stage_time(freed - 1) + 1).OnlyEnforceIf(before.Not())
-                size = op.sizes[trace.tensor_index[x]]
-                if x in problem.storage_window and size:
-                    length = cp.NewIntVar(1, horizon, "")
-                    if c.k == 0:
-                        intervals.append(cp.NewIntervalVar(c.start, length, end + 1, ""))
-                    else:
-                        intervals.append(cp.NewOptionalIntervalVar(c.start, length, end + 1, c.present, ""))
-                    demands.append(size)
-        model.copies[op_index] = chain
+def _add_copies(model: IntervalModel, op_index: int, copies: int, memory: _Memory) -> None:
+    """Operator ``op_index``'s chain of copies, ordered in time, and their retention intervals."""
+    from ortools.sat.python import cp_model
 
-    # Two copies of one output overlap only as a dropped duplicate of a multi-output operator
-    # (the later one ends at its start); an operator whose outputs are all resident is not
-    # recomputed, nor a single-output one or a view whose output is resident.
-    for op_index, chain in model.copies.items():
-        outputs = list(chain[0].ends)
-        duplicates_allowed = len(outputs) > 1 and all(x in problem.storage_window for x in outputs)
-        for later in chain[1:]:
-            gone_outputs = []
-            for x in outputs:
-                gone = cp.NewBoolVar("")
-                gone_outputs.append(gone)
-                for earlier in chain[:later.k]:
-                    both = [later.present] if earlier.k == 0 else [later.present, earlier.present]
-                    overlap = cp.NewBoolVar("")
-                    cp.Add(earlier.ends[x] <= later.start - 1).OnlyEnforceIf([overlap.Not(), *both])
-                    cp.Add(later.ends[x] == later.start).OnlyEnforceIf([overlap, later.present])
-                    cp.AddImplication(gone, overlap.Not())
-                    if not duplicates_allowed:
-                        cp.Add(overlap == 0)
-            if gone_outputs:
-                cp.AddBoolOr(gone_outputs).OnlyEnforceIf(later.present)
-        # A view lives within one copy of its storage, from its computation on.
-        for c in chain:
-            for x, end in c.ends.items():
-                if x in problem.storage_window:
-                    continue
-                base = model.copies[trace.tensor_op[storage[x]]]
-                choices = []
-                for b in base:
-                    within = cp.NewBoolVar("")
-                    choices.append(within)
-                    if b.k:
-                        cp.AddImplication(within, b.present)
-                    cp.Add(b.start <= c.start - 1).OnlyEnforceIf(within)
-                    cp.Add(end <= b.ends[storage[x]]).OnlyEnforceIf(within)
-                _require(cp, choices, c.present)
+    cp, problem = model.cp, model.problem
+    op = problem.trace.operators[op_index]
+    first = model.stage_time(problem.op_stage[op_index])
+    fresh = [x for x, alias in zip(op.outputs, op.aliases) if alias == -1]
+    if not fresh and all(problem.storage[x] in problem.pinned_storages for x in op.outputs):
+        model.copies[op_index] = [_Copy(op_index, 0, first, True, first)]
+        return  # a view of a constant is always defined
+    chain = [_Copy(op_index, 0, first, True, first)]
+    slot_times = [time for t in problem.need[op_index] for time in _gap_slots(model, t)]
+    allocates = any(alias == -1 for alias in op.aliases)
+    for k in range(1, copies if slot_times else 1):
+        start = cp.NewIntVarFromDomain(cp_model.Domain.FromValues(slot_times), f"x{op_index}.{k}")
+        present = cp.NewBoolVar(f"p{op_index}.{k}")
+        chain.append(_Copy(op_index, k, start, present, min(slot_times)))
+        if allocates:
+            memory.slot_events.append(cp.NewOptionalFixedSizeIntervalVar(start, 1, present, ""))
+        model.cost_terms.append((present, op.cost))
+        prev = chain[k - 1]
+        if k > 1:
+            cp.AddImplication(present, prev.present)
+        cp.Add(start >= prev.start + 1).OnlyEnforceIf(present)
+    for c in chain:
+        _add_retention(model, c, memory)
+    model.copies[op_index] = chain
+
+
+def _add_retention(model: IntervalModel, c: _Copy, memory: _Memory) -> None:
+    """Copy ``c``'s end for each output it defines and, for a fresh storage, its interval in memory."""
+    cp, problem = model.cp, model.problem
+    op = problem.trace.operators[c.op]
+    need = problem.need[c.op]
+    lo = c.earliest
+    for x in op.outputs:
+        if problem.storage[x] in problem.pinned_storages:
+            continue
+        hi = model.stage_time(need[-1] if need else problem.op_stage[c.op])
+        freed = problem.release_stage.get(x) if x in problem.storage_window else None
+        if freed is not None and c.k == 0:
+            hi = min(hi, model.stage_time(freed - 1))
+        end = cp.NewIntVar(lo, max(lo, hi), f"e{c.op}.{c.k}.{x}")
+        c.ends[x], c.latest_end[x] = end, max(lo, hi)
+        if c.k:
+            cp.Add(end >= c.start).OnlyEnforceIf(c.present)
+        if freed is not None and c.k:
+            # A release frees the storage: no copy spans it (ends before, or starts after).
+            before = cp.NewBoolVar("")
+            cp.Add(end <= model.stage_time(freed - 1)).OnlyEnforceIf(before)
+            cp.Add(c.start >= model.stage_time(freed - 1) + 1).OnlyEnforceIf(before.Not())
+        size = op.sizes[problem.trace.tensor_index[x]]
+        if x in problem.storage_window and size:
+            length = cp.NewIntVar(1, memory.horizon, "")
+            if c.k == 0:
+                memory.intervals.append(cp.NewIntervalVar(c.start, length, end + 1, ""))
+            else:
+                memory.intervals.append(cp.NewOptionalIntervalVar(c.start, length, end + 1, c.present, ""))
+            memory.demands.append(size)
+
+
+def _add_overlap_rules(model: IntervalModel, chain: list[_Copy]) -> None:
+    """Two copies of one output overlap only as a dropped duplicate of a multi-output operator
+    (the later one ends at its start); an operator whose outputs are all resident is not
+    recomputed, nor a single-output one or a view whose output is resident."""
+    cp = model.cp
+    outputs = list(chain[0].ends)
+    duplicates_allowed = len(outputs) > 1 and all(x in model.problem.storage_window for x in outputs)
+    for later in chain[1:]:
+        gone_outputs = []
+        for x in outputs:
+            gone = cp.NewBoolVar("")
+            gone_outputs.append(gone)
+            for earlier in chain[:later.k]:
+                both = [later.present] if earlier.k == 0 else [later.present, earlier.present]
+                overlap = cp.NewBoolVar("")
+                cp.Add(earlier.ends[x] <= later.start - 1).OnlyEnforceIf([overlap.Not(), *both])
+                cp.Add(later.ends[x] == later.start).OnlyEnforceIf([overlap, later.present])
+                cp.AddImplication(gone, overlap.Not())
+                if not duplicates_allowed:
+                    cp.Add(overlap == 0)
+        if gone_outputs:
+            cp.AddBoolOr(gone_outputs).OnlyEnforceIf(later.present)
+
+
+def _add_views_within_storage(model: IntervalModel, chain: list[_Copy]) -> None:
+    """A view lives within one copy of its storage, from its computation on."""
+    cp, problem = model.cp, model.problem
+    for c in chain:
+        for x, end in c.ends.items():
+            if x in problem.storage_window:
+                continue
+            s = problem.storage[x]
+            choices = []
+            for b in model.copies[problem.trace.tensor_op[s]]:
+                within = cp.NewBoolVar("")
+                choices.append(within)
+                if b.k:
+                    cp.AddImplication(within, b.present)
+                cp.Add(b.start <= c.start - 1).OnlyEnforceIf(within)
+                cp.Add(end <= b.ends[s]).OnlyEnforceIf(within)
+            _require(cp, choices, c.present)
+
+
+def _add_dependencies(model: IntervalModel) -> None:
+    """Every copy needs its arguments defined when it starts; the final stage, its end pins."""
+    cp, problem = model.cp, model.problem
+    trace = problem.trace
 
     def need_defined(tensor: int, when, present) -> None:
         """Some copy of ``tensor`` started before ``when`` and is retained at ``when``."""
-        if storage[tensor] in pinned:
+        if problem.storage[tensor] in problem.pinned_storages:
             return
         choices = []
         for c in model.copies[trace.tensor_op[tensor]]:
@@ -240,28 +281,28 @@ def build_interval_model(problem: Problem, budget_bytes: int, allowance: int | N
 
     for op_index, chain in model.copies.items():
         for c in chain:
-            for a in set(ops[op_index].args):
+            for a in set(trace.operators[op_index].args):
                 need_defined(a, c.start, c.present)
     if problem.final_stage is not None:
         for x in sorted(problem.end_pinned):
-            need_defined(x, stage_time(problem.final_stage), True)
+            need_defined(x, model.stage_time(problem.final_stage), True)
 
+
+def _add_memory(model: IntervalModel, memory: _Memory, budget_bytes: int) -> None:
+    """The retention intervals and the pinned constants fit the budget; one allocation a slot."""
     # Pinned constants: fixed intervals from the gap of the first stage they precede.
     previous = 0
-    for t, pinned_bytes in enumerate(problem.constant_bytes):
+    for t, pinned_bytes in enumerate(model.problem.constant_bytes):
         if pinned_bytes > previous:
-            begin = gap_slots(t).start
-            intervals.append(cp.NewIntervalVar(begin, horizon - begin, horizon, ""))
-            demands.append(pinned_bytes - previous)
+            begin = _gap_slots(model, t).start
+            memory.intervals.append(model.cp.NewIntervalVar(begin, memory.horizon - begin, memory.horizon, ""))
+            memory.demands.append(pinned_bytes - previous)
             previous = pinned_bytes
     if budget_bytes < previous:
         model.infeasible = f"the pinned constants ({previous} bytes) exceed the budget"
-    cp.AddCumulative(intervals, demands, int(budget_bytes))
-    if slot_events:
-        cp.AddNoOverlap(slot_events)
-    if model.cost_terms and allowance is not None:
-        cp.Add(sum(cost * present for present, cost in model.cost_terms) <= allowance)
-    return model
+    model.cp.AddCumulative(memory.intervals, memory.demands, int(budget_bytes))
+    if memory.slot_events:
+        model.cp.AddNoOverlap(memory.slot_events)
 
 
 def _require(cp, choices: list, present) -> None:

@@ -22,6 +22,7 @@ recompute stays within the overhead limit. The objective is the recompute.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .problem import Problem
@@ -83,53 +84,100 @@ def violations(model: LinearModel, values: list[float], tolerance: float = 1e-9)
     return broken
 
 
+@dataclass(frozen=True)
+class Stretch:
+    """A need stage of a storage after its first, as :func:`storage_stretches` built it.
+
+    ``resident``: the storage's ``A`` variable there; ``kept``: its ``K`` variable for the
+    stages strictly between the previous need stage and this one (None: no such stage it
+    can live through), ``kept_stages`` those stages; ``prev``: the variable saying it is
+    still resident when the gap before ``stage`` starts (None: it cannot be, or a release
+    freed it in the stretch)."""
+
+    stage: int
+    resident: int
+    prev: int | None
+    kept: int | None
+    kept_stages: list[int]
+
+
+def storage_stretches(m: LinearModel, problem: Problem, s: int, memory: list[dict[int, int]],
+                      here: dict[int, int], covered: dict[int, int], kept_lower: float) -> Iterator[Stretch]:
+    """The residency variables and rows of fresh storage ``s`` shared by the stage model and
+    the relaxation: an ``A`` variable at each of its need stages (fixed to 1 at the first, where
+    it is computed) and a ``K`` variable for each stretch of stages between two need stages it
+    may live through, bounded by the ``A`` before it (``kept_lower``: that row's lower bound).
+    Each variable's bytes go to ``memory`` of the stages it covers; ``here`` and ``covered``
+    get stage -> variable. Yields each need stage after the first, for the caller's rows."""
+    trace = problem.trace
+    producer = trace.tensor_op[s]
+    size = trace.operators[producer].sizes[trace.tensor_index[s]]
+    stages = (problem.op_stage[producer],) + problem.need[producer]
+    freed = problem.release_stage.get(s)
+    for j, t in enumerate(stages):
+        here[t] = covered[t] = m.var("A", t, s)
+        memory[t][here[t]] = size
+        if j == 0:
+            m.fix(here[t], 1, "")
+            continue
+        before = stages[j - 1]
+        between = range(before + 1, t)
+        prev = here[before] if not between else None
+        live = [u for u in between if not (freed is not None and before < freed <= u)]
+        kept = None
+        if live:
+            kept = m.var("K", live[0], s)  # kept from stage before+1 through live[-1]
+            m.row({kept: 1, here[before]: -1}, kept_lower, 0)
+            for u in live:
+                memory[u][kept] = size
+                covered[u] = kept
+            prev = kept
+        if freed is not None and before < freed <= t:
+            prev = None  # the release frees it before any recomputation of this gap
+        yield Stretch(t, here[t], prev, kept, live)
+
+
 def build_model(problem: Problem, budget_bytes: int, allowance: int | None) -> LinearModel:
     """The stage formulation of ``problem`` at one budget (variables per need stage, not per stage);
     ``allowance``: the largest recompute (:func:`~dtrlab.runtime.recompute_allowance`; None: no limit)."""
     m = LinearModel()
-    trace = problem.trace
-    ops = trace.operators
-    storage = problem.storage
-    pinned = problem.pinned_storages
-    op_stage, need = problem.op_stage, problem.need
-
-    R = {(t, op_index): m.var("R", t, op_index, ops[op_index].cost) for op_index, stages in need.items() for t in stages}
+    ops = problem.trace.operators
+    R = {(t, op_index): m.var("R", t, op_index, ops[op_index].cost)
+         for op_index, stages in problem.need.items() for t in stages}
     # at[x][t]: the variable for "x is resident/defined at need stage t" of storage or view x.
     at: dict[int, dict[int, int]] = {}
     cover: dict[int, dict[int, int]] = {}  # storage -> {stage: variable} wherever it may be resident
     memory = [dict() for _ in range(problem.n_stages)]
+    _storage_rows(m, problem, R, at, cover, memory)
+    _view_rows(m, problem, R, at, cover)
+    _argument_rows(m, problem, R, at)
+    for t, terms in enumerate(memory):
+        room = budget_bytes - problem.constant_bytes[t]
+        if room < 0:
+            m.infeasible = m.infeasible or f"the pinned constants ({problem.constant_bytes[t]} bytes) exceed the budget"
+        if terms:
+            m.row(terms, 0, max(room, 0))
+    if R and allowance is not None:
+        m.row({var: ops[op_index].cost for (t, op_index), var in R.items()}, 0, allowance)
+    m.cover = cover
+    return m
+
+
+def _storage_rows(m: LinearModel, problem: Problem, R: dict[tuple[int, int], int], at: dict[int, dict[int, int]],
+                  cover: dict[int, dict[int, int]], memory: list[dict[int, int]]) -> None:
+    """Each fresh storage: resident only if kept from before or recomputed; recomputed only when gone."""
+    trace, ops = problem.trace, problem.trace.operators
     fresh_outputs = {op_index: [t for t, alias in zip(ops[op_index].outputs, ops[op_index].aliases) if alias == -1]
-                     for op_index in op_stage}
+                     for op_index in problem.op_stage}
     still_resident: dict[tuple[int, int], list[int]] = {}  # (stage, multi-output op) -> its outputs' "kept" variables
     for s in problem.storage_window:
         producer = trace.tensor_op[s]
         size = ops[producer].sizes[trace.tensor_index[s]]
-        stages = (op_stage[producer],) + need[producer]
-        freed = problem.release_stage.get(s)
-        here = at[s] = {}
-        cover[s] = covered = {}
-        for j, t in enumerate(stages):
-            here[t] = covered[t] = m.var("A", t, s)
-            memory[t][here[t]] = size
-            if j == 0:
-                m.fix(here[t], 1, "")
-                continue
-            before = stages[j - 1]
-            between = range(before + 1, t)
-            released = freed is not None and before < freed <= t
-            prev = here[before] if not between else None
-            live = [u for u in between if not (freed is not None and before < freed <= u)]
-            if live:
-                kept = m.var("K", live[0], s)  # kept from stage before+1 through live[-1]
-                m.row({kept: 1, here[before]: -1}, -1, 0)
-                for u in live:
-                    memory[u][kept] = size
-                    covered[u] = kept
-                prev = kept
-            if released:
-                prev = None
+        at[s], cover[s] = {}, {}
+        for stretch in storage_stretches(m, problem, s, memory, at[s], cover[s], -1):
+            t, prev = stretch.stage, stretch.prev
             remat = R[t, producer]
-            terms = {here[t]: 1, remat: -1}
+            terms = {stretch.resident: 1, remat: -1}
             if prev is not None:
                 terms[prev] = -1
                 if len(fresh_outputs[producer]) == 1:
@@ -143,17 +191,23 @@ def build_model(problem: Problem, budget_bytes: int, allowance: int | None) -> L
                     memory[t][duplicate] = size
                     still_resident.setdefault((t, producer), []).append(prev)
             m.row(terms, -1, 0)
-            m.row({remat: 1, here[t]: -1}, -1, 0)  # a recomputation fills every output
+            m.row({remat: 1, stretch.resident: -1}, -1, 0)  # a recomputation fills every output
     for (t, producer), resident in still_resident.items():
         # ... but only for an output that is gone: recomputing an operator whose
         # outputs are all resident would leak bytes in simrd's accounting (it drops
         # the duplicates of the siblings, not of the output it was asked for).
         if len(resident) == len(fresh_outputs[producer]):
             m.row({R[t, producer]: 1, **{var: 1 for var in resident}}, 0, len(resident))
+
+
+def _view_rows(m: LinearModel, problem: Problem, R: dict[tuple[int, int], int], at: dict[int, dict[int, int]],
+               cover: dict[int, dict[int, int]]) -> None:
+    """Each view: defined only while its storage stays resident and is not recomputed, or when redone."""
+    trace = problem.trace
     for v in problem.view_window:
-        view_op, s = trace.tensor_op[v], storage[v]
+        view_op, s = trace.tensor_op[v], problem.storage[v]
         root_op = trace.tensor_op[s]
-        stages = (op_stage[view_op],) + need[view_op]
+        stages = (problem.op_stage[view_op],) + problem.need[view_op]
         here = at[v] = {}
         for j, t in enumerate(stages):
             here[t] = m.var("D", t, v)
@@ -179,9 +233,15 @@ def build_model(problem: Problem, budget_bytes: int, allowance: int | None) -> L
             for holder in holders:
                 m.row({here[t]: 1, holder: -1, redo: -1}, -1, 0)
 
+
+def _argument_rows(m: LinearModel, problem: Problem, R: dict[tuple[int, int], int],
+                   at: dict[int, dict[int, int]]) -> None:
+    """A recomputation needs its arguments defined; each stage's operator (and the end pins) too."""
+    trace, ops = problem.trace, problem.trace.operators
+
     def defined(t: int, tensor: int):
         """The variable saying ``tensor`` is defined at need stage ``t``; True if always, None if never."""
-        if storage[tensor] in pinned:
+        if problem.storage[tensor] in problem.pinned_storages:
             return True
         return at.get(tensor, {}).get(t)
 
@@ -198,16 +258,3 @@ def build_model(problem: Problem, budget_bytes: int, allowance: int | None) -> L
             dep = defined(t, a)
             if dep is not True:
                 m.fix(dep, 1, f"stage {t} needs {trace.tensor_names[a]}, which the model cannot keep")
-
-    for t, terms in enumerate(memory):
-        room = budget_bytes - problem.constant_bytes[t]
-        if room < 0:
-            m.infeasible = m.infeasible or f"the pinned constants ({problem.constant_bytes[t]} bytes) exceed the budget"
-        if terms:
-            m.row(terms, 0, max(room, 0))
-    if R and allowance is not None:
-        m.row({var: ops[op_index].cost for (t, op_index), var in R.items()}, 0, allowance)
-    m.cover = cover
-    return m
-
-

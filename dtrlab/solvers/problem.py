@@ -198,13 +198,51 @@ def build_problem(trace: Trace, chain: int | None = 3) -> Problem:
             raise UnsupportedTrace(f"operator {index} ({op.name}) has both fresh and alias outputs; "
                                    "the stage model needs each operator to be all-fresh or all-alias")
     storage = _storages(trace)
-    stage_step, stage_op, op_stage = [], [], {}
-    pinned, constant_bytes_now = set(), 0
-    constant_bytes = []
+    stages = _read_stages(trace, storage)
+    need = _need_stages(trace, storage, stages, chain)
+    storage_window, view_window = {}, {}
+    for op_index, first in stages.op_stage.items():
+        op = ops[op_index]
+        last = need[op_index][-1] if need[op_index] else first
+        for t, alias in zip(op.outputs, op.aliases):
+            if alias == -1:
+                storage_window[t] = (first, last)
+            elif storage[t] not in stages.pinned:
+                view_window[t] = (first, last)
+    # A view's operator consumes the storage's producer, so need[producer] covers the
+    # view's needs and the storage window covers the view window.
+    end_pinned = frozenset(t for t in stages.end_pins if storage[t] not in stages.pinned)
+    return Problem(
+        trace=trace, storage=tuple(storage), n_stages=len(stages.stage_op), stage_step=tuple(stages.stage_step),
+        stage_op=tuple(stages.stage_op), op_stage=stages.op_stage, need=need, chain=chain,
+        storage_window=storage_window, view_window=view_window,
+        release_stage=_release_stages(stages.release_at_step, stages.stage_step), end_pinned=end_pinned,
+        constant_bytes=tuple(stages.constant_bytes), pinned_storages=frozenset(stages.pinned),
+        base_compute=baseline(trace).model_compute,
+    )
+
+
+@dataclass
+class _Stages:
+    """What one walk of the schedule finds (:func:`_read_stages`)."""
+
+    stage_step: list[int] = field(default_factory=list)
+    stage_op: list[int] = field(default_factory=list)
+    op_stage: dict[int, int] = field(default_factory=dict)
+    pinned: set[int] = field(default_factory=set)  # outputs of constants
+    constant_bytes: list[int] = field(default_factory=list)
+    release_at_step: dict[int, int] = field(default_factory=dict)  # storage -> schedule step whose release freed it
+    end_pins: list[int] = field(default_factory=list)
+
+
+def _read_stages(trace: Trace, storage: list[int]) -> _Stages:
+    """A stage for each non-constant computation (and a final one for the end pins), the
+    constant bytes resident at each, and the step of each release that frees a storage."""
+    ops = trace.operators
+    found = _Stages()
+    constant_bytes_now = 0
     ref = [0] * trace.n_tensors
-    release_at_step = {}  # storage -> schedule step whose release freed it
     last_compute = max((k for k, (kind, _) in enumerate(trace.schedule) if kind == COMPUTE), default=-1)
-    end_pins: list[int] = []
     final_step = None
     for k, (kind, operand) in enumerate(trace.schedule):
         if kind == COMPUTE:
@@ -212,49 +250,55 @@ def build_problem(trace: Trace, chain: int | None = 3) -> Problem:
             for t, alias in zip(op.outputs, op.aliases):
                 ref[storage[t]] += 1
             if op.is_constant:
-                pinned.update(op.outputs)
+                found.pinned.update(op.outputs)
                 constant_bytes_now += op.total_size
             else:
-                op_stage[operand] = len(stage_op)
-                stage_step.append(k)
-                stage_op.append(operand)
-                constant_bytes.append(constant_bytes_now)
+                found.op_stage[operand] = len(found.stage_op)
+                found.stage_step.append(k)
+                found.stage_op.append(operand)
+                found.constant_bytes.append(constant_bytes_now)
         elif kind == GET:
             ref[storage[operand]] += 1
         elif kind == RELEASE:
             s = storage[operand]
             ref[s] -= 1
-            if ref[s] == 0 and s not in pinned:
-                release_at_step[s] = k
+            if ref[s] == 0 and s not in found.pinned:
+                found.release_at_step[s] = k
         elif kind == PIN:
             s = storage[operand]
-            if s in pinned:
+            if s in found.pinned:
                 continue
             if k < last_compute:
                 raise UnsupportedTrace(f"the trace pins non-constant tensor {trace.tensor_names[operand]} "
                                        "before its last computation; the stage model pins only at the end")
             if final_step is None:
                 final_step = k
-            end_pins.append(operand)
+            found.end_pins.append(operand)
     if final_step is not None:
-        stage_step.append(final_step)
-        stage_op.append(-1)
-        constant_bytes.append(constant_bytes_now)
-    n_stages = len(stage_op)
+        found.stage_step.append(final_step)
+        found.stage_op.append(-1)
+        found.constant_bytes.append(constant_bytes_now)
+    return found
 
-    # The first stage whose gap comes after each freeing release.
+
+def _release_stages(release_at_step: dict[int, int], steps: list[int]) -> dict[int, int]:
+    """The first stage whose gap comes after each freeing release."""
     release_stage = {}
-    steps = stage_step
     j = 0
     for s, k in sorted(release_at_step.items(), key=lambda item: item[1]):
         while j < len(steps) and steps[j] < k:
             j += 1
         release_stage[s] = j  # == n_stages when freed after the last stage
-    # Stages at which each operator's outputs may be needed, consumers first.
+    return release_stage
+
+
+def _need_stages(trace: Trace, storage: list[int], stages: _Stages, chain: int | None) -> dict[int, tuple[int, ...]]:
+    """Stages at which each operator's outputs may be needed, consumers first."""
+    ops, op_stage, pinned = trace.operators, stages.op_stage, stages.pinned
     consumers: dict[int, set[int]] = {}
     direct: dict[int, set[int]] = {}
-    for t, op_index in enumerate(stage_op):
-        args = ops[op_index].args if op_index != -1 else end_pins
+    for t, op_index in enumerate(stages.stage_op):
+        args = ops[op_index].args if op_index != -1 else stages.end_pins
         for a in args:
             producer = trace.tensor_op[a]
             if not ops[producer].is_constant and storage[a] not in pinned:
@@ -270,39 +314,21 @@ def build_problem(trace: Trace, chain: int | None = 3) -> Problem:
     level = {op_index: direct.get(op_index, set()) for op_index in op_stage}
     if chain is None:  # the fixpoint in one pass: consumers are computed after their producers
         for op_index in sorted(op_stage, key=op_stage.get, reverse=True):
-            stages = set(direct.get(op_index, ()))
+            needed = set(direct.get(op_index, ()))
             for consumer in consumers.get(op_index, ()):
-                stages |= level[consumer]
-            level[op_index] = stages
+                needed |= level[consumer]
+            level[op_index] = needed
     for _ in range(0 if chain is None else max(chain, 1) - 1):
         nxt: dict[int, set[int]] = {}
         for op_index in sorted(op_stage, reverse=True):
-            stages = set(direct.get(op_index, ()))
+            needed = set(direct.get(op_index, ()))
             for consumer in consumers.get(op_index, ()):
-                stages.update(nxt[consumer] if is_view[consumer] else level[consumer])
-            nxt[op_index] = stages
+                needed.update(nxt[consumer] if is_view[consumer] else level[consumer])
+            nxt[op_index] = needed
         level = nxt
     if chain is not None and chain >= 1:  # a view passes its needs to the storage's producer at every level
         for op_index in sorted(op_stage, reverse=True):
             for consumer in consumers.get(op_index, ()):
                 if is_view[consumer]:
                     level[op_index] = level[op_index] | level[consumer]
-    need = {op_index: tuple(sorted(t for t in level[op_index] if t > op_stage[op_index])) for op_index in op_stage}
-    storage_window, view_window = {}, {}
-    for op_index, first in op_stage.items():
-        op = ops[op_index]
-        last = need[op_index][-1] if need[op_index] else first
-        for t, alias in zip(op.outputs, op.aliases):
-            if alias == -1:
-                storage_window[t] = (first, last)
-            elif storage[t] not in pinned:
-                view_window[t] = (first, last)
-    # A view's operator consumes the storage's producer, so need[producer] covers the
-    # view's needs and the storage window covers the view window.
-    end_pinned = frozenset(t for t in end_pins if storage[t] not in pinned)
-    return Problem(
-        trace=trace, storage=tuple(storage), n_stages=n_stages, stage_step=tuple(stage_step), stage_op=tuple(stage_op), op_stage=op_stage,
-        need=need, chain=chain, storage_window=storage_window, view_window=view_window, release_stage=release_stage,
-        end_pinned=end_pinned, constant_bytes=tuple(constant_bytes), pinned_storages=frozenset(pinned),
-        base_compute=baseline(trace).model_compute,
-    )
+    return {op_index: tuple(sorted(t for t in level[op_index] if t > op_stage[op_index])) for op_index in op_stage}

@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 
 from ..runtime import DEFAULT_OVERHEAD_LIMIT, Simulator, baseline, recompute_allowance
 from ..trace.model import Trace
-from .model import LinearModel, violations
+from .model import LinearModel, storage_stretches, violations
 from .problem import Problem, build_problem
 from .solve import load_highs, run_highs
 
@@ -146,37 +146,19 @@ def build_relaxation(problem: Problem, budget_bytes: int, allowance: int | None)
     for s in problem.storage_window:
         producer = trace.tensor_op[s]
         size = ops[producer].sizes[trace.tensor_index[s]]
-        stages = (op_stage[producer],) + need[producer]
-        freed = problem.release_stage.get(s)
-        here = at[s] = {}
-        covered = cover[s] = {}
-        for j, t in enumerate(stages):
-            here[t] = covered[t] = m.var("A", t, s)
-            memory[t][here[t]] = size
-            if j == 0:
-                m.fix(here[t], 1, "")
-                continue
-            before = stages[j - 1]
-            between = range(before + 1, t)
-            prev = here[before] if not between else None
-            live = [u for u in between if not (freed is not None and before < freed <= u)]
-            if live:  # K = 1: resident at every stage of the stretch, hence throughout its gaps
-                kept = m.var("K", live[0], s)
-                m.row({kept: 1, here[before]: -1}, -math.inf, 0)
-                for u in live:
-                    memory[u][kept] = held[u][kept] = size
-                    covered[u] = kept
-                prev = kept
-            if freed is not None and before < freed <= t:
-                prev = None  # the release frees it before any recomputation of this gap
+        at[s], cover[s] = {}, {}
+        for stretch in storage_stretches(m, problem, s, memory, at[s], cover[s], -math.inf):
+            t, prev = stretch.stage, stretch.prev
+            for u in stretch.kept_stages:  # K = 1: resident at every stage of the stretch, hence throughout its gaps
+                held[u][stretch.kept] = size
             remat = R[t, producer]
             start[t, s] = prev
-            m.row({here[t]: 1, remat: -1, **({prev: -1} if prev is not None else {})}, -math.inf, 0)
+            m.row({stretch.resident: 1, remat: -1, **({prev: -1} if prev is not None else {})}, -math.inf, 0)
             if prev is None:
                 continue
             h = H[t, s] = m.var("H", t, s, continuous=True)
-            m.row({h: 1, here[t]: -1}, -math.inf, 0)
-            m.row({h: 1, here[t]: -1, remat: 1}, 0, math.inf)  # resident at t and not recomputed => held
+            m.row({h: 1, stretch.resident: -1}, -math.inf, 0)
+            m.row({h: 1, stretch.resident: -1, remat: 1}, 0, math.inf)  # resident at t and not recomputed => held
             m.row({h: 1, prev: -1}, -math.inf, 0)
             if len(fresh[producer]) == 1:  # the simulator recomputes only undefined tensors
                 m.row({h: 1, remat: 1}, -math.inf, 1)
@@ -189,8 +171,25 @@ def build_relaxation(problem: Problem, budget_bytes: int, allowance: int | None)
                 continue
             m.fix(at.get(storage[a], {}).get(t), 1,
                   f"stage {t} needs {trace.tensor_names[a]}, which the closure says cannot be resident")
-    # A recomputation needs its arguments resident: held from before the gap or recomputed in it;
-    # at its allocation the held storages, its non-held arguments and all its outputs fit.
+    P = _recomputation_rows(m, problem, R, fresh, start, H, room, unit)
+    for t in range(n):
+        if memory[t]:
+            m.row({var: size / unit[t] for var, size in memory[t].items()}, -math.inf, room[t] / unit[t])
+        if t in P:
+            m.row({**{var: size / unit[t] for var, size in held[t].items()}, P[t]: 1}, -math.inf, room[t] / unit[t])
+    if R and allowance is not None:
+        m.row({var: ops[op_index].cost for (_, op_index), var in R.items()}, -math.inf, allowance)
+    m.cover = cover
+    return m
+
+
+def _recomputation_rows(m: LinearModel, problem: Problem, R: dict[tuple[int, int], int], fresh: dict[int, list[int]],
+                        start: dict[tuple[int, int], int | None], H: dict[tuple[int, int], int], room: list[int],
+                        unit: list[float]) -> dict[int, int]:
+    """A recomputation needs its arguments resident: held from before the gap or recomputed in it;
+    at its allocation the held storages, its non-held arguments and all its outputs fit (in ``P``,
+    returned by stage)."""
+    trace, ops, storage, pinned = problem.trace, problem.trace.operators, problem.storage, problem.pinned_storages
     P: dict[int, int] = {}
     for (t, op_index), remat in R.items():
         op = ops[op_index]
@@ -213,15 +212,7 @@ def build_relaxation(problem: Problem, budget_bytes: int, allowance: int | None)
             if (t, s) in H:
                 footprint[H[t, s]] = _size(trace, s) / unit[t]
         m.row(footprint, 0, math.inf)
-    for t in range(n):
-        if memory[t]:
-            m.row({var: size / unit[t] for var, size in memory[t].items()}, -math.inf, room[t] / unit[t])
-        if t in P:
-            m.row({**{var: size / unit[t] for var, size in held[t].items()}, P[t]: 1}, -math.inf, room[t] / unit[t])
-    if R and allowance is not None:
-        m.row({var: ops[op_index].cost for (_, op_index), var in R.items()}, -math.inf, allowance)
-    m.cover = cover
-    return m
+    return P
 
 
 def _size(trace: Trace, s: int) -> int:

@@ -59,11 +59,7 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
         raise ValueError(f"overhead_limit must be >= 1 (2.0 allows as much recompute as compute), got {overhead_limit}")
     if not time_limit_s > 0:
         raise ValueError(f"time_limit_s must be positive, got {time_limit_s}")
-    if solver == "interval":  # it needs the unbounded need closure
-        trace = trace.trace if isinstance(trace, Problem) and trace.chain is not None else trace
-        problem = trace if isinstance(trace, Problem) else build_problem(trace, chain=None)
-    else:
-        problem = trace if isinstance(trace, Problem) else build_problem(trace)
+    problem = _problem_for(trace, solver)
     started = time.perf_counter()
     common = dict(trace=problem.trace.name, solver=solver, budget_bytes=int(budget_bytes),
                   overhead_limit=overhead_limit, base_compute=problem.base_compute, time_limit_s=time_limit_s)
@@ -87,6 +83,38 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
     if feasibility_only:
         model.cost = [0] * model.n_vars
     start = (dtr_hint(problem, model, int(budget_bytes), remat_limit) if hint else None) or keep_everything(model)
+    status, values, objective, best, fault, note = _run_backend(problem, model, start, solver, time_limit_s, workers,
+                                                               feasibility_only)
+    seconds = time.perf_counter() - started
+    if fault:
+        return SolveResult(status="unknown", objective=None, best_bound=None, solve_seconds=seconds,
+                           message=f"solver fault: {fault}" + (f" ({note})" if note else ""), **common, **sizes)
+    schedule = _schedule(problem, model, values) if values is not None else None
+    if status == "optimal":
+        best = objective
+    elif best is not None and not math.isfinite(best):
+        best = None  # HiGHS reports -inf when it has no bound yet
+    return checked(problem, SolveResult(
+        status=status,
+        objective=None if objective is None else problem.base_compute + objective,
+        best_bound=None if best is None else problem.base_compute + best,
+        solve_seconds=seconds, schedule=schedule,
+        message="the solver proved that no schedule of the stage model fits" if status == "infeasible" else note,
+        **common, **sizes,
+    ))
+
+
+def _problem_for(trace: Trace | Problem, solver: str) -> Problem:
+    if solver == "interval":  # it needs the unbounded need closure
+        trace = trace.trace if isinstance(trace, Problem) and trace.chain is not None else trace
+        return trace if isinstance(trace, Problem) else build_problem(trace, chain=None)
+    return trace if isinstance(trace, Problem) else build_problem(trace)
+
+
+def _run_backend(problem: Problem, model: LinearModel, start: list[int], solver: str, time_limit_s: float,
+                 workers: int, feasibility_only: bool) -> tuple[str, list | None, int | None, float | None, str, str]:
+    """Solve the stage model with ``solver``'s back end from ``start``: (status, values, recompute,
+    bound, fault, note), the fault being what the answer's checks against the model found."""
     backend = _solve_cpsat if solver == "cpsat" else _solve_highs
     status, values, objective, best = backend(model, start, time_limit_s, workers)
     fault = _point_fault(problem, model, values, objective, best, feasibility_only)
@@ -109,23 +137,7 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
         objective = sum(c * v for c, v in zip(_recompute_costs(problem, model), values))
     if feasibility_only and values is not None:
         status, best = "feasible", None
-    seconds = time.perf_counter() - started
-    if fault:
-        return SolveResult(status="unknown", objective=None, best_bound=None, solve_seconds=seconds,
-                           message=f"solver fault: {fault}" + (f" ({note})" if note else ""), **common, **sizes)
-    schedule = _schedule(problem, model, values) if values is not None else None
-    if status == "optimal":
-        best = objective
-    elif best is not None and not math.isfinite(best):
-        best = None  # HiGHS reports -inf when it has no bound yet
-    return checked(problem, SolveResult(
-        status=status,
-        objective=None if objective is None else problem.base_compute + objective,
-        best_bound=None if best is None else problem.base_compute + best,
-        solve_seconds=seconds, schedule=schedule,
-        message="the solver proved that no schedule of the stage model fits" if status == "infeasible" else note,
-        **common, **sizes,
-    ))
+    return status, values, objective, best, fault, note
 
 
 def _point_fault(problem: Problem, model: LinearModel, values, objective, best, feasibility_only: bool) -> str:

@@ -14,9 +14,10 @@ version, so an older simulator's results are never reused.
 Checked, not trusted: every file's name holds the sha256 of its bytes, verified
 on every read. A damaged file (a flipped bit, a truncation, a file without a
 checksum) is never served: it is moved aside (``*.damaged``) with a one-line
-warning and its budgets are simulated again. A cache directory that cannot be
-written (permissions, a full disk) turns the cache off for the rest of the sweep
-with one warning; nothing half-written is ever left.
+warning and its budgets are simulated again; reading a directory removes such files
+and the temporary files of killed writes once they are an hour old, saying how many.
+A cache directory that cannot be written (permissions, a full disk) turns the cache
+off for the rest of the sweep with one warning; nothing half-written is ever left.
 
 Below this writable cache lies a read-only **shipped layer**: the results the
 notebooks need for the shipped traces and the DTR logs' census, committed as
@@ -41,7 +42,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..integrity import IntegrityError, atomic_write_json, quarantine, read_hashed, read_json, write_hashed
+from ..integrity import (IntegrityError, atomic_write_json, quarantine, read_hashed, read_json, remove_stale,
+                         write_hashed)
 from ..policies import Policy
 from ..runtime import REFERENCE, SIMULATOR_VERSION, Intervention, Semantics
 from ..trace.cache import CACHE_ENV, default_cache_dir  # noqa: F401  (one cache root for all)
@@ -144,8 +146,10 @@ class SweepCache:
         """The whole parts on disk and their rows (None when there is none); damaged ones are quarantined.
 
         Another process may compact this directory between the listing and the reads:
-        its merged file then holds the vanished parts' rows, so list again.
+        its merged file then holds the vanished parts' rows, so list again. Leftovers of a killed
+        write and damaged parts set aside, once old (:func:`~dtrlab.integrity.remove_stale`), go first.
         """
+        remove_stale(self.directory)
         for _ in range(10):
             parts, frames = [], []
             try:

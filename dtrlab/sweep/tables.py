@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..integrity import write_hashed
+from ..integrity import remove_stale, write_hashed
 from ..runtime import SIMULATOR_VERSION
 from ..trace.model import Trace
 from .cache import read_part
@@ -41,6 +41,7 @@ class TableCache:
 
     def load(self) -> pd.DataFrame | None:
         """The cached table (the writable cache's, else the shipped one), or None."""
+        remove_stale(self.directory)
         for path in sorted(self.directory.glob(f"{self.stem}-*.parquet")):
             try:
                 table = read_part(path)  # verified against the sha256 in its name

@@ -41,7 +41,7 @@ from array import array
 from itertools import chain
 from pathlib import Path
 
-from ..integrity import IntegrityError, atomic_write_bytes, sha256_bytes
+from ..integrity import IntegrityError, atomic_write_bytes, remove_stale, sha256_bytes
 from .model import Operator, Trace
 
 #: Version of the log parser's output; part of every cache key.
@@ -254,6 +254,7 @@ def store(path: Path, trace: Trace, digest: str, start: bool) -> None:
     members = trace_members(trace, digest, start)
     if members is None:
         return
+    remove_stale(path.parent)  # what killed writes left, once old
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, _archive(members))

@@ -251,126 +251,16 @@ def parse_lines(lines: Iterable[str | bytes], source: str = "<log>", name: str |
     """
     if records is None:
         records = _read_records(lines, source)
-
-    position = 0
-    if start:
-        while position < len(records) and not (
-            records[position][1]["INSTRUCTION"] == "ANNOTATE" and records[position][1].get("ANNOTATION") == "START"
-        ):
-            position += 1
-        if position == len(records):
-            raise TraceFormatError(source, None, "no ANNOTATE START in the log (load it with start=False)")
-        position += 1
-
+    read = _Records(records, source, _start_position(records, source) if start else 0)
     build = _Builder(source)
-    names, schedule, lookup = build.names, build.schedule, build.lookup
-
-    def take(expected: str, result_name: str, after: int) -> tuple[int, dict]:
-        nonlocal position
-        if position >= len(records):
-            raise build.error(after, f"log ends where a {expected} line for {result_name!r} should follow")
-        line_number, record = records[position]
-        position += 1
-        if record["INSTRUCTION"] != expected or record.get("NAME") != result_name:
-            raise build.error(line_number, f"expected {expected} for {result_name!r}, found {record['INSTRUCTION']}")
-        return line_number, record
-
-    def number(record: dict, key: str, line_number: int, minimum: int | None = None) -> int:
-        """``record[key]`` as an integer; a plain in-range int (every real log's) skips the checks."""
-        value = record.get(key)
-        if type(value) is int and (minimum is None or value >= minimum) and value <= _LARGEST:
-            return value
-        return _integer(_field(record, key, source, line_number), key, source, line_number, minimum)
-
-    def tensor_names(record: dict, key: str, line_number: int) -> list[str]:
-        value = record.get(key)
-        if type(value) is list and all(map(_is_str, value)):
-            return value
-        return _field(record, key, source, line_number)  # raises, naming the field
-
-    def tensor_name(record: dict, key: str, line_number: int) -> str:
-        value = record.get(key)
-        return value if type(value) is str else _field(record, key, source, line_number)
-
-    while position < len(records):
-        line_number, record = records[position]
-        position += 1
+    while read.position < len(records):
+        line_number, record = records[read.position]
+        read.position += 1
         instruction = record["INSTRUCTION"]
-        if instruction == "CALL":
-            op_name = tensor_name(record, "NAME", line_number)
-            results = tensor_names(record, "RESULT", line_number)
-            arg_names = tensor_names(record, "ARGS", line_number)
-            build.in_backward |= "backward" in op_name
-            sizes, aliases = [], []
-            for result_name in results:
-                memory_line, memory = take("MEMORY", result_name, line_number)
-                alias_line, alias = take("ALIAS", result_name, line_number)
-                alias_index = number(alias, "ALIAS", alias_line)
-                size = number(memory, "MEMORY", memory_line, 0)
-                sizes.append(0 if alias_index != -1 else size)
-                aliases.append(alias_index)
-            args = [lookup(arg, line_number) for arg in arg_names]
-            for alias_index in aliases:
-                if not -1 <= alias_index < len(args):
-                    raise build.error(line_number, f"ALIAS index {alias_index} out of range for {len(args)} arguments")
-            for result_name in results:
-                if result_name in names:
-                    raise build.error(line_number, f"CALL result {result_name!r} is already defined")
-            cost = number(record, "TIME", line_number, 0)
-            outputs = build.add_operator(op_name, cost, args, sizes, aliases, results, line_number)
-            names.update(zip(results, outputs))
-        elif instruction == "RELEASE":
-            tensor = names.get(tensor_name(record, "NAME", line_number))
-            if tensor is not None:
-                build.tensor_refs[tensor] -= 1
-                schedule.append((RELEASE, tensor))
-        elif instruction == "COPY":
-            destination, src = tensor_name(record, "DST", line_number), tensor_name(record, "SRC", line_number)
-            if destination in names:
-                raise build.error(line_number, f"COPY to already defined tensor {destination!r}")
-            tensor = lookup(src, line_number)
-            names[destination] = tensor
-            build.tensor_refs[tensor] += 1
-            schedule.append((GET, tensor))
-        elif instruction == "CONSTANT":
-            name_ = tensor_name(record, "NAME", line_number)
-            memory_line, memory = take("MEMORY", name_, line_number)
-            size = number(memory, "MEMORY", memory_line, 0)
-            (tensor,) = build.add_operator(CONSTANT_OP, 0, (), (size,), (-1,), (name_,), line_number)
-            schedule.append((PIN, tensor))
-            names[name_] = tensor
-        elif instruction == "MUTATE":
-            op_name = tensor_name(record, "NAME", line_number)
-            arg_names = tensor_names(record, "ARGS", line_number)
-            mutated = _field(record, "MUTATE", source, line_number)
-            build.in_backward |= "backward" in op_name
-            args = [lookup(arg, line_number) for arg in arg_names]
-            for index in mutated:
-                if not 0 <= index < len(args):
-                    raise build.error(line_number, f"MUTATE index {index} out of range for {len(args)} arguments")
-            sizes = [build.storage_size(args[index]) for index in mutated]
-            new_names = [build.tensor_names[args[index]] + "$" for index in mutated]
-            cost = number(record, "TIME", line_number, 0)
-            outputs = build.add_operator(op_name, cost, args, sizes, [-1] * len(mutated), new_names, line_number)
-            for index, new_tensor in zip(mutated, outputs):
-                old_tensor = names[arg_names[index]]
-                names[arg_names[index]] = new_tensor
-                build.tensor_refs[old_tensor] -= 1
-                schedule.append((RELEASE, old_tensor))
-        elif instruction == "ANNOTATE":
-            if record.get("ANNOTATION") == "BACKWARD":
-                build.in_backward = True
-        elif instruction == "COPY_FROM":
-            destination, src = tensor_name(record, "DST", line_number), tensor_name(record, "SRC", line_number)
-            old_tensor = lookup(destination, line_number)
-            tensor = lookup(src, line_number)
-            names[destination] = tensor
-            build.tensor_refs[old_tensor] -= 1
-            build.tensor_refs[tensor] += 1
-            schedule.append((RELEASE, old_tensor))
-            schedule.append((GET, tensor))
-        else:  # MEMORY or ALIAS outside of the CONSTANT/CALL they belong to
+        step = _INSTRUCTIONS.get(instruction)
+        if step is None:  # MEMORY or ALIAS outside of the CONSTANT/CALL they belong to
             raise build.error(line_number, f"{instruction} line does not follow a CONSTANT or CALL")
+        step(build, read, line_number, record)
 
     # Outputs: every name still holding a reference is rematerialized and pinned, in
     # the order the names were first defined (a dict keeps simrd's order).
@@ -387,6 +277,148 @@ def parse_lines(lines: Iterable[str | bytes], source: str = "<log>", name: str |
         schedule=tuple(build.schedule),
         source=source,
     )
+
+
+def _start_position(records: list[tuple[int, dict]], source: str) -> int:
+    """The index of the record after ``ANNOTATE START``."""
+    position = 0
+    while position < len(records) and not (
+        records[position][1]["INSTRUCTION"] == "ANNOTATE" and records[position][1].get("ANNOTATION") == "START"
+    ):
+        position += 1
+    if position == len(records):
+        raise TraceFormatError(source, None, "no ANNOTATE START in the log (load it with start=False)")
+    return position + 1
+
+
+class _Records:
+    """The log's records from ``position`` on, and their fields read with the checks that name the line."""
+
+    def __init__(self, records: list[tuple[int, dict]], source: str, position: int):
+        self.records = records
+        self.source = source
+        self.position = position
+
+    def take(self, expected: str, result_name: str, after: int) -> tuple[int, dict]:
+        """The next record, which must be ``expected`` (MEMORY or ALIAS) for ``result_name``."""
+        if self.position >= len(self.records):
+            raise TraceFormatError(self.source, after,
+                                   f"log ends where a {expected} line for {result_name!r} should follow")
+        line_number, record = self.records[self.position]
+        self.position += 1
+        if record["INSTRUCTION"] != expected or record.get("NAME") != result_name:
+            raise TraceFormatError(self.source, line_number,
+                                   f"expected {expected} for {result_name!r}, found {record['INSTRUCTION']}")
+        return line_number, record
+
+    def number(self, record: dict, key: str, line_number: int, minimum: int | None = None) -> int:
+        """``record[key]`` as an integer; a plain in-range int (every real log's) skips the checks."""
+        value = record.get(key)
+        if type(value) is int and (minimum is None or value >= minimum) and value <= _LARGEST:
+            return value
+        return _integer(_field(record, key, self.source, line_number), key, self.source, line_number, minimum)
+
+    def tensor_names(self, record: dict, key: str, line_number: int) -> list[str]:
+        value = record.get(key)
+        if type(value) is list and all(map(_is_str, value)):
+            return value
+        return _field(record, key, self.source, line_number)  # raises, naming the field
+
+    def tensor_name(self, record: dict, key: str, line_number: int) -> str:
+        value = record.get(key)
+        return value if type(value) is str else _field(record, key, self.source, line_number)
+
+
+def _read_call(build: _Builder, read: _Records, line_number: int, record: dict) -> None:
+    op_name = read.tensor_name(record, "NAME", line_number)
+    results = read.tensor_names(record, "RESULT", line_number)
+    arg_names = read.tensor_names(record, "ARGS", line_number)
+    build.in_backward |= "backward" in op_name
+    sizes, aliases = [], []
+    for result_name in results:
+        memory_line, memory = read.take("MEMORY", result_name, line_number)
+        alias_line, alias = read.take("ALIAS", result_name, line_number)
+        alias_index = read.number(alias, "ALIAS", alias_line)
+        size = read.number(memory, "MEMORY", memory_line, 0)
+        sizes.append(0 if alias_index != -1 else size)
+        aliases.append(alias_index)
+    args = [build.lookup(arg, line_number) for arg in arg_names]
+    for alias_index in aliases:
+        if not -1 <= alias_index < len(args):
+            raise build.error(line_number, f"ALIAS index {alias_index} out of range for {len(args)} arguments")
+    for result_name in results:
+        if result_name in build.names:
+            raise build.error(line_number, f"CALL result {result_name!r} is already defined")
+    cost = read.number(record, "TIME", line_number, 0)
+    outputs = build.add_operator(op_name, cost, args, sizes, aliases, results, line_number)
+    build.names.update(zip(results, outputs))
+
+
+def _read_release(build: _Builder, read: _Records, line_number: int, record: dict) -> None:
+    tensor = build.names.get(read.tensor_name(record, "NAME", line_number))
+    if tensor is not None:
+        build.tensor_refs[tensor] -= 1
+        build.schedule.append((RELEASE, tensor))
+
+
+def _read_copy(build: _Builder, read: _Records, line_number: int, record: dict) -> None:
+    destination, src = read.tensor_name(record, "DST", line_number), read.tensor_name(record, "SRC", line_number)
+    if destination in build.names:
+        raise build.error(line_number, f"COPY to already defined tensor {destination!r}")
+    tensor = build.lookup(src, line_number)
+    build.names[destination] = tensor
+    build.tensor_refs[tensor] += 1
+    build.schedule.append((GET, tensor))
+
+
+def _read_constant(build: _Builder, read: _Records, line_number: int, record: dict) -> None:
+    name = read.tensor_name(record, "NAME", line_number)
+    memory_line, memory = read.take("MEMORY", name, line_number)
+    size = read.number(memory, "MEMORY", memory_line, 0)
+    (tensor,) = build.add_operator(CONSTANT_OP, 0, (), (size,), (-1,), (name,), line_number)
+    build.schedule.append((PIN, tensor))
+    build.names[name] = tensor
+
+
+def _read_mutate(build: _Builder, read: _Records, line_number: int, record: dict) -> None:
+    op_name = read.tensor_name(record, "NAME", line_number)
+    arg_names = read.tensor_names(record, "ARGS", line_number)
+    mutated = _field(record, "MUTATE", read.source, line_number)
+    build.in_backward |= "backward" in op_name
+    args = [build.lookup(arg, line_number) for arg in arg_names]
+    for index in mutated:
+        if not 0 <= index < len(args):
+            raise build.error(line_number, f"MUTATE index {index} out of range for {len(args)} arguments")
+    sizes = [build.storage_size(args[index]) for index in mutated]
+    new_names = [build.tensor_names[args[index]] + "$" for index in mutated]
+    cost = read.number(record, "TIME", line_number, 0)
+    outputs = build.add_operator(op_name, cost, args, sizes, [-1] * len(mutated), new_names, line_number)
+    for index, new_tensor in zip(mutated, outputs):
+        old_tensor = build.names[arg_names[index]]
+        build.names[arg_names[index]] = new_tensor
+        build.tensor_refs[old_tensor] -= 1
+        build.schedule.append((RELEASE, old_tensor))
+
+
+def _read_annotate(build: _Builder, read: _Records, line_number: int, record: dict) -> None:
+    if record.get("ANNOTATION") == "BACKWARD":
+        build.in_backward = True
+
+
+def _read_copy_from(build: _Builder, read: _Records, line_number: int, record: dict) -> None:
+    destination, src = read.tensor_name(record, "DST", line_number), read.tensor_name(record, "SRC", line_number)
+    old_tensor = build.lookup(destination, line_number)
+    tensor = build.lookup(src, line_number)
+    build.names[destination] = tensor
+    build.tensor_refs[old_tensor] -= 1
+    build.tensor_refs[tensor] += 1
+    build.schedule.append((RELEASE, old_tensor))
+    build.schedule.append((GET, tensor))
+
+
+#: What each instruction does to the trace being built (MEMORY and ALIAS are read by CALL and CONSTANT).
+_INSTRUCTIONS = {"CALL": _read_call, "RELEASE": _read_release, "COPY": _read_copy, "CONSTANT": _read_constant,
+                 "MUTATE": _read_mutate, "ANNOTATE": _read_annotate, "COPY_FROM": _read_copy_from}
 
 
 def trace_name(path: str | os.PathLike) -> str:
