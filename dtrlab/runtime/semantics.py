@@ -5,6 +5,9 @@ its options, the runtime semantics (``enforce``), the device capacity under ``"a
 the overhead limit. They used to travel as five loose keyword arguments through every simulate,
 sweep, census, intervention and execution function; now they travel as one ``Semantics``.
 ``Semantics()`` is simrd's reference configuration: flat memory, ``reserved``, no device, 2.0.
+:func:`check_semantics` and :func:`memory_spec` validate and normalize its parts
+(:meth:`Semantics.normalized` applies both); :func:`refuse_loose` turns an old loose keyword
+into a one-line error naming the value it now travels in.
 """
 
 from __future__ import annotations
