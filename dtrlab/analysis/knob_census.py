@@ -1,0 +1,340 @@
+"""Census of torch.compile's activation-memory knob: where lowering it raises the peak, and which knob fits a byte budget.
+
+``torch._functorch.config.activation_memory_budget`` (0..1) asks the min-cut partitioner to
+keep at most that fraction of the saved-activation memory it would otherwise save. The
+partitioner's own objective moves as asked; the step's peak in bytes need not
+(pytorch/pytorch#197838: 0.15 -> 0.05 raised a llama step's peak 4.17x). A user has a
+budget in bytes, so the useful questions are, per accounting of the peak (flat bytes,
+the caching allocator's allocated and reserved bytes):
+
+* where the peak moves *against* the knob (a lower knob, a higher peak) and the
+  **non-monotone regions** (knobs where some larger knob gives a strictly lower peak);
+* for every byte budget, the knob values that fit (peak <= budget) and the **holes**:
+  knobs that do not fit although a smaller and a larger knob both fit;
+* the smallest byte budget the knob can reach, and the **bytes-to-knob map**: the
+  largest knob that fits a budget, and whether every smaller knob fits too.
+
+Method (:func:`census_knob`): evaluate a grid (0..1 every 0.01 by default), then bisect
+every pair of neighbouring samples whose peaks differ under any accounting until
+neighbours with different peaks are at most ``resolution`` apart (1e-4 by default).
+Every step change and every edge where the peak moves against the knob is thus located
+to within the resolution. The peak is taken as constant between neighbours with equal
+peaks; that is the limit: a feature narrower than the grid step whose two neighbouring
+grid samples have equal peaks (a spike that rises and falls back between two grid knobs)
+is not seen. What is guaranteed: every reported peak, change, region and hole is made of
+evaluated knobs (nothing is interpolated), and every change between differing grid
+neighbours is bracketed to within the resolution (:meth:`KnobCensus.check_resolution`).
+
+The census takes an evaluation function ``knob -> dict`` (the capture's per-knob
+partition and replay, :func:`dtrlab.trace.partition.knob_peaks` bound to a joint
+graph), so it runs on planted curves in the tests; :func:`analyse` recomputes every
+table from the samples alone, which is how shipped censuses are read back.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+#: The peak columns the census reads, one per accounting of the step's memory.
+ACCOUNTINGS = ("flat_peak", "allocated_peak", "reserved_peak")
+#: Knob values are rounded to this many decimals (grid values print as 0.05, not 0.05000000000000001).
+KNOB_DECIMALS = 12
+
+
+@dataclass(frozen=True)
+class KnobPlan:
+    """The knob values to evaluate: ``low..high`` every ``step`` (or the listed ``knobs``), each pair of
+    neighbours with different peaks bisected down to ``resolution``; ``max_evaluations`` bounds the work."""
+
+    low: float = 0.0
+    high: float = 1.0
+    step: float = 0.01
+    resolution: float = 1e-4
+    knobs: tuple[float, ...] | None = None
+    accountings: tuple[str, ...] = ACCOUNTINGS
+    max_evaluations: int = 5000
+
+    def __post_init__(self):
+        values = [self.low, self.high, *(self.knobs or ())]
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v <= 1 for v in values):
+            raise ValueError(f"knob values are fractions in [0, 1] (activation_memory_budget), got {values}")
+        if self.low > self.high:
+            raise ValueError(f"the knob range runs from low to high, got {self.low}:{self.high}")
+        if not (math.isfinite(self.step) and self.step > 0):
+            raise ValueError(f"the knob step must be > 0, got {self.step}")
+        if not (math.isfinite(self.resolution) and self.resolution > 0):
+            raise ValueError(f"the resolution must be > 0, got {self.resolution}")
+
+    def grid(self) -> list[float]:
+        if self.knobs is not None:
+            return sorted({round(float(k), KNOB_DECIMALS) for k in self.knobs})
+        count = int(math.floor((self.high - self.low) / self.step + 1e-9))
+        values = {round(self.low + i * self.step, KNOB_DECIMALS) for i in range(count + 1)}
+        values.add(round(self.high, KNOB_DECIMALS))
+        return sorted(values)
+
+    def describe(self) -> str:
+        where = ",".join(f"{k:g}" for k in self.grid()) if self.knobs is not None else \
+            f"{self.low:g}:{self.high:g}:{self.step:g}"
+        return f"{where}, refined to {self.resolution:g}"
+
+
+def parse_knobs(text: str) -> dict:
+    """``START:STOP:STEP`` (e.g. ``0:1:0.01``) or a list ``0.05,0.15`` as :class:`KnobPlan` fields."""
+    text = text.strip()
+    try:
+        if ":" in text:
+            parts = [float(p) for p in text.split(":")]
+            if len(parts) != 3:
+                raise ValueError
+            low, high, step = parts
+            fields = {"low": low, "high": high, "step": step}
+        else:
+            knobs = tuple(float(p) for p in text.split(","))
+            fields = {"low": min(knobs), "high": max(knobs), "knobs": knobs}
+    except ValueError:
+        raise ValueError(f"expected START:STOP:STEP such as 0:1:0.01, or a list such as 0.05,0.15; got {text!r}") \
+            from None
+    KnobPlan(**fields)  # the range's own checks, with their messages
+    return fields
+
+
+@dataclass(frozen=True)
+class KnobChoice:
+    """What the census says about one byte budget under one accounting."""
+
+    budget: int
+    accounting: str
+    largest_fitting_knob: float | None  # None: no evaluated knob fits
+    smallest_fitting_knob: float | None
+    lowering_is_safe: bool  # every evaluated knob at or below the largest fitting one fits
+    holes: tuple[tuple[float, float], ...]  # (first, last) evaluated knob of each hole
+
+
+@dataclass
+class KnobCensus:
+    """One model's census. ``samples``: one row per evaluated knob (``source`` grid or refine) with the
+    evaluation's columns; ``changes``: neighbours whose peaks differ (``against``: the lower knob has the
+    higher peak); ``regions``: runs of knobs some larger knob beats; ``holes``: per budget level (budgets
+    ``budget_from..budget_to``) the runs of knobs that do not fit between knobs that do; ``knob_map``: per
+    budget level the largest and smallest fitting knob; ``summary``: one row per accounting."""
+
+    name: str
+    plan: KnobPlan
+    samples: pd.DataFrame
+    changes: pd.DataFrame
+    regions: pd.DataFrame
+    holes: pd.DataFrame
+    knob_map: pd.DataFrame
+    summary: pd.DataFrame
+    seconds: float = 0.0
+    meta: dict = field(default_factory=dict)
+
+    def curve(self, accounting: str) -> tuple[list[float], list[int]]:
+        return self.samples["knob"].tolist(), self.samples[accounting].astype("int64").tolist()
+
+    def knob_for_budget(self, budget: int, accounting: str = "allocated_peak") -> KnobChoice:
+        """The bytes-to-knob map at one budget."""
+        knobs, peaks = self.curve(accounting)
+        return _choice(knobs, peaks, int(budget), accounting)
+
+    def check_resolution(self) -> list[tuple[str, float, float]]:
+        """Neighbours with different peaks further apart than the resolution (empty when it is honoured,
+        unless the evaluation limit stopped the refinement)."""
+        wide = []
+        for accounting in self.plan.accountings:
+            knobs, peaks = self.curve(accounting)
+            wide += [(accounting, a, b) for a, b, pa, pb in zip(knobs, knobs[1:], peaks, peaks[1:])
+                     if pa != pb and b - a > self.plan.resolution]
+        return wide
+
+
+def census_knob(evaluate: Callable[[float], dict], plan: KnobPlan = KnobPlan(), name: str = "",
+                progress: bool = False) -> KnobCensus:
+    """Evaluate ``plan``'s grid, bisect every change down to the resolution, and analyse (module docstring)."""
+    started = time.perf_counter()
+    rows: dict[float, dict] = {}
+    bar = _progress_bar(progress, len(plan.grid()), name)
+
+    def run(knobs: list[float], source: str) -> None:
+        for knob in knobs:
+            if len(rows) >= plan.max_evaluations:
+                return
+            row = dict(evaluate(knob))
+            _check_row(row, knob, plan.accountings)
+            rows[knob] = {**row, "knob": knob, "source": source}
+            if bar is not None:
+                bar.update(1)
+
+    run(plan.grid(), "grid")
+    while len(rows) < plan.max_evaluations:
+        midpoints = _midpoints(rows, plan)
+        if not midpoints:
+            break
+        if bar is not None:
+            bar.total += len(midpoints)
+            bar.refresh()
+        run(midpoints, "refine")
+    if bar is not None:
+        bar.close()
+    samples = pd.DataFrame([rows[k] for k in sorted(rows)])
+    census = analyse(samples, plan, name)
+    census.seconds = time.perf_counter() - started
+    census.meta["refinement_complete"] = not census.check_resolution()
+    return census
+
+
+def _progress_bar(progress: bool, total: int, name: str):
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=f"knob {name}".strip(), unit="knob")
+
+
+def _check_row(row: dict, knob: float, accountings: tuple[str, ...]) -> None:
+    for accounting in accountings:
+        value = row.get(accounting)
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"the evaluation at knob {knob} gave {accounting}={value!r}; expected bytes >= 0")
+
+
+def _midpoints(rows: dict[float, dict], plan: KnobPlan) -> list[float]:
+    """The midpoint of every pair of neighbours whose peaks differ under some accounting and that are
+    more than the resolution apart."""
+    knobs = sorted(rows)
+    midpoints = []
+    for a, b in zip(knobs, knobs[1:]):
+        if b - a > plan.resolution and any(rows[a][c] != rows[b][c] for c in plan.accountings):
+            midpoint = round((a + b) / 2, KNOB_DECIMALS)
+            if a < midpoint < b:
+                midpoints.append(midpoint)
+    return midpoints
+
+
+def analyse(samples: pd.DataFrame, plan: KnobPlan, name: str = "") -> KnobCensus:
+    """Every table of the census from its samples (columns ``knob`` and the plan's accountings)."""
+    samples = samples.sort_values("knob", ignore_index=True)
+    changes, regions, holes, knob_map, summary = [], [], [], [], []
+    for accounting in plan.accountings:
+        knobs = samples["knob"].astype(float).tolist()
+        peaks = samples[accounting].astype("int64").tolist()
+        changes += [{"accounting": accounting, **c} for c in _changes(knobs, peaks)]
+        found_regions = _regions(knobs, peaks)
+        regions += [{"accounting": accounting, **r} for r in found_regions]
+        levels = _levels(knobs, peaks)
+        holes += [{"accounting": accounting, **h} for h in levels["holes"]]
+        knob_map += [{"accounting": accounting, **m} for m in levels["map"]]
+        summary.append({"accounting": accounting, **_summary(knobs, peaks, found_regions, levels)})
+    columns = {
+        "changes": ["accounting", "knob_below", "knob_above", "peak_below", "peak_above", "against"],
+        "regions": ["accounting", "knob_from", "knob_to", "peak_max", "beaten_by_knob", "beaten_by_peak", "rise"],
+        "holes": ["accounting", "budget_from", "budget_to", "knob_from", "knob_to", "fits_below", "fits_above"],
+        "map": ["accounting", "budget_from", "budget_to", "largest_fitting_knob", "smallest_fitting_knob",
+                "holes", "lowering_is_safe"],
+    }
+    return KnobCensus(name=name, plan=plan, samples=samples,
+                      changes=pd.DataFrame(changes, columns=columns["changes"]),
+                      regions=pd.DataFrame(regions, columns=columns["regions"]),
+                      holes=pd.DataFrame(holes, columns=columns["holes"]),
+                      knob_map=pd.DataFrame(knob_map, columns=columns["map"]),
+                      summary=pd.DataFrame(summary))
+
+
+def _changes(knobs: list[float], peaks: list[int]) -> list[dict]:
+    return [{"knob_below": a, "knob_above": b, "peak_below": pa, "peak_above": pb, "against": pa > pb}
+            for a, b, pa, pb in zip(knobs, knobs[1:], peaks, peaks[1:]) if pa != pb]
+
+
+def _suffix_minima(peaks: list[int]) -> list[tuple[int, int] | None]:
+    """For each index, (lowest peak at a strictly larger knob, the first index reaching it), None for the last."""
+    out: list[tuple[int, int] | None] = [None] * len(peaks)
+    best: tuple[int, int] | None = None
+    for i in range(len(peaks) - 1, -1, -1):
+        out[i] = best
+        if best is None or peaks[i] <= best[0]:
+            best = (peaks[i], i)
+    return out
+
+
+def _regions(knobs: list[float], peaks: list[int]) -> list[dict]:
+    """Maximal runs of knobs whose peak some larger knob beats (the knob is not monotone there)."""
+    minima = _suffix_minima(peaks)
+    beaten = [m is not None and peaks[i] > m[0] for i, m in enumerate(minima)]
+    regions, i = [], 0
+    while i < len(knobs):
+        if not beaten[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(knobs) and beaten[j + 1]:
+            j += 1
+        peak_max = max(peaks[i:j + 1])
+        best_peak, best_index = minima[j]
+        regions.append({"knob_from": knobs[i], "knob_to": knobs[j], "peak_max": peak_max,
+                        "beaten_by_knob": knobs[best_index], "beaten_by_peak": best_peak,
+                        "rise": peak_max / best_peak if best_peak else math.inf})
+        i = j + 1
+    return regions
+
+
+def _runs(flags: list[bool]) -> list[tuple[int, int]]:
+    """(first, last) index of each maximal run of True."""
+    runs, start = [], None
+    for i, flag in enumerate([*flags, False]):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            runs.append((start, i - 1))
+            start = None
+    return runs
+
+
+def _levels(knobs: list[float], peaks: list[int]) -> dict:
+    """Holes and the bytes-to-knob map at every budget level (the fitting set changes only at a peak value)."""
+    levels = sorted(set(peaks))
+    holes, knob_map = [], []
+    for index, level in enumerate(levels):
+        budget_to = levels[index + 1] - 1 if index + 1 < len(levels) else None
+        choice = _choice(knobs, peaks, level, "")
+        for first, last in choice.holes:
+            i, j = knobs.index(first), knobs.index(last)
+            holes.append({"budget_from": level, "budget_to": budget_to, "knob_from": first, "knob_to": last,
+                          "fits_below": knobs[i - 1], "fits_above": knobs[j + 1]})
+        knob_map.append({"budget_from": level, "budget_to": budget_to,
+                         "largest_fitting_knob": choice.largest_fitting_knob,
+                         "smallest_fitting_knob": choice.smallest_fitting_knob,
+                         "holes": len(choice.holes), "lowering_is_safe": choice.lowering_is_safe})
+    return {"holes": holes, "map": knob_map}
+
+
+def _choice(knobs: list[float], peaks: list[int], budget: int, accounting: str) -> KnobChoice:
+    fits = [p <= budget for p in peaks]
+    fitting = [i for i, f in enumerate(fits) if f]
+    if not fitting:
+        return KnobChoice(budget, accounting, None, None, False, ())
+    low, high = fitting[0], fitting[-1]
+    holes = tuple((knobs[a], knobs[b]) for a, b in _runs([not f for f in fits]) if a > low and b < high)
+    return KnobChoice(budget, accounting, knobs[high], knobs[low], all(fits[:high + 1]), holes)
+
+
+def _summary(knobs: list[float], peaks: list[int], regions: list[dict], levels: dict) -> dict:
+    """The headline numbers of one accounting: the reachable minimum, the worst rise from lowering the
+    knob (the largest peak(k) / peak(k') over k < k'), and counts."""
+    minimum = min(peaks)
+    at_minimum = [k for k, p in zip(knobs, peaks) if p == minimum]
+    worst = (1.0, None, None)
+    for i, m in enumerate(_suffix_minima(peaks)):
+        if m is not None and m[0] > 0 and peaks[i] / m[0] > worst[0]:
+            worst = (peaks[i] / m[0], knobs[i], knobs[m[1]])
+    return {"min_peak": minimum, "largest_knob_at_min": max(at_minimum), "smallest_knob_at_min": min(at_minimum),
+            "peak_at_lowest_knob": peaks[0], "peak_at_highest_knob": peaks[-1],
+            "changes": sum(a != b for a, b in zip(peaks, peaks[1:])),
+            "against_changes": sum(a > b for a, b in zip(peaks, peaks[1:])),
+            "regions": len(regions), "hole_levels": len({h["budget_from"] for h in levels["holes"]}),
+            "worst_rise": worst[0], "worst_rise_knob_low": worst[1], "worst_rise_knob_high": worst[2]}

@@ -1,0 +1,175 @@
+"""The knob census on planted curves: holes, regions, the bytes-to-knob map, refinement and its limits."""
+
+from __future__ import annotations
+
+import bisect
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dtrlab.analysis.knob_census import ACCOUNTINGS, KnobPlan, analyse, census_knob, parse_knobs
+
+
+def planted(breaks: list[float], values: list[int], calls: list[float] | None = None):
+    """A step curve: ``values[i]`` on [breaks[i-1], breaks[i]) (every accounting the same, reserved one
+    MiB-rounded above allocated so the accountings are distinct columns)."""
+    assert len(values) == len(breaks) + 1
+
+    def evaluate(knob: float) -> dict:
+        if calls is not None:
+            calls.append(knob)
+        peak = values[bisect.bisect_right(breaks, knob)]
+        return {"flat_peak": peak, "allocated_peak": peak, "reserved_peak": peak, "recompute_flops": 1 - knob}
+    return evaluate
+
+
+# A bump: 100 below 0.2, 300 on [0.2, 0.405), 200 on [0.405, 0.6), 400 from 0.6.
+BUMP = planted([0.2, 0.405, 0.6], [100, 300, 200, 400])
+
+
+def test_planted_bump_holes_regions_and_map():
+    census = census_knob(BUMP, KnobPlan(), name="bump")
+    resolution = census.plan.resolution
+    assert census.check_resolution() == [] and census.meta["refinement_complete"]
+    for accounting in ACCOUNTINGS:
+        changes = census.changes[census.changes.accounting == accounting]
+        assert changes[["peak_below", "peak_above", "against"]].values.tolist() == \
+            [[100, 300, False], [300, 200, True], [200, 400, False]]
+        for truth, (_, change) in zip([0.2, 0.405, 0.6], changes.iterrows()):
+            assert change.knob_below < truth <= change.knob_above and change.knob_above - change.knob_below <= \
+                resolution
+        holes = census.holes[census.holes.accounting == accounting]
+        assert len(holes) == 1  # at budgets 200..299 only
+        hole = holes.iloc[0]
+        assert (hole.budget_from, hole.budget_to, hole.knob_from) == (200, 299, 0.2)
+        assert 0.405 - resolution <= hole.knob_to < 0.405 <= hole.fits_above <= 0.405 + resolution
+        assert 0.2 - resolution <= hole.fits_below < 0.2
+        regions = census.regions[census.regions.accounting == accounting]
+        assert len(regions) == 1 and regions.iloc[0].knob_from == 0.2 and regions.iloc[0].rise == 1.5
+        assert regions.iloc[0].beaten_by_peak == 200 and 0.405 <= regions.iloc[0].beaten_by_knob <= 0.405 + resolution
+        knob_map = census.knob_map[census.knob_map.accounting == accounting].set_index("budget_from")
+        assert knob_map.loc[[100, 200, 300], "lowering_is_safe"].tolist() == [True, False, True]
+        assert knob_map.loc[400, "largest_fitting_knob"] == 1.0 and knob_map.loc[100, "smallest_fitting_knob"] == 0.0
+        assert 0.6 - resolution <= knob_map.loc[200, "largest_fitting_knob"] < 0.6
+        summary = census.summary.set_index("accounting").loc[accounting]
+        assert summary.min_peak == 100 and summary.smallest_knob_at_min == 0.0
+        assert summary.worst_rise == 1.5 and summary.worst_rise_knob_low == 0.2
+        assert (summary.regions, summary.hole_levels, summary.against_changes) == (1, 1, 1)
+
+
+def test_knob_for_budget_between_levels():
+    census = census_knob(BUMP, KnobPlan())
+    choice = census.knob_for_budget(250, "flat_peak")
+    assert not choice.lowering_is_safe and len(choice.holes) == 1 and choice.holes[0][0] == 0.2
+    assert 0.6 - census.plan.resolution <= choice.largest_fitting_knob < 0.6
+    below_everything = census.knob_for_budget(99, "flat_peak")
+    assert below_everything.largest_fitting_knob is None and below_everything.holes == ()
+
+
+def test_refinement_finds_a_spike_between_grid_points():
+    # 0.50 and 0.51 differ (100 vs 50); a 2e-4-wide spike of 900 sits between them.
+    census = census_knob(planted([0.503, 0.5032], [100, 900, 50]), KnobPlan())
+    spiked = census.samples[census.samples.flat_peak == 900]
+    assert len(spiked) >= 1 and (spiked.source == "refine").all()
+    assert all(0.503 <= k < 0.5032 for k in spiked.knob)
+    assert census.summary.set_index("accounting").loc["flat_peak", "worst_rise"] == 18.0
+
+
+def test_limit_a_spike_inside_a_cell_with_equal_ends_is_not_seen():
+    # The documented limit: 0.50 and 0.51 both give 100, so nothing is bisected there.
+    census = census_knob(planted([0.503, 0.5032], [100, 900, 100]), KnobPlan())
+    assert census.changes.empty and census.regions.empty and census.holes.empty
+    assert len(census.samples) == 101
+
+
+def test_monotone_curve_has_no_holes_or_regions():
+    census = census_knob(planted([0.1, 0.33, 0.5], [10, 20, 30, 40]), KnobPlan())
+    assert census.holes.empty and census.regions.empty
+    assert census.knob_map.lowering_is_safe.all() and not census.changes.against.any()
+
+
+@st.composite
+def step_curves(draw, step=0.01):
+    """Random step curves whose pieces are all wider than the grid step."""
+    count = draw(st.integers(0, 8))
+    gaps = draw(st.lists(st.floats(step * 1.01, 0.2), min_size=count, max_size=count))
+    breaks, position = [], 0.0
+    for gap in gaps:
+        position += gap
+        if position >= 1:
+            break
+        breaks.append(round(position, 6))
+    values = [draw(st.integers(1, 10**9))]
+    for _ in breaks:
+        values.append(draw(st.integers(1, 10**9).filter(lambda v, last=values[-1]: v != last)))
+    return breaks, values
+
+
+@settings(max_examples=40, deadline=None)
+@given(step_curves())
+def test_guarantee_every_change_is_bracketed_when_pieces_exceed_the_step(curve):
+    breaks, values = curve
+    calls: list[float] = []
+    plan = KnobPlan(accountings=("flat_peak",))
+    census = census_knob(planted(breaks, values, calls), plan)
+    assert census.check_resolution() == []
+    assert len(calls) == len(set(calls)) == len(census.samples)  # each knob evaluated once
+    changes = census.changes
+    assert len(changes) == len(breaks)
+    for truth, (_, change) in zip(breaks, changes.iterrows()):
+        assert change.knob_below < truth <= change.knob_above <= change.knob_below + plan.resolution
+    # Soundness: every sample is the planted value (nothing is interpolated), and every hole's knobs fail
+    # at its budget while the knobs bracketing it fit.
+    for knob, peak in zip(census.samples.knob, census.samples.flat_peak):
+        assert peak == values[bisect.bisect_right(breaks, knob)]
+    for hole in census.holes.itertuples():
+        curve_at = planted(breaks, values)
+        assert curve_at(hole.knob_from)["flat_peak"] > hole.budget_from
+        assert curve_at(hole.fits_below)["flat_peak"] <= hole.budget_from
+        assert curve_at(hole.fits_above)["flat_peak"] <= hole.budget_from
+    monotone = all(a <= b for a, b in zip(values, values[1:]))
+    if monotone:
+        assert census.holes.empty and census.regions.empty
+
+
+def test_resolution_stated_and_honoured():
+    coarse = census_knob(BUMP, KnobPlan(resolution=0.003, accountings=("flat_peak",)))
+    fine = census_knob(BUMP, KnobPlan(resolution=1e-5, accountings=("flat_peak",)))
+    for census in (coarse, fine):
+        gaps = [c.knob_above - c.knob_below for c in census.changes.itertuples()]
+        assert max(gaps) <= census.plan.resolution
+    assert len(fine.samples) > len(coarse.samples)
+    assert "1e-05" in fine.plan.describe()
+
+
+def test_evaluation_limit_is_reported():
+    census = census_knob(BUMP, KnobPlan(max_evaluations=105, accountings=("flat_peak",)))
+    assert len(census.samples) == 105 and census.check_resolution() and not census.meta["refinement_complete"]
+
+
+def test_analyse_recomputes_from_samples():
+    census = census_knob(BUMP, KnobPlan())
+    again = analyse(census.samples.sample(frac=1, random_state=0), census.plan, "bump")
+    for table in ("changes", "regions", "holes", "knob_map", "summary"):
+        assert getattr(again, table).equals(getattr(census, table))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("0:1.5:0.01", "[0, 1]"), ("-0.1:1:0.01", "[0, 1]"), ("0:1", "START:STOP:STEP"), ("a:b:c", "START:STOP:STEP"),
+    ("0.5:0.1:0.01", "low to high"), ("0:1:0", "step must be > 0"), ("0.1,2", "[0, 1]"), ("0:1:nan", "step"),
+])
+def test_bad_knob_ranges(text, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_knobs(text)
+
+
+def test_knob_lists_and_ranges():
+    assert KnobPlan(**parse_knobs("0.15,0.05")).grid() == [0.05, 0.15]
+    grid = KnobPlan(**parse_knobs("0:1:0.01")).grid()
+    assert len(grid) == 101 and grid[5] == 0.05 and grid[-1] == 1.0
+
+
+def test_bad_evaluation_is_named():
+    with pytest.raises(ValueError, match="knob 0.0 gave flat_peak=None"):
+        census_knob(lambda knob: {"allocated_peak": 1, "reserved_peak": 1}, KnobPlan())
