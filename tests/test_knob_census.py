@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dtrlab.analysis.knob_census import ACCOUNTINGS, KnobPlan, analyse, census_knob, parse_knobs
+from dtrlab.analysis.knob_census import (ACCOUNTINGS, KnobPlan, analyse, census_knob, parse_knobs, read_census,
+                                          write_census)
+from dtrlab.integrity import IntegrityError
 
 
 def planted(breaks: list[float], values: list[int], calls: list[float] | None = None):
@@ -173,3 +175,17 @@ def test_knob_lists_and_ranges():
 def test_bad_evaluation_is_named():
     with pytest.raises(ValueError, match="knob 0.0 gave flat_peak=None"):
         census_knob(lambda knob: {"allocated_peak": 1, "reserved_peak": 1}, KnobPlan())
+
+
+def test_write_and_read_back(tmp_path):
+    census = census_knob(BUMP, KnobPlan(), name="bump")
+    paths = write_census(census, tmp_path)
+    assert [p.name for p in paths][-1] == "bump.json" and all(p.exists() for p in paths)
+    again = read_census(tmp_path / "bump.json")
+    for table in ("samples", "changes", "regions", "holes", "knob_map", "summary"):
+        assert getattr(again, table).equals(getattr(census, table)), table
+    assert again.plan == census.plan
+    samples = tmp_path / "bump-samples.parquet"
+    samples.write_bytes(samples.read_bytes()[:-10])
+    with pytest.raises(IntegrityError, match="does not match its sha256"):
+        read_census(tmp_path / "bump.json")

@@ -33,15 +33,24 @@ table from the samples alone, which is how shipped censuses are read back.
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
+from ..integrity import IntegrityError, atomic_write_bytes, atomic_write_json, read_json, sha256_bytes
+
 #: The peak columns the census reads, one per accounting of the step's memory.
 ACCOUNTINGS = ("flat_peak", "allocated_peak", "reserved_peak")
+#: The tables a written census holds, each as ``<name>-<table>.parquet``.
+TABLES = ("samples", "changes", "regions", "holes", "knob_map")
+CENSUS_FORMAT = "dtrlab-knob-census-1"
 #: Knob values are rounded to this many decimals (grid values print as 0.05, not 0.05000000000000001).
 KNOB_DECIMALS = 12
 
@@ -338,3 +347,47 @@ def _summary(knobs: list[float], peaks: list[int], regions: list[dict], levels: 
             "against_changes": sum(a > b for a, b in zip(peaks, peaks[1:])),
             "regions": len(regions), "hole_levels": len({h["budget_from"] for h in levels["holes"]}),
             "worst_rise": worst[0], "worst_rise_knob_low": worst[1], "worst_rise_knob_high": worst[2]}
+
+
+def write_census(census: KnobCensus, directory: str | os.PathLike) -> list[Path]:
+    """Write ``census`` as ``<name>-<table>.parquet`` files and ``<name>.json`` (the plan, the summary, and
+    each table's sha256), each file atomically and the JSON last: a reader starts from the JSON and checks
+    every table against it, so a census cut short (or a mix of an old and a new one) is never read as whole."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    name = census.name or "census"
+    blobs = {}
+    for table in TABLES:
+        buffer = io.BytesIO()
+        getattr(census, table).to_parquet(buffer, index=False)
+        blobs[f"{name}-{table}.parquet"] = buffer.getvalue()
+    document = {"format": CENSUS_FORMAT, "name": census.name, "plan": dataclasses.asdict(census.plan),
+                "seconds": census.seconds, "meta": census.meta,
+                "summary": census.summary.astype(object).where(census.summary.notna(), None).to_dict("records"),
+                "files": {file: sha256_bytes(data) for file, data in blobs.items()}}
+    paths = []
+    for file, data in blobs.items():
+        atomic_write_bytes(directory / file, data)
+        paths.append(directory / file)
+    atomic_write_json(directory / f"{name}.json", document)
+    return [*paths, directory / f"{name}.json"]
+
+
+def read_census(path: str | os.PathLike) -> KnobCensus:
+    """The census written by :func:`write_census` (``path``: its JSON), its samples checked against the JSON
+    and every other table recomputed from them (:func:`analyse`); a damaged file raises IntegrityError."""
+    path = Path(path)
+    document = read_json(path)
+    if not isinstance(document, dict) or document.get("format") != CENSUS_FORMAT:
+        raise IntegrityError(f"{path} is not a dtrlab knob census ({CENSUS_FORMAT})")
+    plan_fields = dict(document["plan"])
+    for key in ("knobs", "accountings"):
+        if plan_fields.get(key) is not None:
+            plan_fields[key] = tuple(plan_fields[key])
+    samples_file = f"{document['name'] or 'census'}-samples.parquet"
+    data = (path.parent / samples_file).read_bytes()
+    if sha256_bytes(data) != document["files"].get(samples_file):
+        raise IntegrityError(f"{path.parent / samples_file} does not match its sha256 in {path}")
+    census = analyse(pd.read_parquet(io.BytesIO(data)), KnobPlan(**plan_fields), document["name"])
+    census.seconds, census.meta = document["seconds"], document["meta"]
+    return census
