@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dtrlab.analysis.knob_census import (ACCOUNTINGS, KnobPlan, analyse, census_knob, parse_knobs, read_census,
-                                          write_census)
+from dtrlab.analysis.knob_census import (ACCOUNTINGS, KnobPlan, analyse, census_knob, dtr_beside_knob, parse_knobs,
+                                          read_census, write_census)
 from dtrlab.integrity import IntegrityError
 
 
@@ -189,3 +189,29 @@ def test_write_and_read_back(tmp_path):
     samples.write_bytes(samples.read_bytes()[:-10])
     with pytest.raises(IntegrityError, match="does not match its sha256"):
         read_census(tmp_path / "bump.json")
+
+
+def test_dtr_beside_the_knob_on_the_same_budgets():
+    from dtrlab.runtime import baseline, simulate
+    from dtrlab.sweep.execution import SERIAL
+    from dtrlab.trace import load
+    from conftest import ROOT
+
+    trace = load(ROOT / "traces" / "unet-b2.jsonl.gz")
+    peak = baseline(trace).peak_memory
+    fractions = [0.3, 0.9, 0.5, 1.0]
+
+    def evaluate(knob):
+        value = int(peak * fractions[bisect.bisect_right([0.2, 0.405, 0.6], knob)])
+        return {"flat_peak": value, "allocated_peak": value, "reserved_peak": value, "recompute_flops": 1000 - knob}
+    census = census_knob(evaluate, KnobPlan(step=0.05, resolution=0.01), name="unet")
+    budgets = [int(peak * 0.25), int(peak * 0.5), int(peak * 0.7), peak]
+    table = dtr_beside_knob(census, trace, budgets=budgets, execution=SERIAL.with_(cache=False, progress=False))
+    assert table.budget_bytes.tolist() == budgets
+    assert table.knob_fits.tolist() == [False, True, True, True]
+    assert table.knob_lowering_is_safe.tolist() == [False, False, False, True]
+    for row in table.itertuples():
+        assert row.dtr_status == simulate(trace, "dtr", budget_bytes=row.budget_bytes).status
+        if row.knob_fits:
+            assert row.knob_recompute_flops == 1000 - row.largest_fitting_knob
+    assert (table.monotone_status == "pass").is_monotonic_increasing

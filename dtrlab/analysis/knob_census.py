@@ -391,3 +391,55 @@ def read_census(path: str | os.PathLike) -> KnobCensus:
     census = analyse(pd.read_parquet(io.BytesIO(data)), KnobPlan(**plan_fields), document["name"])
     census.seconds, census.meta = document["seconds"], document["meta"]
     return census
+
+
+#: The DTR semantics that limit the same quantity as each knob accounting: flat bytes, the caching
+#: allocator's allocated bytes (the DTR prototype's enforcement) and its reserved bytes.
+DTR_SEMANTICS = {"flat_peak": {}, "allocated_peak": {"memory": "caching", "enforce": "allocated"},
+                 "reserved_peak": {"memory": "caching"}}
+
+
+def dtr_beside_knob(census: KnobCensus, trace, accounting: str = "flat_peak", budgets=None,
+                    semantics=None, execution=None) -> pd.DataFrame:
+    """At each byte budget: does some knob value fit (and the largest that does, with its recompute FLOPs),
+    does DTR pass on ``trace`` (the same step, captured by :func:`dtrlab.trace.capture.capture`) and at what
+    recompute, and does ``monotone(dtr)`` pass (flat memory only: its guarantee needs it; NaN otherwise).
+
+    ``budgets`` default to the knob's peak levels under ``accounting`` and every 5% of the trace's unbounded
+    peak. ``semantics`` default to the DTR
+    semantics that limit the same quantity (:data:`DTR_SEMANTICS`); ``execution`` to a serial, cached run.
+    Recompute is in each side's own unit: the partitioner's FLOPs, and DTR's ``remat_compute`` in the
+    trace's cost unit, with ``dtr_overhead`` (clock over the step's compute) to compare shapes."""
+    from ..runtime import baseline
+    from ..runtime.semantics import Semantics
+    from ..sweep import sweep
+    from ..sweep.execution import SERIAL
+
+    semantics = semantics or Semantics(**DTR_SEMANTICS[accounting])
+    execution = execution or SERIAL
+    knobs, peaks = census.curve(accounting)
+    if budgets is None:
+        budgets = [*peaks, *(int(baseline(trace).peak_memory * step / 20) for step in range(1, 21))]
+    budgets = sorted({int(b) for b in budgets})
+    run_options = dict(budgets=budgets, jobs=execution.jobs, backend=execution.backend, client=execution.client,
+                       cache=execution.cache, progress=execution.progress, overhead_limit=semantics.overhead_limit,
+                       memory=semantics.memory, memory_options=semantics.options, enforce=semantics.enforce,
+                       device_capacity=semantics.device_capacity)
+    dtr = sweep(trace, "dtr", **run_options).set_index("budget_bytes")
+    flat = semantics.memory == "flat"
+    monotone = sweep(trace, "monotone", **run_options).set_index("budget_bytes") if flat else None
+    samples = census.samples.set_index("knob")
+    rows = []
+    for budget in budgets:
+        choice = _choice(knobs, peaks, budget, accounting)
+        knob = choice.largest_fitting_knob
+        rows.append({
+            "budget_bytes": budget, "knob_fits": knob is not None, "largest_fitting_knob": knob,
+            "knob_lowering_is_safe": choice.lowering_is_safe,
+            "knob_recompute_flops": samples.at[knob, "recompute_flops"] if knob is not None and
+            "recompute_flops" in samples else math.nan,
+            "dtr_status": dtr.at[budget, "status"], "dtr_remat_compute": dtr.at[budget, "remat_compute"],
+            "dtr_overhead": dtr.at[budget, "overhead"],
+            "monotone_status": monotone.at[budget, "status"] if flat else None,
+            "monotone_overhead": monotone.at[budget, "overhead"] if flat else math.nan})
+    return pd.DataFrame(rows)
