@@ -215,3 +215,71 @@ def test_dtr_beside_the_knob_on_the_same_budgets():
         if row.knob_fits:
             assert row.knob_recompute_flops == 1000 - row.largest_fitting_knob
     assert (table.monotone_status == "pass").is_monotonic_increasing
+
+
+# ------------------------------------------------------------------ the command line
+
+def refused(capsys, argv, *names) -> str:
+    """``dtrlab ARGV`` must exit 2 with one line naming each of ``names`` (as tests/test_cli_errors.py)."""
+    from dtrlab.cli import main
+
+    code = main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"dtrlab {argv[0]}: error: "), err
+    for name in names:
+        assert str(name) in err, (name, err)
+    return err
+
+
+@pytest.fixture
+def written(tmp_path):
+    census = census_knob(BUMP, KnobPlan(), name="bump")
+    write_census(census, tmp_path / "census")
+    return tmp_path / "census" / "bump.json"
+
+
+@pytest.mark.parametrize("knobs, says", [("0:1.5:0.01", "[0, 1]"), ("-0.2,0.5", "[0, 1]"), ("0:1", "START:STOP:STEP"),
+                                         ("0:1:zero", "START:STOP:STEP"), ("1:0:0.1", "low to high")])
+def test_cli_refuses_bad_knobs_and_writes_nothing(capsys, tmp_path, written, knobs, says):
+    out = tmp_path / "out"
+    refused(capsys, ["knob", written, f"--knobs={knobs}", "--out", out], "--knobs", says)
+    assert not out.exists()
+
+
+def test_cli_refuses_bad_budgets_and_outputs(capsys, tmp_path, written):
+    refused(capsys, ["knob", written, "--budget", "40GIB"], "--budget", "40GIB")
+    refused(capsys, ["knob", written, "--budget", "1.25x"], "--budget", "bytes")
+    refused(capsys, ["knob", written, "--out", written], "--out", "is a file")
+    refused(capsys, ["knob", written, "--accounting", "alocated"], "did you mean 'allocated'")
+    refused(capsys, ["knob", written, "--resolution", "0"], "--resolution")
+
+
+def test_cli_refuses_a_torch_without_the_knob(capsys, tmp_path, monkeypatch):
+    import types
+
+    import torch._functorch.config
+
+    monkeypatch.setattr(torch._functorch, "config", types.SimpleNamespace())
+    out = tmp_path / "out"
+    refused(capsys, ["knob", "mlp", "--out", out], "activation_memory_budget", torch.__version__)
+    assert not out.exists()
+
+
+def test_cli_refuses_a_damaged_census(capsys, written):
+    samples = written.parent / "bump-samples.parquet"
+    samples.write_bytes(samples.read_bytes()[:100])
+    refused(capsys, ["knob", written], "bump-samples.parquet", "sha256")
+
+
+def test_cli_reads_a_census_back_and_answers_budgets(capsys, tmp_path, written):
+    from dtrlab.cli import main
+
+    assert main(["knob", str(written), "--budget", "250", "--budget", "350", "--accounting", "flat",
+                 "--out", str(tmp_path / "again")]) == 0
+    out = capsys.readouterr().out
+    assert "budget 250 bytes" in out and "lowering it is NOT safe: knobs 0.2..0.40" in out
+    assert "budget 350 bytes" in out and "every smaller knob fits too" in out
+    assert "non-monotone regions (flat_peak)" in out and "holes (flat_peak)" in out
+    again = read_census(tmp_path / "again" / "bump.json")
+    assert again.holes.equals(read_census(written).holes)
