@@ -283,3 +283,15 @@ def test_cli_reads_a_census_back_and_answers_budgets(capsys, tmp_path, written):
     assert "non-monotone regions (flat_peak)" in out and "holes (flat_peak)" in out
     again = read_census(tmp_path / "again" / "bump.json")
     assert again.holes.equals(read_census(written).holes)
+
+
+def test_read_checks_the_manifest(tmp_path):
+    from dtrlab.integrity import write_manifest
+
+    census = census_knob(BUMP, KnobPlan(step=0.1), name="bump")
+    write_census(census, tmp_path / "knob")
+    write_manifest(tmp_path)
+    assert read_census(tmp_path / "knob" / "bump.json", tmp_path).holes.equals(census.holes)
+    (tmp_path / "knob" / "bump.json").write_text((tmp_path / "knob" / "bump.json").read_text() + " ")
+    with pytest.raises(IntegrityError, match="bump.json has"):
+        read_census(tmp_path / "knob" / "bump.json", tmp_path)

@@ -44,7 +44,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..integrity import IntegrityError, atomic_write_bytes, atomic_write_json, read_json, sha256_bytes
+from ..integrity import (IntegrityError, atomic_write_bytes, atomic_write_json, read_json, sha256_bytes,
+                         verify_in_manifest)
 
 #: The peak columns the census reads, one per accounting of the step's memory.
 ACCOUNTINGS = ("flat_peak", "allocated_peak", "reserved_peak")
@@ -373,10 +374,14 @@ def write_census(census: KnobCensus, directory: str | os.PathLike) -> list[Path]
     return [*paths, directory / f"{name}.json"]
 
 
-def read_census(path: str | os.PathLike) -> KnobCensus:
+def read_census(path: str | os.PathLike, manifest_dir: str | os.PathLike | None = None) -> KnobCensus:
     """The census written by :func:`write_census` (``path``: its JSON), its samples checked against the JSON
-    and every other table recomputed from them (:func:`analyse`); a damaged file raises IntegrityError."""
+    and every other table recomputed from them (:func:`analyse`); a damaged file raises IntegrityError.
+    With ``manifest_dir`` (``results/shipped``) the JSON and the samples are also checked against its
+    MANIFEST.json."""
     path = Path(path)
+    if manifest_dir is not None:
+        verify_in_manifest(path, manifest_dir)
     document = read_json(path)
     if not isinstance(document, dict) or document.get("format") != CENSUS_FORMAT:
         raise IntegrityError(f"{path} is not a dtrlab knob census ({CENSUS_FORMAT})")
@@ -385,6 +390,8 @@ def read_census(path: str | os.PathLike) -> KnobCensus:
         if plan_fields.get(key) is not None:
             plan_fields[key] = tuple(plan_fields[key])
     samples_file = f"{document['name'] or 'census'}-samples.parquet"
+    if manifest_dir is not None:
+        verify_in_manifest(path.parent / samples_file, manifest_dir)
     data = (path.parent / samples_file).read_bytes()
     if sha256_bytes(data) != document["files"].get(samples_file):
         raise IntegrityError(f"{path.parent / samples_file} does not match its sha256 in {path}")
@@ -399,27 +406,28 @@ DTR_SEMANTICS = {"flat_peak": {}, "allocated_peak": {"memory": "caching", "enfor
                  "reserved_peak": {"memory": "caching"}}
 
 
-def dtr_beside_knob(census: KnobCensus, trace, accounting: str = "flat_peak", budgets=None,
-                    semantics=None, execution=None) -> pd.DataFrame:
+def dtr_beside_knob(census: KnobCensus, trace, accounting: str = "flat_peak", ratios="0.05:1.0:0.01",
+                    budgets=None, semantics=None, execution=None) -> pd.DataFrame:
     """At each byte budget: does some knob value fit (and the largest that does, with its recompute FLOPs),
     does DTR pass on ``trace`` (the same step, captured by :func:`dtrlab.trace.capture.capture`) and at what
-    recompute, and does ``monotone(dtr)`` pass (flat memory only: its guarantee needs it; NaN otherwise).
+    recompute, and does ``monotone(dtr)`` pass (flat memory only: its guarantee needs it; None otherwise).
 
-    ``budgets`` default to the knob's peak levels under ``accounting`` and every 5% of the trace's unbounded
-    peak. ``semantics`` default to the DTR
-    semantics that limit the same quantity (:data:`DTR_SEMANTICS`); ``execution`` to a serial, cached run.
-    Recompute is in each side's own unit: the partitioner's FLOPs, and DTR's ``remat_compute`` in the
-    trace's cost unit, with ``dtr_overhead`` (clock over the step's compute) to compare shapes."""
-    from ..runtime import baseline
+    The budgets are ``ratios`` of the trace's unbounded peak (simrd's ``int(peak * ratio)``, so shipped DTR
+    sweeps answer them), or ``budgets`` in bytes. ``semantics`` default to the DTR semantics that limit the
+    same quantity as ``accounting`` (:data:`DTR_SEMANTICS`); ``execution`` to a serial, cached run. Recompute
+    is in each side's own unit: the partitioner's FLOPs, and DTR's ``remat_compute`` in the trace's cost
+    unit, with ``dtr_overhead`` (clock over the step's compute) to compare shapes."""
+    from ..runtime import budget_for
     from ..runtime.semantics import Semantics
     from ..sweep import sweep
+    from ..sweep.budget_sweep import parse_ratios
     from ..sweep.execution import SERIAL
 
     semantics = semantics or Semantics(**DTR_SEMANTICS[accounting])
     execution = execution or SERIAL
     knobs, peaks = census.curve(accounting)
     if budgets is None:
-        budgets = [*peaks, *(int(baseline(trace).peak_memory * step / 20) for step in range(1, 21))]
+        budgets = [budget_for(trace, ratio) for ratio in parse_ratios(ratios)]
     budgets = sorted({int(b) for b in budgets})
     run_options = dict(budgets=budgets, jobs=execution.jobs, backend=execution.backend, client=execution.client,
                        cache=execution.cache, progress=execution.progress, overhead_limit=semantics.overhead_limit,
