@@ -112,3 +112,15 @@ def plot_dtr_beside_knob(table, ax=None, *, title: str = ""):
     ax.set_title(title)
     ax.legend(fontsize="x-small", loc="upper right")
     return ax
+
+
+def knob_panels(items: dict, draw, *, titles: dict[str, str] | None = None, columns: int = 3, **options):
+    """One panel per census or table in ``items``, drawn by ``draw`` (one of this module's plot functions)
+    with ``options``; returns the figure."""
+    from .style import panel_grid
+
+    fig, axes = panel_grid(len(items), columns=columns, panel_size=(4.4, 3.0))
+    for ax, (name, item) in zip(axes, items.items()):
+        draw(item, ax=ax, title=(titles or {}).get(name, name), **options)
+    fig.tight_layout()
+    return fig
