@@ -1,0 +1,74 @@
+"""The peak a torch.compile user sees per ``activation_memory_budget`` knob value, under dtrlab's memory models.
+
+:func:`knob_peaks` partitions a traced joint graph at one knob value with torch's own
+partitioner (:func:`dtrlab.trace.partition.partition`) and replays the partitioned step's
+allocation sequence (:func:`dtrlab.memory.replay.unbounded_events`: outputs allocated when
+an operator runs, storages freed once nothing references them) through two memory models:
+
+* ``flat``: bytes of live storages (``flat_peak``); equals the peak the recorder measured
+  from storage lifetimes while it ran the graphs (``recorded_peak``; checked);
+* ``caching``: PyTorch's CUDA caching allocator model (:mod:`dtrlab.memory.caching`,
+  default options, no capacity limit): ``allocated_peak`` (requests rounded to 512 B, as
+  ``torch.cuda.max_memory_allocated``) and ``reserved_peak`` (segments, as
+  ``torch.cuda.max_memory_reserved``).
+
+Accounting: parameters, buffers, inputs (and the tensors dynamo lifted into the graph) and
+the loss's tangent are live for the whole step; the forward's intermediates die after their
+last forward use unless saved; saved tensors live until their last use in the backward
+(aot_eager's boxed backward drops them there); recomputed tensors live from their recompute
+to their last backward use; gradients live from their computation to the end of the step
+(autograd hands them to ``.grad``). No optimizer state, no previous gradients (a first
+step after ``zero_grad(set_to_none=True)``).
+
+Modelled: the graphs torch's partitioner returns, in the order it returns them, run as
+aot_eager runs them. Not modelled: Inductor's joint-graph passes, fusion (its fused kernels
+do not materialise intermediates), reordering and buffer reuse, which change real peaks on
+a GPU (tests compare with aot_eager on the CPU; scripts/validate_allocator_cuda.py with CUDA).
+"""
+
+from __future__ import annotations
+
+from ..trace.partition import JointGraph, PartitionedStep, partition
+from .caching import CachingModel
+from .flat import FlatModel
+from .replay import replay, unbounded_events
+
+#: Capacity for the unbounded replays: no model ever refuses an allocation.
+_UNBOUNDED = 1 << 62
+
+
+def step_peaks(step: PartitionedStep) -> dict:
+    """Flat, allocated and reserved peaks of a partitioned step (see the module docstring)."""
+    events = unbounded_events(step.trace)
+    peaks = {}
+    for label, model in (("flat", FlatModel(_UNBOUNDED)), ("caching", CachingModel(_UNBOUNDED))):
+        applied = replay(model, events)
+        assert applied == len(events), "an unbounded replay refused an allocation"
+        peaks[label] = model.stats()
+    return {"flat_peak": peaks["flat"].peak_allocated_bytes,
+            "allocated_peak": peaks["caching"].peak_allocated_bytes,
+            "reserved_peak": peaks["caching"].peak_reserved_bytes}
+
+
+def knob_peaks(joint: JointGraph, knob: float, *, solver: str | None = None,
+               force: dict[str, str] | None = None) -> dict:
+    """One knob value: torch's partition of ``joint``, its peaks and the partitioner's proxy objective.
+
+    Keys: ``knob, flat_peak, allocated_peak, reserved_peak, recorded_peak, proxy_saved_bytes,
+    proxy_recompute_runtime, saved_count, recomputed_count, recompute_flops, forward_ops,
+    backward_ops, torch_version, solver, runtime_estimator, source``. Bytes are ints.
+    ``solver`` and ``force`` are :func:`~dtrlab.trace.partition.partition`'s.
+    """
+    step = partition(joint, knob, solver=solver, force=force)
+    return step_record(step)
+
+
+def step_record(step: PartitionedStep) -> dict:
+    """:func:`knob_peaks`'s row for an already partitioned step."""
+    operators = sum(1 for op in step.trace.operators if not op.is_constant)
+    return {"knob": step.knob, **step_peaks(step), "recorded_peak": step.recorded_peak_bytes,
+            "proxy_saved_bytes": step.proxy_saved_bytes, "proxy_recompute_runtime": step.proxy_recompute_runtime,
+            "saved_count": step.saved_count, "recomputed_count": step.recomputed_count,
+            "recompute_flops": step.recompute_flops, "forward_ops": step.forward_ops,
+            "backward_ops": operators - step.forward_ops, "torch_version": step.torch_version,
+            "solver": step.solver, "runtime_estimator": step.runtime_estimator, "source": step.source}

@@ -1,0 +1,440 @@
+"""torch.compile's activation-memory knob, called rather than re-implemented: trace once, partition per knob.
+
+``torch._functorch.config.activation_memory_budget`` (a ratio in [0, 1], default 1.0) steers
+torch.compile's min-cut partitioner (``min_cut_rematerialization_partition``): below 1 it
+runs a knapsack (``activation_memory_budget_solver``, "dp" by default) over the activations
+it would otherwise save, weighing their bytes against the recompute cost its
+``activation_memory_budget_runtime_estimator`` ("flops") assigns. This module asks torch's
+own partitioner what it decides for each knob value and turns the answer into a dtrlab
+:class:`~dtrlab.trace.model.Trace`.
+
+API (stable; dtrlab.memory.partitioned and the knob census build on it)::
+
+    joint = trace_joint("hf:llama", batch=1, seq=256, layers=4)   # once: dynamo + AOT autograd
+    step = partition(joint, 0.05)                                  # per knob: torch's partitioner
+    step.saved, step.recomputed, step.proxy_saved_bytes, step.trace
+
+* :func:`trace_joint` builds the model source (any ``dtrlab capture`` source: zoo,
+  ``torchvision:``, ``hf:``, ``diffusers:``, ``module:function``) under a
+  ``FakeTensorMode`` on the CPU device: no weights, no data, no memory. The training step
+  (``loss_fn(model(*inputs))``) goes through ``torch.compile(fullgraph=True)`` with an
+  ``aot_autograd`` backend whose partition function keeps the joint forward+backward graph
+  AOT autograd hands it (and its arguments) and stops the compile there: the joint graph
+  is exactly what torch.compile partitions, traced once.
+* :func:`partition` copies that joint graph and calls torch's
+  ``min_cut_rematerialization_partition`` on the copy with the knob patched into
+  ``torch._functorch.config`` (and the solver, optionally): no recompile. The forward and
+  backward graphs it returns are run in order on meta tensors under the capture's recorder
+  (:class:`dtrlab.trace.capture._Recorder`, the code that records ``dtrlab capture``'s logs:
+  same operator names, sizes, aliasing, release points and cost models), run as aot_eager
+  runs them (boxed calls: each graph frees its inputs and intermediates after their last
+  use); saved tensors are handed from the forward's outputs to the backward, so a saved view
+  keeps its base's storage, as in the real step. The result is a :class:`PartitionedStep`.
+
+What the trace is: the forward graph's operators, then the backward graph's (the
+recomputed forward operators among them, where the partitioner put them). Constants: the
+forward graph's inputs (parameters, buffers, inputs and the tensors dynamo lifted, such as
+the loss's targets) and the backward's tangent (the loss's gradient, a scalar); they live
+through the whole step. The forward's outputs other than the loss are the saved tensors:
+each lives until its last use in the backward. The backward's outputs (the gradients) live
+to the end of the step. Not modelled: Inductor (its joint-graph pattern passes, fusion,
+reordering and buffer reuse: the graphs are aot_eager's), the optimizer step, and
+autograd's own small tensors outside the graphs.
+
+Bad input (a model dynamo cannot trace in one graph, a knob outside [0, 1], a torch
+without the knob, an unknown solver or node) raises ``ValueError`` with one line naming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+# Importing dynamo while the recorder's dispatch mode is active would keep that frame's
+# tensors alive for good (see dtrlab.trace.capture): import it first.
+import torch._dynamo  # noqa: F401
+from torch import fx, nn
+
+from .capture import _Recorder
+from .model import Trace
+from .simrd_log import parse_lines
+
+KNOB = "activation_memory_budget"
+SOLVERS = ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg")
+#: How a node is forced in :func:`partition`: torch's selective-checkpoint policies, the
+#: partitioner's own hooks (``node.meta["recompute"]``).
+FORCINGS = ("save", "recompute")
+
+
+@dataclass(frozen=True)
+class JointGraph:
+    """A training step's joint forward+backward graph as AOT autograd hands it to the partitioner."""
+
+    source: str
+    build_options: tuple[tuple[str, object], ...]
+    graph_module: fx.GraphModule = field(compare=False, repr=False)
+    joint_inputs: tuple = field(compare=False, repr=False)
+    num_fwd_outputs: int
+    static_lifetime_input_indices: tuple[int, ...]
+    #: Names of the joint graph's forward operators (those that do not depend on a tangent).
+    forward_nodes: frozenset[str] = field(repr=False)
+    torch_version: str
+    desc: str = ""
+
+    @property
+    def node_count(self) -> int:
+        return len(self.graph_module.graph.nodes)
+
+    def operator_nodes(self) -> list[str]:
+        """Names of the joint graph's operator nodes (``call_function``), in graph order."""
+        return [node.name for node in self.graph_module.graph.nodes if node.op == "call_function"]
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    """One tensor the forward graph saves for the backward (a forward output after the loss)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    #: Bytes as the partitioner counts them (``partitioners._size_of``: numel x itemsize).
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class PartitionedStep:
+    """What torch's partitioner decided for one knob value, and the step it makes."""
+
+    source: str
+    knob: float
+    solver: str
+    runtime_estimator: str
+    torch_version: str
+    saved: tuple[SavedTensor, ...]
+    #: Forward operators that the backward graph computes (again, or only there), by joint-graph name.
+    recomputed: tuple[str, ...]
+    #: The partitioner's objective: the saved tensors' bytes by its own measure (``_size_of``).
+    proxy_saved_bytes: int
+    #: Its recompute cost estimate: ``estimate_runtime`` (the configured estimator) summed over ``recomputed``.
+    proxy_recompute_runtime: float
+    #: The step as a dtrlab trace: forward then backward operators (costs: FLOPs, capture's cost model).
+    trace: Trace = field(compare=False, repr=False)
+    #: Peak bytes of live storages while the recorder ran the two graphs (the flat replay must agree).
+    recorded_peak_bytes: int = 0
+    #: Forward-graph operator count (the trace's first ``forward_ops`` operators that are not constants).
+    forward_ops: int = 0
+    forward: fx.GraphModule | None = field(default=None, compare=False, repr=False)
+    backward: fx.GraphModule | None = field(default=None, compare=False, repr=False)
+    forced: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def saved_count(self) -> int:
+        return len(self.saved)
+
+    @property
+    def recomputed_count(self) -> int:
+        return len(self.recomputed)
+
+    @property
+    def recompute_flops(self) -> int:
+        """FLOPs of the backward's recomputed operators (capture's FLOP model, as in the trace)."""
+        recomputed = set(self.recomputed)
+        return sum(op.cost for op, name in zip(self.trace.operators, self.trace.meta["node_names"])
+                   if name in recomputed)
+
+
+def check_knob(knob) -> float:
+    """The knob as a float in [0, 1], or a one-line ValueError naming it."""
+    if isinstance(knob, bool) or not isinstance(knob, (int, float)) or not 0.0 <= float(knob) <= 1.0:
+        raise ValueError(f"{KNOB} must be a number in [0, 1] (a ratio of saved activation memory), got {knob!r}")
+    return float(knob)
+
+
+def check_torch_has_knob() -> None:
+    import torch._functorch.config as functorch_config
+
+    if not hasattr(functorch_config, KNOB):
+        raise ValueError(f"torch {torch.__version__} has no torch._functorch.config.{KNOB} "
+                         "(torch.compile's activation memory budget, added in torch 2.4)")
+
+
+class _JointCaptured(Exception):
+    """Raised by the capturing partition function to stop the compile once the joint graph is kept."""
+
+
+def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None, image: int = 224,
+                dtype: torch.dtype | None = None, **sizes) -> JointGraph:
+    """Trace ``source``'s training step once into the joint graph torch.compile would partition.
+
+    Build options are :func:`dtrlab.trace.models.build`'s. Raises ``ValueError`` (one line)
+    for an unknown source or a step dynamo cannot capture in one graph.
+    """
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from .models import ModelSourceError, build
+
+    check_torch_has_knob()
+    options = {"batch": batch, "seq": seq, "image": image, "dtype": dtype, **sizes}
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        workload = build(source, device="cpu", **options)
+    step = _LossStep(workload.module, workload.loss_fn)
+    kept: dict = {}
+
+    def keep_joint(joint_module, joint_inputs, **kwargs):
+        kept.update(graph_module=joint_module, joint_inputs=joint_inputs, **kwargs)
+        raise _JointCaptured
+
+    backend = aot_autograd(fw_compiler=_identity_compiler, partition_fn=keep_joint)
+    torch._dynamo.reset()
+    try:
+        torch.compile(step, backend=backend, fullgraph=True, dynamic=False)(*workload.inputs)
+    except Exception as exc:  # dynamo wraps what the backend raises
+        if "graph_module" not in kept:
+            raise ModelSourceError(f"{source}: torch.compile cannot trace its training step in one graph: "
+                                   f"{type(exc).__name__}: {_first_line(exc)}") from exc
+    finally:
+        torch._dynamo.reset()
+    graph_module = kept["graph_module"]
+    tangents = [node for node in graph_module.graph.find_nodes(op="placeholder") if node.name.startswith("tangents")]
+    if len(tangents) != 1 or tangents[0].meta["val"].dim() != 0:
+        raise ModelSourceError(f"{source}: its joint graph has {len(tangents)} tangents; the step must return "
+                               "one scalar loss")
+    return JointGraph(
+        source=source, build_options=tuple(sorted((k, _option_value(v)) for k, v in options.items()
+                                                  if v is not None)),
+        graph_module=graph_module, joint_inputs=tuple(kept["joint_inputs"]),
+        num_fwd_outputs=kept["num_fwd_outputs"],
+        static_lifetime_input_indices=tuple(kept.get("static_lifetime_input_indices") or ()),
+        forward_nodes=_forward_nodes(graph_module.graph), torch_version=torch.__version__, desc=workload.desc)
+
+
+class _LossStep(nn.Module):
+    """The model and its loss as one module: the step torch.compile traces returns the loss."""
+
+    def __init__(self, module: nn.Module, loss_fn):
+        super().__init__()
+        self.module = module
+        self.loss_fn = loss_fn
+
+    def forward(self, *inputs):
+        output = self.module(*inputs)
+        if self.loss_fn is None:
+            return sum(t.sum() for t in torch.utils._pytree.tree_leaves(output)
+                       if isinstance(t, torch.Tensor) and t.requires_grad)
+        return self.loss_fn(output)
+
+
+def _identity_compiler(graph_module, example_inputs):
+    return graph_module
+
+
+def _option_value(value):
+    return str(value) if isinstance(value, torch.dtype) else value
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _forward_nodes(graph: fx.Graph) -> frozenset[str]:
+    """Operator nodes that do not depend on a tangent: the forward part of the joint graph."""
+    backward: set[fx.Node] = set()
+    for node in graph.nodes:
+        if (node.op == "placeholder" and node.name.startswith("tangents")) or \
+                any(arg in backward for arg in node.all_input_nodes):
+            backward.add(node)
+    return frozenset(node.name for node in graph.nodes if node.op == "call_function" and node not in backward)
+
+
+@contextlib.contextmanager
+def partitioner_config(knob: float, solver: str | None = None) -> Iterator[None]:
+    """``torch._functorch.config`` with the knob (and solver) patched, as a user sets them."""
+    import torch._functorch.config as functorch_config
+
+    settings = {KNOB: check_knob(knob)}
+    if solver is not None:
+        if solver not in SOLVERS:
+            raise ValueError(f"unknown activation_memory_budget_solver {solver!r}; torch's are {', '.join(SOLVERS)}")
+        settings["activation_memory_budget_solver"] = solver
+    with functorch_config.patch(**settings):
+        yield
+
+
+def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
+              force: dict[str, str] | None = None, keep_graphs: bool = False) -> PartitionedStep:
+    """Call torch's ``min_cut_rematerialization_partition`` on a copy of ``joint`` at ``knob``.
+
+    ``solver``: ``activation_memory_budget_solver`` (None: torch's configured one).
+    ``force``: ``{node name: "save" | "recompute"}``, set on the copy as the partitioner's own
+    hooks read them: ``node.meta["recompute"] = CheckpointPolicy.MUST_SAVE`` (never
+    recomputed: the partitioner bans its recomputation) or ``MUST_RECOMPUTE`` (always
+    recomputed in the backward), as selective activation checkpointing tags nodes.
+    ``keep_graphs``: keep the forward and backward graph modules on the result.
+    """
+    import torch._functorch.config as functorch_config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    check_torch_has_knob()
+    knob = check_knob(knob)
+    graph_module = fx.GraphModule(joint.graph_module, copy.deepcopy(joint.graph_module.graph))
+    forced = _apply_forcing(graph_module, force or {})
+    with partitioner_config(knob, solver):
+        used_solver = functorch_config.activation_memory_budget_solver
+        estimator = functorch_config.activation_memory_budget_runtime_estimator
+        forward, backward = min_cut_rematerialization_partition(
+            graph_module, list(joint.joint_inputs), num_fwd_outputs=joint.num_fwd_outputs,
+            static_lifetime_input_indices=list(joint.static_lifetime_input_indices))
+        saved = _saved_tensors(forward, joint.num_fwd_outputs)
+        recomputed = tuple(node.name for node in backward.graph.nodes
+                           if node.op == "call_function" and node.name in joint.forward_nodes)
+        proxy_runtime = _proxy_runtime(backward, set(recomputed))
+    trace, peak, forward_ops = _record_step(forward, backward, joint)
+    return PartitionedStep(
+        source=joint.source, knob=knob, solver=str(used_solver), runtime_estimator=str(estimator),
+        torch_version=torch.__version__, saved=saved, recomputed=recomputed,
+        proxy_saved_bytes=sum(s.nbytes for s in saved), proxy_recompute_runtime=proxy_runtime, trace=trace,
+        recorded_peak_bytes=peak, forward_ops=forward_ops,
+        forward=forward if keep_graphs else None, backward=backward if keep_graphs else None, forced=forced)
+
+
+def _apply_forcing(graph_module: fx.GraphModule, force: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from ..suggest import did_you_mean
+
+    nodes = {node.name: node for node in graph_module.graph.nodes if node.op == "call_function"}
+    for name, how in sorted(force.items()):
+        if name not in nodes:
+            raise ValueError(f"no operator node {name!r} in the joint graph{did_you_mean(name, list(nodes))}")
+        if how not in FORCINGS:
+            raise ValueError(f"node {name!r}: force must be one of {', '.join(FORCINGS)}, got {how!r}")
+        nodes[name].meta["recompute"] = (CheckpointPolicy.MUST_SAVE if how == "save"
+                                         else CheckpointPolicy.MUST_RECOMPUTE)
+    return tuple(sorted(force.items()))
+
+
+def _saved_tensors(forward: fx.GraphModule, num_fwd_outputs: int) -> tuple[SavedTensor, ...]:
+    from torch._functorch.partitioners import _size_of
+
+    outputs = forward.graph.find_nodes(op="output")[0].args[0]
+    saved = []
+    for node in outputs[num_fwd_outputs:]:
+        value = node.meta.get("val") if isinstance(node, fx.Node) else None
+        if isinstance(value, torch.Tensor):
+            saved.append(SavedTensor(node.name, tuple(int(d) for d in value.shape), str(value.dtype).replace(
+                "torch.", ""), int(_size_of(node))))
+    return tuple(saved)
+
+
+def _proxy_runtime(backward: fx.GraphModule, recomputed: set[str]) -> float:
+    """The partitioner's runtime estimate (its configured estimator) of the recomputed operators."""
+    from torch._functorch.partitioners import estimate_runtime
+
+    return float(sum(estimate_runtime(node) for node in backward.graph.nodes
+                     if node.name in recomputed and isinstance(node.target, torch._ops.OpOverload)))
+
+
+def placeholder_tensors(graph_module: fx.GraphModule, device: str) -> list[torch.Tensor]:
+    """A tensor per placeholder of the forward graph, of its shape, strides and dtype on ``device``
+    (zeros: valid indices for embeddings and targets; values do not change what is allocated)."""
+    tensors = []
+    for node in graph_module.graph.find_nodes(op="placeholder"):
+        value = node.meta["val"]
+        tensor = torch.empty_strided(tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device=device)
+        tensors.append(tensor.zero_() if device != "meta" else tensor)
+    return tensors
+
+
+def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[torch.Tensor],
+               recorder: _Recorder, num_fwd_outputs: int = 1) -> None:
+    """Run the forward graph on ``primals`` then the backward on its saved outputs, under ``recorder``.
+
+    Boxed runs, as aot_eager's compiled graphs run: each graph drops its inputs and every
+    intermediate after its last use (``fx.Interpreter.boxed_run``). The loss and the
+    gradients are kept to the end of the step (and the forward's other ``num_fwd_outputs``
+    outputs: new values of buffers the step updates), and so are ``primals`` (held by the caller, as
+    a module holds its parameters).
+    """
+    output_names = [node.name if isinstance(node, fx.Node) else None
+                    for node in forward.graph.find_nodes(op="output")[0].args[0]]
+    backward_inputs = [node.name for node in backward.graph.find_nodes(op="placeholder")]
+    tangent = torch.ones((), dtype=primals[0].dtype if primals[0].is_floating_point() else torch.float32,
+                         device=primals[0].device)
+    recorder._emit(INSTRUCTION="ANNOTATE", ANNOTATION="START")
+    for t in primals + [tangent]:
+        recorder.name_of(t)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # as in capture.record: collection at random points would move releases
+    try:
+        with recorder:
+            outputs = dict(zip(output_names, _NodeInterpreter(forward, recorder).boxed_run(list(primals))))
+            # The step's outputs: the loss (and new values of buffers it updates, e.g. batch norm's running stats).
+            loss = [outputs[name] for name in output_names[:num_fwd_outputs]]
+            recorder.flush_releases()
+            recorder._emit(INSTRUCTION="ANNOTATE", ANNOTATION="BACKWARD")
+            arguments = [tangent if name.startswith("tangents") else outputs[name] for name in backward_inputs]
+            del outputs
+            gradients = _NodeInterpreter(backward, recorder).boxed_run(arguments)
+        recorder.close()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    del loss, gradients
+
+
+class _NodeInterpreter(fx.Interpreter):
+    """Runs a graph node by node, telling the recorder which node runs (for the trace's node names)."""
+
+    def __init__(self, graph_module: fx.GraphModule, recorder: _Recorder):
+        super().__init__(graph_module, garbage_collect_values=True)
+        self.recorder = recorder
+
+    def run_node(self, node):
+        self.recorder.node_name = node.name
+        return super().run_node(node)
+
+
+def _record_step(forward: fx.GraphModule, backward: fx.GraphModule, joint: JointGraph) -> tuple[Trace, int, int]:
+    """The partitioned step as a dtrlab trace (meta tensors, FLOP costs), its recorded peak, forward op count."""
+    recorder = _NodeNamingRecorder("flops", 1)
+    primals = placeholder_tensors(forward, "meta")
+    run_graphs(forward, backward, primals, recorder, joint.num_fwd_outputs)
+    del primals
+    lines = [_json_line(line) for line in recorder.lines]
+    trace = parse_lines(lines, source=f"<{joint.source} partitioned>", name=joint.source)
+    node_names = tuple(recorder.operator_nodes)
+    trace.meta.update(node_names=node_names, torch_version=torch.__version__, cost_model="flops",
+                      cost_unit="flop")
+    forward_ops = sum(1 for line in recorder.lines[:recorder.backward_line] if line["INSTRUCTION"] in ("CALL", "MUTATE"))
+    return trace, recorder.peak_live_bytes, forward_ops
+
+
+def _json_line(line: dict) -> str:
+    import json
+
+    return json.dumps(line, sort_keys=True, separators=(",", ":"))
+
+
+class _NodeNamingRecorder(_Recorder):
+    """The capture's recorder, also noting each operator's graph node and where the backward starts."""
+
+    def __init__(self, cost: str, repeats: int):
+        super().__init__(cost, repeats)
+        self.node_name = ""
+        self.operator_nodes: list[str] = []  # per CONSTANT, CALL and MUTATE line: the trace's operators
+        self.backward_line = 0
+
+    def _emit(self, **line) -> None:
+        if line.get("ANNOTATION") == "BACKWARD":
+            self.backward_line = len(self.lines)
+        if line["INSTRUCTION"] in ("CALL", "MUTATE"):
+            self.operator_nodes.append(self.node_name)
+        elif line["INSTRUCTION"] == "CONSTANT":
+            self.operator_nodes.append("")
+        super()._emit(**line)
