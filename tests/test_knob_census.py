@@ -262,7 +262,7 @@ def test_cli_refuses_a_torch_without_the_knob(capsys, tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch._functorch, "config", types.SimpleNamespace())
     out = tmp_path / "out"
-    refused(capsys, ["knob", "mlp", "--out", out], "activation_memory_budget", torch.__version__)
+    refused(capsys, ["knob", "transformer", "--out", out], "activation_memory_budget", torch.__version__)
     assert not out.exists()
 
 
@@ -295,3 +295,33 @@ def test_read_checks_the_manifest(tmp_path):
     (tmp_path / "knob" / "bump.json").write_text((tmp_path / "knob" / "bump.json").read_text() + " ")
     with pytest.raises(IntegrityError, match="bump.json has"):
         read_census(tmp_path / "knob" / "bump.json", tmp_path)
+
+
+UNTRACEABLE = """
+import torch
+
+
+class Branchy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.linear(x)
+        if y.sum().item() > 0:  # data-dependent control flow: no single graph
+            return y * 2
+        return y
+
+
+def step(batch=2):
+    return Branchy(), torch.randn(batch, 4), None
+"""
+
+
+@pytest.mark.slow  # torch.compile's tracing: tens of seconds
+def test_cli_refuses_a_model_the_partitioner_cannot_trace(capsys, tmp_path, monkeypatch):
+    (tmp_path / "branchy_model.py").write_text(UNTRACEABLE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "out"
+    refused(capsys, ["knob", "branchy_model:step", "--out", out], "branchy_model:step", "cannot trace")
+    assert not out.exists()

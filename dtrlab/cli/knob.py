@@ -8,6 +8,7 @@ no torch needed). See docs/compile.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 from pathlib import Path
@@ -98,23 +99,30 @@ def run(args) -> int:
 
 
 def model_evaluation(args):
-    """(knob -> peaks, the census's name) for a model source: traced once, the partitioner per knob."""
+    """(knob -> peaks, the census's name) for a model source: traced once, torch's partitioner per knob."""
     try:
         import torch
     except ImportError as exc:
         raise ValueError(f"dtrlab knob needs PyTorch ({exc}); install it with `pip install 'dtrlab[torch]'`") \
             from None
+    from ..memory.partitioned import knob_peaks
+    from ..trace.partition import check_torch_has_knob, trace_joint
     from ..trace.sizes import SIZE_KEYS
 
-    config = torch._functorch.config
-    if not hasattr(config, "activation_memory_budget"):
-        raise ValueError(f"torch {torch.__version__} has no torch._functorch.config.activation_memory_budget "
-                         "(the knob came with torch 2.4); upgrade torch")
-    from ..trace.partition import knob_evaluation  # imports torch._functorch: after the checks above
-
+    check_torch_has_knob()
     sizes = {key: getattr(args, key) for key in SIZE_KEYS}
-    return knob_evaluation(args.source, batch=args.batch, seq=args.seq, image=args.image,
-                           dtype=getattr(torch, args.dtype) if args.dtype else None, **sizes)
+    joint = trace_joint(args.source, batch=args.batch, seq=args.seq, image=args.image,
+                        dtype=getattr(torch, args.dtype) if args.dtype else None, **sizes)
+    return functools.partial(knob_peaks, joint), census_name(args.source, args)
+
+
+def census_name(source: str, args) -> str:
+    """A file name for the census of ``source`` at these sizes: ``hf-llama-b4-s2048``."""
+    name = "".join(c if c.isalnum() or c in "._" else "-" for c in source).strip("-")
+    for flag, value in (("b", args.batch), ("s", args.seq)):
+        if value is not None:
+            name += f"-{flag}{value}"
+    return name
 
 
 def report(census, accounting: str, budgets: list[int]) -> None:
