@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from dtrlab.analysis.knob_census import (ACCOUNTINGS, KnobPlan, analyse, census_knob, dtr_beside_knob, parse_knobs,
                                           read_census, write_census)
 from dtrlab.integrity import IntegrityError
+from dtrlab.sweep.execution import Execution
 
 
 def planted(breaks: list[float], values: list[int], calls: list[float] | None = None):
@@ -325,3 +326,18 @@ def test_cli_refuses_a_model_the_partitioner_cannot_trace(capsys, tmp_path, monk
     out = tmp_path / "out"
     refused(capsys, ["knob", "branchy_model:step", "--out", out], "branchy_model:step", "cannot trace")
     assert not out.exists()
+
+
+def test_forked_workers_give_the_same_census():
+    serial = census_knob(BUMP, KnobPlan(), name="bump")
+    forked = census_knob(BUMP, KnobPlan(), name="bump", execution=Execution(jobs=2, progress=False))
+    assert forked.samples.equals(serial.samples) and forked.holes.equals(serial.holes)
+
+
+def test_a_failing_evaluation_in_a_worker_is_raised_here():
+    def evaluate(knob):
+        if knob > 0.5:
+            raise ValueError(f"no partition at {knob}")
+        return BUMP(knob)
+    with pytest.raises(ValueError, match="no partition at 0.51"):
+        census_knob(evaluate, KnobPlan(), execution=Execution(jobs=2, progress=False))

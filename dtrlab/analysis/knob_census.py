@@ -165,38 +165,75 @@ class KnobCensus:
 
 
 def census_knob(evaluate: Callable[[float], dict], plan: KnobPlan = KnobPlan(), name: str = "",
-                progress: bool = False) -> KnobCensus:
-    """Evaluate ``plan``'s grid, bisect every change down to the resolution, and analyse (module docstring)."""
+                execution=None) -> KnobCensus:
+    """Evaluate ``plan``'s grid, bisect every change down to the resolution, and analyse (module docstring).
+
+    ``execution`` (:class:`dtrlab.sweep.execution.Execution`, default serial with no progress bar) gives
+    ``jobs`` and ``progress``: with ``jobs > 1`` each batch of knobs (the grid, then each round of
+    midpoints) is evaluated in that many processes forked from this one, so a traced graph bound into
+    ``evaluate`` is shared, not pickled (POSIX only). The samples do not depend on ``jobs``."""
+    from ..sweep.execution import SERIAL
+
+    execution = execution or SERIAL.with_(progress=False)
     started = time.perf_counter()
     rows: dict[float, dict] = {}
-    bar = _progress_bar(progress, len(plan.grid()), name)
-
-    def run(knobs: list[float], source: str) -> None:
-        for knob in knobs:
-            if len(rows) >= plan.max_evaluations:
-                return
-            row = dict(evaluate(knob))
-            _check_row(row, knob, plan.accountings)
-            rows[knob] = {**row, "knob": knob, "source": source}
-            if bar is not None:
-                bar.update(1)
-
-    run(plan.grid(), "grid")
-    while len(rows) < plan.max_evaluations:
-        midpoints = _midpoints(rows, plan)
-        if not midpoints:
-            break
-        if bar is not None:
-            bar.total += len(midpoints)
-            bar.refresh()
-        run(midpoints, "refine")
+    bar = _progress_bar(execution.progress, len(plan.grid()), name)
+    with _Evaluator(evaluate, execution.jobs) as evaluator:
+        batch, source = plan.grid()[:plan.max_evaluations], "grid"
+        while batch:
+            for knob, row in zip(batch, evaluator.map(batch)):
+                _check_row(row, knob, plan.accountings)
+                rows[knob] = {**row, "knob": knob, "source": source}
+                if bar is not None:
+                    bar.update(1)
+            batch, source = _midpoints(rows, plan)[:plan.max_evaluations - len(rows)], "refine"
+            if bar is not None and batch:
+                bar.total += len(batch)
+                bar.refresh()
     if bar is not None:
         bar.close()
     samples = pd.DataFrame([rows[k] for k in sorted(rows)])
     census = analyse(samples, plan, name)
     census.seconds = time.perf_counter() - started
     census.meta["refinement_complete"] = not census.check_resolution()
+    census.meta["jobs"] = execution.jobs
     return census
+
+
+#: The evaluation function forked workers call (set before the fork, so it is inherited, not pickled).
+_WORKER_EVALUATE: Callable[[float], dict] | None = None
+
+
+def _evaluate_in_worker(knob: float) -> dict:
+    return dict(_WORKER_EVALUATE(knob))
+
+
+class _Evaluator:
+    """``map(knobs)``: the evaluations in order, here (``jobs == 1``) or in forked worker processes."""
+
+    def __init__(self, evaluate: Callable[[float], dict], jobs: int):
+        self.evaluate, self.jobs, self.pool = evaluate, (os.cpu_count() or 1) if jobs == -1 else jobs, None
+
+    def __enter__(self):
+        global _WORKER_EVALUATE
+        if self.jobs > 1:
+            import multiprocessing
+
+            _WORKER_EVALUATE = self.evaluate
+            self.pool = multiprocessing.get_context("fork").Pool(self.jobs)
+        return self
+
+    def map(self, knobs: list[float]):
+        if self.pool is None:
+            return (dict(self.evaluate(knob)) for knob in knobs)
+        return self.pool.imap(_evaluate_in_worker, knobs)
+
+    def __exit__(self, *exc):
+        global _WORKER_EVALUATE
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+        _WORKER_EVALUATE = None
 
 
 def _progress_bar(progress: bool, total: int, name: str):

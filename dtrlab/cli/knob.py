@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from .capture import add_model_size_arguments
-from .common import Parser, positive_float, print_table
+from .common import jobs_count, positive_float, print_table
 
 ACCOUNTING_NAMES = {"flat": "flat_peak", "allocated": "allocated_peak", "reserved": "reserved_peak"}
 
@@ -76,12 +76,15 @@ def register(subparsers) -> None:
                              "allocator's allocated or reserved bytes (default allocated)")
     parser.add_argument("--out", type=output_directory, metavar="DIR",
                         help="write the census's tables (parquet) and its JSON here")
+    parser.add_argument("-j", "--jobs", type=jobs_count, default=1,
+                        help="evaluate knobs in this many processes forked after tracing (-1: all cores; default 1)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run)
 
 
 def run(args) -> int:
     from ..analysis.knob_census import KnobPlan, census_knob, read_census, write_census
+    from ..sweep.execution import Execution
 
     plan = KnobPlan(**(args.knobs or knob_range("0:1:0.01")), resolution=args.resolution)
     started = time.perf_counter()
@@ -89,7 +92,7 @@ def run(args) -> int:
         census = read_census(args.source)
     else:
         evaluate, name = model_evaluation(args)
-        census = census_knob(evaluate, plan, name=name, progress=not args.quiet)
+        census = census_knob(evaluate, plan, name=name, execution=Execution(jobs=args.jobs, progress=not args.quiet))
     seconds = time.perf_counter() - started
     report(census, ACCOUNTING_NAMES[args.accounting], args.budget)
     written = write_census(census, args.out) if args.out else []
