@@ -72,3 +72,32 @@ def step_record(step: PartitionedStep) -> dict:
             "recompute_flops": step.recompute_flops, "forward_ops": step.forward_ops,
             "backward_ops": operators - step.forward_ops, "torch_version": step.torch_version,
             "solver": step.solver, "runtime_estimator": step.runtime_estimator, "source": step.source}
+
+
+def interventions(joint: JointGraph, knob: float, nodes: list[str] | None = None, *,
+                  solver: str | None = None) -> list[dict]:
+    """Why the peak moves: force one node at a time and re-partition at ``knob``.
+
+    Each recomputed forward node is forced saved, each saved one forced recomputed
+    (``nodes`` limits the candidates to those names), through the partitioner's own hooks
+    (:func:`~dtrlab.trace.partition.partition`'s ``force``). One row per (node, forcing):
+    ``node, forced, flat_peak, peak_delta`` (against the unforced partition's flat peak),
+    ``saved_count, recomputed_count, proxy_saved_bytes``. A negative ``peak_delta`` names a
+    decision of the partitioner that raises the peak the user sees.
+    """
+    base = partition(joint, knob, solver=solver)
+    base_peak = step_peaks(base)["flat_peak"]
+    saved = {s.name for s in base.saved} & joint.forward_nodes
+    candidates = [(name, "save") for name in dict.fromkeys(base.recomputed)]
+    candidates += [(name, "recompute") for name in sorted(saved)]
+    if nodes is not None:
+        wanted = set(nodes)
+        candidates = [(name, how) for name, how in candidates if name in wanted]
+    rows = []
+    for name, how in candidates:
+        step = partition(joint, knob, solver=solver, force={name: how})
+        peak = step_peaks(step)["flat_peak"]
+        rows.append({"node": name, "forced": how, "flat_peak": peak, "peak_delta": peak - base_peak,
+                     "saved_count": step.saved_count, "recomputed_count": step.recomputed_count,
+                     "proxy_saved_bytes": step.proxy_saved_bytes})
+    return rows

@@ -84,6 +84,8 @@ class JointGraph:
     forward_nodes: frozenset[str] = field(repr=False)
     torch_version: str
     desc: str = ""
+    #: torch's ``estimate_runtime`` per (node name, estimator): a node's estimate does not depend on the knob.
+    runtime_estimates: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def node_count(self) -> int:
@@ -182,6 +184,10 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
     options = {"batch": batch, "seq": seq, "image": image, "dtype": dtype, **sizes}
     with FakeTensorMode(allow_non_fake_inputs=True):
         workload = build(source, device="cpu", **options)
+        if any(t.is_meta for t in (*workload.module.parameters(), *workload.module.buffers())):
+            # A library that makes some tensors on the meta device itself (transformers' rotary
+            # frequencies): fake CPU tensors like the rest (values never matter here).
+            workload.module.to_empty(device="cpu")
     step = _LossStep(workload.module, workload.loss_fn)
     kept: dict = {}
 
@@ -293,7 +299,7 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
         saved = _saved_tensors(forward, joint.num_fwd_outputs)
         recomputed = tuple(node.name for node in backward.graph.nodes
                            if node.op == "call_function" and node.name in joint.forward_nodes)
-        proxy_runtime = _proxy_runtime(backward, set(recomputed))
+        proxy_runtime = _proxy_runtime(backward, set(recomputed), joint.runtime_estimates, str(estimator))
     trace, peak, forward_ops = _record_step(forward, backward, joint)
     return PartitionedStep(
         source=joint.source, knob=knob, solver=str(used_solver), runtime_estimator=str(estimator),
@@ -332,12 +338,18 @@ def _saved_tensors(forward: fx.GraphModule, num_fwd_outputs: int) -> tuple[Saved
     return tuple(saved)
 
 
-def _proxy_runtime(backward: fx.GraphModule, recomputed: set[str]) -> float:
+def _proxy_runtime(backward: fx.GraphModule, recomputed: set[str], estimates: dict, estimator: str) -> float:
     """The partitioner's runtime estimate (its configured estimator) of the recomputed operators."""
     from torch._functorch.partitioners import estimate_runtime
 
-    return float(sum(estimate_runtime(node) for node in backward.graph.nodes
-                     if node.name in recomputed and isinstance(node.target, torch._ops.OpOverload)))
+    total = 0.0
+    for node in backward.graph.nodes:
+        if node.name in recomputed and isinstance(node.target, torch._ops.OpOverload):
+            key = (node.name, estimator)
+            if key not in estimates:
+                estimates[key] = float(estimate_runtime(node))
+            total += estimates[key]
+    return total
 
 
 def placeholder_tensors(graph_module: fx.GraphModule, device: str) -> list[torch.Tensor]:
@@ -361,6 +373,7 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
     outputs: new values of buffers the step updates), and so are ``primals`` (held by the caller, as
     a module holds its parameters).
     """
+    forward, backward = (_on_device(graph_module, primals[0].device) for graph_module in (forward, backward))
     output_names = [node.name if isinstance(node, fx.Node) else None
                     for node in forward.graph.find_nodes(op="output")[0].args[0]]
     backward_inputs = [node.name for node in backward.graph.find_nodes(op="placeholder")]
@@ -388,6 +401,22 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
     del loss, gradients
 
 
+def _on_device(graph_module: fx.GraphModule, device: torch.device) -> fx.GraphModule:
+    """The graph with the devices its operators name (``_to_copy(device=cpu)``) replaced by ``device``."""
+    def moved(value):
+        return device if isinstance(value, torch.device) and value != device else value
+
+    named = [node for node in graph_module.graph.nodes
+             if any(moved(v) is not v for v in (*node.args, *node.kwargs.values()))]
+    if not named:
+        return graph_module
+    graph_module = fx.GraphModule(graph_module, copy.deepcopy(graph_module.graph))
+    for node in graph_module.graph.nodes:
+        node.args = tuple(moved(v) for v in node.args)
+        node.kwargs = {k: moved(v) for k, v in node.kwargs.items()}
+    return graph_module
+
+
 class _NodeInterpreter(fx.Interpreter):
     """Runs a graph node by node, telling the recorder which node runs (for the trace's node names)."""
 
@@ -406,19 +435,14 @@ def _record_step(forward: fx.GraphModule, backward: fx.GraphModule, joint: Joint
     primals = placeholder_tensors(forward, "meta")
     run_graphs(forward, backward, primals, recorder, joint.num_fwd_outputs)
     del primals
-    lines = [_json_line(line) for line in recorder.lines]
-    trace = parse_lines(lines, source=f"<{joint.source} partitioned>", name=joint.source)
+    # The recorder's lines are the log's records already (capture writes them as JSON).
+    trace = parse_lines((), source=f"<{joint.source} partitioned>", name=joint.source,
+                        records=list(enumerate(recorder.lines, 1)))
     node_names = tuple(recorder.operator_nodes)
     trace.meta.update(node_names=node_names, torch_version=torch.__version__, cost_model="flops",
                       cost_unit="flop")
     forward_ops = sum(1 for line in recorder.lines[:recorder.backward_line] if line["INSTRUCTION"] in ("CALL", "MUTATE"))
     return trace, recorder.peak_live_bytes, forward_ops
-
-
-def _json_line(line: dict) -> str:
-    import json
-
-    return json.dumps(line, sort_keys=True, separators=(",", ":"))
 
 
 class _NodeNamingRecorder(_Recorder):
