@@ -26,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))  # knob_models: the two-block ViT and DiT sources
 
 from dtrlab.analysis.knob_census import KnobPlan, census_knob, parse_knobs, write_census  # noqa: E402
 from dtrlab.integrity import read_json, write_manifest  # noqa: E402
@@ -34,23 +35,27 @@ from dtrlab.sweep.execution import Execution  # noqa: E402
 SHIPPED = ROOT / "results" / "shipped"
 #: The zoo's small models exactly as traces/ captured them (their manifest's commands).
 ZOO = ["transformer-b4", "unet-b2", "resnet32-b8", "densenet45-b4", "unroll_gan-b64", "lstm-b16", "treelstm-b4"]
-#: The modern corpus at full width, batch and sequence but two blocks deep: torch's partitioner takes tens of
-#: seconds per knob on the full-depth graphs (hf:llama's 16 layers: 3,851 joint-graph nodes), a few seconds
-#: on these (docs/compile.md). Same model code and shapes per block as traces/models/, in float32 (trace_joint
-#: cannot yet cast a fake model to bfloat16).
+#: The modern corpus (name: capture command, title) at full width, batch and sequence but two blocks deep:
+#: torch's partitioner takes tens of seconds per knob on the full-depth graphs (hf:llama's 16 layers: 3,851
+#: joint-graph nodes), a few seconds on these (docs/compile.md); the same per-block shapes as traces/models/
+#: (ViT and DiT from scripts/knob_models.py), in float32 (trace_joint cannot yet cast a fake model to
+#: bfloat16). And the tiny Llama-style decoder on which the capture reproduces pytorch/pytorch#197838's shape.
 MODELS = {
-    "llama-1b-l2-b4-s2048": "dtrlab capture hf:llama --layers 2 --batch 4 --seq 2048",
-    "gpt2-l2-b8-s1024": "dtrlab capture hf:gpt2 --layers 2 --batch 8 --seq 1024",
-    "vit_b_16-b64": "dtrlab capture torchvision:vit_b_16 --batch 64",
-    "dit-xl-2-b32": "dtrlab capture diffusers:dit-xl-2 --batch 32",
+    "llama-1b-l2-b4-s2048": ("dtrlab capture hf:llama --layers 2 --batch 4 --seq 2048",
+                             "Llama 3.2 1B-shaped decoder, 2 layers (4x2048)"),
+    "gpt2-l2-b8-s1024": ("dtrlab capture hf:gpt2 --layers 2 --batch 8 --seq 1024", "GPT-2 small, 2 layers (8x1024)"),
+    "vit_b_16-l2-b64": ("dtrlab capture knob_models:vit_b_16_blocks --batch 64", "ViT-B/16, 2 blocks (64)"),
+    "dit-xl-2-l2-b32": ("dtrlab capture knob_models:dit_xl_2_blocks --batch 32", "DiT-XL/2, 2 blocks (32)"),
+    "llama-tiny-l2-b2-s64": ("dtrlab capture hf:llama --layers 2 --hidden 64 --heads 4 --kv-heads 2 --intermediate 128 "
+                             "--vocab 256 --batch 2 --seq 64", "Tiny Llama-style decoder (2x64), #197838's shape"),
 }
 
 
-def corpus(set_name: str) -> dict[str, str]:
-    """Trace name -> the ``dtrlab capture`` command that builds it, for a trace set."""
+def corpus(set_name: str) -> dict[str, tuple[str, str]]:
+    """Trace name -> (the ``dtrlab capture`` command that builds it, its title), for a trace set."""
     if set_name == "models":
         return dict(MODELS)
-    entries = {Path(e["log"]).name.split(".")[0]: e["command"]
+    entries = {Path(e["log"]).name.split(".")[0]: (e["command"], e["title"])
                for e in read_json(ROOT / "traces" / "manifest.json")["models"]}
     return {name: entries[name] for name in ZOO}
 
@@ -74,7 +79,7 @@ def build_options(command: str) -> dict:
             **{key: getattr(options, key) for key in SIZE_KEYS}}
 
 
-def ship_one(set_name: str, name: str, command: str, plan: KnobPlan, jobs: int) -> list[Path]:
+def ship_one(set_name: str, name: str, command: str, title: str, plan: KnobPlan, jobs: int) -> list[Path]:
     """Census one model and write it, with the DTR trace of the same step (``dtrlab capture``, FLOP costs)."""
     from dtrlab.memory.partitioned import knob_peaks
     from dtrlab.trace.capture import capture
@@ -88,7 +93,8 @@ def ship_one(set_name: str, name: str, command: str, plan: KnobPlan, jobs: int) 
     print(f"ship_knob: {set_name}/{name}: traced {source} ({joint.node_count} joint-graph nodes) in {traced:.0f} s",
           flush=True)
     census = census_knob(functools.partial(knob_peaks, joint), plan, name=name, execution=Execution(jobs=jobs))
-    census.meta.update(trace_seconds=round(traced, 1), command=command, desc=joint.desc, nodes=joint.node_count)
+    census.meta.update(trace_seconds=round(traced, 1), command=command, title=title, desc=joint.desc,
+                       nodes=joint.node_count)
     recording = capture(source, cost="flops", **options)
     directory.mkdir(parents=True, exist_ok=True)
     trace_path = recording.write(directory / f"{name}.jsonl.gz")
@@ -110,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--only {sorted(set(args.only) - known)}: not in {args.sets}; known: {sorted(known)}")
     written = []
     for set_name in args.sets:
-        for name, command in corpus(set_name).items():
+        for name, (command, title) in corpus(set_name).items():
             if not args.only or name in args.only:
-                written += ship_one(set_name, name, command, plan, args.jobs)
+                written += ship_one(set_name, name, command, title, plan, args.jobs)
                 write_manifest(SHIPPED, written)  # after each model: a later failure keeps the earlier ones
     print(f"ship_knob: wrote {len(written)} files; {SHIPPED / 'MANIFEST.json'} updated")
     return 0

@@ -124,3 +124,21 @@ def knob_panels(items: dict, draw, *, titles: dict[str, str] | None = None, colu
         draw(item, ax=ax, title=(titles or {}).get(name, name), **options)
     fig.tight_layout()
     return fig
+
+
+def plot_knob_interventions(rows, ax=None, *, top: int = 12, title: str = ""):
+    """Single-node interventions at one knob (:func:`dtrlab.memory.partitioned.interventions`): the
+    change of the flat peak (MiB) when one node the partitioner recomputed is forced saved, or one it
+    saved is forced recomputed; the ``top`` largest changes either way. A bar below zero is a decision
+    of the partitioner that raises the peak the user sees."""
+    import pandas as pd
+
+    ax = _axes(ax)
+    table = pd.DataFrame(rows)
+    table = table.reindex(table.peak_delta.abs().sort_values(ascending=False).index).head(top)[::-1]
+    colors = [STATUS_COLORS["pass"] if d < 0 else STATUS_COLORS["oom"] for d in table.peak_delta]
+    ax.barh([f"{n} ({f})" for n, f in zip(table.node, table.forced)], table.peak_delta / 2**20, color=colors)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_xlabel("flat peak change (MiB)")
+    ax.set_title(title)
+    return ax
