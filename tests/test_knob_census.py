@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from dtrlab.analysis.knob_census import (ACCOUNTINGS, KnobPlan, analyse, census_knob, dtr_beside_knob, parse_knobs,
                                           read_census, write_census)
-from dtrlab.integrity import IntegrityError
+from conftest import ROOT
+from dtrlab.integrity import IntegrityError, verify_in_manifest
 from dtrlab.sweep.execution import Execution
 
 
@@ -196,7 +197,6 @@ def test_dtr_beside_the_knob_on_the_same_budgets():
     from dtrlab.runtime import baseline, simulate
     from dtrlab.sweep.execution import SERIAL
     from dtrlab.trace import load
-    from conftest import ROOT
 
     trace = load(ROOT / "traces" / "unet-b2.jsonl.gz")
     peak = baseline(trace).peak_memory
@@ -341,3 +341,16 @@ def test_a_failing_evaluation_in_a_worker_is_raised_here():
         return BUMP(knob)
     with pytest.raises(ValueError, match="no partition at 0.51"):
         census_knob(evaluate, KnobPlan(), execution=Execution(jobs=2, progress=False))
+
+
+SHIPPED = ROOT / "results" / "shipped"
+SHIPPED_CENSUSES = sorted((SHIPPED / "knob").glob("*/*.json"))
+
+
+@pytest.mark.parametrize("path", SHIPPED_CENSUSES, ids=[f"{p.parent.name}/{p.stem}" for p in SHIPPED_CENSUSES])
+def test_shipped_censuses_verify_and_are_complete(path):
+    census = read_census(path, SHIPPED)
+    assert census.meta["refinement_complete"] and census.check_resolution() == []
+    assert census.plan.step == 0.01 and census.plan.low == 0.0 and census.plan.high == 1.0
+    assert (census.samples.knob.diff().dropna() > 0).all() and set(census.samples.source) <= {"grid", "refine"}
+    verify_in_manifest(path.with_suffix("").with_suffix(".jsonl.gz"), SHIPPED)
