@@ -108,9 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="NAME", help="only these traces (names as in the trace set)")
     parser.add_argument("--knobs", default="0:1:0.01", help="START:STOP:STEP or a list (default 0:1:0.01)")
     parser.add_argument("--resolution", type=float, default=1e-4, help="bisection resolution (default 1e-4)")
+    parser.add_argument("--refine", choices=("changes", "against"), default="changes",
+                        help="bisect every change (default) or only those against the knob")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="processes per census (default 1)")
     args = parser.parse_args(argv)
-    plan = KnobPlan(**parse_knobs(args.knobs), resolution=args.resolution)
+    plan = KnobPlan(**parse_knobs(args.knobs), resolution=args.resolution, refine=args.refine)
     known = {name for set_name in args.sets for name in corpus(set_name)}
     if set(args.only or ()) - known:
         parser.error(f"--only {sorted(set(args.only) - known)}: not in {args.sets}; known: {sorted(known)}")

@@ -354,3 +354,16 @@ def test_shipped_censuses_verify_and_are_complete(path):
     assert census.plan.step == 0.01 and census.plan.low == 0.0 and census.plan.high == 1.0
     assert (census.samples.knob.diff().dropna() > 0).all() and set(census.samples.source) <= {"grid", "refine"}
     verify_in_manifest(path.with_suffix("").with_suffix(".jsonl.gz"), SHIPPED)
+
+
+def test_refining_only_against_the_knob():
+    plan = KnobPlan(refine="against")
+    census = census_knob(BUMP, plan)
+    assert census.check_resolution() == [] and "against the knob" in plan.describe()
+    changes = census.changes[census.changes.accounting == "flat_peak"]
+    widths = (changes.knob_above - changes.knob_below).round(9).tolist()
+    assert changes.against.tolist() == [False, True, False]
+    assert widths[0] == 0.01 and widths[1] <= plan.resolution and widths[2] == 0.01  # only 0.405 bisected
+    assert len(census.samples) == 101 + 7
+    with pytest.raises(ValueError, match="refine is one of"):
+        KnobPlan(refine="all")

@@ -52,6 +52,9 @@ ACCOUNTINGS = ("flat_peak", "allocated_peak", "reserved_peak")
 #: The tables a written census holds, each as ``<name>-<table>.parquet``.
 TABLES = ("samples", "changes", "regions", "holes", "knob_map")
 CENSUS_FORMAT = "dtrlab-knob-census-1"
+#: Which neighbours :func:`census_knob` bisects: every pair whose peaks differ, or only those where the
+#: peak moves against the knob.
+REFINE_MODES = ("changes", "against")
 #: Knob values are rounded to this many decimals (grid values print as 0.05, not 0.05000000000000001).
 KNOB_DECIMALS = 12
 
@@ -59,7 +62,10 @@ KNOB_DECIMALS = 12
 @dataclass(frozen=True)
 class KnobPlan:
     """The knob values to evaluate: ``low..high`` every ``step`` (or the listed ``knobs``), each pair of
-    neighbours with different peaks bisected down to ``resolution``; ``max_evaluations`` bounds the work."""
+    neighbours with different peaks bisected down to ``resolution``; ``max_evaluations`` bounds the work.
+    ``refine="against"`` bisects only the pairs where the peak moves against the knob (the lower knob has
+    the higher peak under some accounting): the edges where non-monotone regions and holes end, for a
+    fraction of the evaluations when the peak changes at most grid steps; other edges stay at the grid step."""
 
     low: float = 0.0
     high: float = 1.0
@@ -68,6 +74,7 @@ class KnobPlan:
     knobs: tuple[float, ...] | None = None
     accountings: tuple[str, ...] = ACCOUNTINGS
     max_evaluations: int = 5000
+    refine: str = "changes"
 
     def __post_init__(self):
         values = [self.low, self.high, *(self.knobs or ())]
@@ -79,6 +86,8 @@ class KnobPlan:
             raise ValueError(f"the knob step must be > 0, got {self.step}")
         if not (math.isfinite(self.resolution) and self.resolution > 0):
             raise ValueError(f"the resolution must be > 0, got {self.resolution}")
+        if self.refine not in REFINE_MODES:
+            raise ValueError(f"refine is one of {', '.join(REFINE_MODES)}, got {self.refine!r}")
 
     def grid(self) -> list[float]:
         if self.knobs is not None:
@@ -91,7 +100,14 @@ class KnobPlan:
     def describe(self) -> str:
         where = ",".join(f"{k:g}" for k in self.grid()) if self.knobs is not None else \
             f"{self.low:g}:{self.high:g}:{self.step:g}"
-        return f"{where}, refined to {self.resolution:g}"
+        edges = "every change" if self.refine == "changes" else "every change against the knob"
+        return f"{where}, {edges} refined to {self.resolution:g}"
+
+    def needs_refining(self, below: dict, above: dict) -> bool:
+        """Whether neighbours with these rows are bisected (when further apart than the resolution)."""
+        if self.refine == "against":
+            return any(below[c] > above[c] for c in self.accountings)
+        return any(below[c] != above[c] for c in self.accountings)
 
 
 def parse_knobs(text: str) -> dict:
@@ -154,13 +170,15 @@ class KnobCensus:
         return _choice(knobs, peaks, int(budget), accounting)
 
     def check_resolution(self) -> list[tuple[str, float, float]]:
-        """Neighbours with different peaks further apart than the resolution (empty when it is honoured,
-        unless the evaluation limit stopped the refinement)."""
+        """Neighbours the plan refines (with different peaks, or with the peak against the knob) that are
+        further apart than the resolution: empty when it is honoured, unless the evaluation limit stopped
+        the refinement."""
         wide = []
+        against = self.plan.refine == "against"
         for accounting in self.plan.accountings:
             knobs, peaks = self.curve(accounting)
             wide += [(accounting, a, b) for a, b, pa, pb in zip(knobs, knobs[1:], peaks, peaks[1:])
-                     if pa != pb and b - a > self.plan.resolution]
+                     if (pa > pb if against else pa != pb) and b - a > self.plan.resolution]
         return wide
 
 
@@ -257,7 +275,7 @@ def _midpoints(rows: dict[float, dict], plan: KnobPlan) -> list[float]:
     knobs = sorted(rows)
     midpoints = []
     for a, b in zip(knobs, knobs[1:]):
-        if b - a > plan.resolution and any(rows[a][c] != rows[b][c] for c in plan.accountings):
+        if b - a > plan.resolution and plan.needs_refining(rows[a], rows[b]):
             midpoint = round((a + b) / 2, KNOB_DECIMALS)
             if a < midpoint < b:
                 midpoints.append(midpoint)

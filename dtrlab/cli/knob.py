@@ -68,6 +68,9 @@ def register(subparsers) -> None:
                              "(default 0:1:0.01); every change of the peak between neighbours is then bisected")
     parser.add_argument("--resolution", type=positive_float, default=1e-4,
                         help="bisect every change of the peak down to this knob width (default 1e-4)")
+    parser.add_argument("--refine", choices=("changes", "against"), default="changes",
+                        help="bisect every change of the peak (default), or only where it moves against the knob "
+                             "(fewer evaluations; other edges stay at the grid step)")
     parser.add_argument("--budget", type=byte_budget, action="append", default=[], metavar="BYTES",
                         help="answer for this byte budget (40GiB, bytes or a GPU preset; repeatable): the largest "
                              "knob that fits and whether every smaller knob fits too")
@@ -86,7 +89,8 @@ def run(args) -> int:
     from ..analysis.knob_census import KnobPlan, census_knob, read_census, write_census
     from ..sweep.execution import Execution
 
-    plan = KnobPlan(**(args.knobs or knob_range("0:1:0.01")), resolution=args.resolution)
+    plan = KnobPlan(**(args.knobs or knob_range("0:1:0.01")), resolution=args.resolution,
+                    refine=args.refine)
     started = time.perf_counter()
     if args.source.endswith(".json") and Path(args.source).is_file():
         census = read_census(args.source)
