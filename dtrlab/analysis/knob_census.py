@@ -469,10 +469,12 @@ def dtr_beside_knob(census: KnobCensus, trace, accounting: str = "flat_peak", ra
 
     The budgets are ``ratios`` of the trace's unbounded peak (simrd's ``int(peak * ratio)``, so shipped DTR
     sweeps answer them), or ``budgets`` in bytes. ``semantics`` default to the DTR semantics that limit the
-    same quantity as ``accounting`` (:data:`DTR_SEMANTICS`); ``execution`` to a serial, cached run. Recompute
-    is in each side's own unit: the partitioner's FLOPs, and DTR's ``remat_compute`` in the trace's cost
-    unit, with ``dtr_overhead`` (clock over the step's compute) to compare shapes."""
-    from ..runtime import budget_for
+    same quantity as ``accounting`` (:data:`DTR_SEMANTICS`); ``execution`` to a serial, cached run.
+    Overheads are (step compute + recompute) / step compute, the step compute being the trace's baseline:
+    ``dtr_overhead`` and ``monotone_overhead`` from the runs, ``knob_overhead`` from the partition's recompute
+    FLOPs, comparable with DTR's when the trace's costs are FLOPs (``dtrlab capture --cost flops``, the
+    capture's FLOP model, which the partition's recompute FLOPs also use)."""
+    from ..runtime import baseline, budget_for
     from ..runtime.semantics import Semantics
     from ..sweep import sweep
     from ..sweep.budget_sweep import parse_ratios
@@ -492,6 +494,7 @@ def dtr_beside_knob(census: KnobCensus, trace, accounting: str = "flat_peak", ra
     flat = semantics.memory == "flat"
     monotone = sweep(trace, "monotone", **run_options).set_index("budget_bytes") if flat else None
     samples = census.samples.set_index("knob")
+    compute = baseline(trace).model_compute
     rows = []
     for budget in budgets:
         choice = _choice(knobs, peaks, budget, accounting)
@@ -500,6 +503,8 @@ def dtr_beside_knob(census: KnobCensus, trace, accounting: str = "flat_peak", ra
             "budget_bytes": budget, "knob_fits": knob is not None, "largest_fitting_knob": knob,
             "knob_lowering_is_safe": choice.lowering_is_safe,
             "knob_recompute_flops": samples.at[knob, "recompute_flops"] if knob is not None and
+            "recompute_flops" in samples else math.nan,
+            "knob_overhead": 1 + samples.at[knob, "recompute_flops"] / compute if knob is not None and
             "recompute_flops" in samples else math.nan,
             "dtr_status": dtr.at[budget, "status"], "dtr_remat_compute": dtr.at[budget, "remat_compute"],
             "dtr_overhead": dtr.at[budget, "overhead"],
