@@ -65,7 +65,7 @@ def plot_knob_holes(census, accounting: str = "allocated_peak", ax=None, *, titl
             else top
         ax.fill_between([hole.knob_from, hole.fits_above], hole.budget_from / scale, budget_to, color=HOLE_COLOR,
                         alpha=0.6, lw=0, label="hole" if index == 0 else None)
-    ax.set_ylim(0, top)
+    ax.set_ylim(peaks_gib.min() * 0.85, top)
     ax.set_xlabel("activation_memory_budget (knob)")
     ax.set_ylabel(f"byte budget ({unit})")
     ax.set_title(title if title is not None else f"{census.name}: holes ({accounting})")
