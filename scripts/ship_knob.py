@@ -3,6 +3,7 @@
     python scripts/ship_knob.py                                   # the zoo (traces/) and the modern corpus (models)
     python scripts/ship_knob.py --sets models --only llama-1b-l2-b4-s2048 -j 2
     python scripts/ship_knob.py --knobs 0:1:0.01 --resolution 1e-4  # the defaults
+    python scripts/ship_knob.py --sets models --only llama-tiny-l2-b2-s64 --interventions 0.05
 
 Each model is a ``dtrlab capture`` command (the zoo's as traces/manifest.json records them; the
 modern corpus two blocks deep, see MODELS). Its training step is traced once into the joint graph
@@ -102,6 +103,30 @@ def ship_one(set_name: str, name: str, command: str, title: str, plan: KnobPlan,
     return [trace_path, *write_census(census, directory)]
 
 
+def ship_interventions(set_name: str, name: str, command: str, knob: float) -> Path:
+    """Single-node interventions at one knob (:func:`dtrlab.memory.partitioned.interventions`: every node the
+    partitioner recomputed forced saved, every saved one forced recomputed), as
+    ``<name>-interventions-<knob>.parquet`` beside the census."""
+    import io
+
+    import pandas as pd
+
+    from dtrlab.integrity import atomic_write_bytes
+    from dtrlab.memory.partitioned import interventions
+    from dtrlab.trace.partition import trace_joint
+
+    started = time.perf_counter()
+    joint = trace_joint(capture_options(command).model, **build_options(command))
+    table = pd.DataFrame(interventions(joint, knob)).assign(knob=knob)
+    buffer = io.BytesIO()
+    table.to_parquet(buffer, index=False)
+    path = SHIPPED / "knob" / set_name / f"{name}-interventions-{knob:g}.parquet"
+    atomic_write_bytes(path, buffer.getvalue())
+    print(f"ship_knob: {set_name}/{name}: {len(table)} interventions at knob {knob:g} in "
+          f"{time.perf_counter() - started:.0f} s", flush=True)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", nargs="+", choices=("traces", "models"), default=["traces", "models"])
@@ -110,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resolution", type=float, default=1e-4, help="bisection resolution (default 1e-4)")
     parser.add_argument("--refine", choices=("changes", "against"), default="changes",
                         help="bisect every change (default) or only those against the knob")
+    parser.add_argument("--interventions", type=float, metavar="KNOB",
+                        help="instead of censuses: the single-node interventions at this knob of each --only model")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="processes per census (default 1)")
     args = parser.parse_args(argv)
     plan = KnobPlan(**parse_knobs(args.knobs), resolution=args.resolution, refine=args.refine)
@@ -119,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     written = []
     for set_name in args.sets:
         for name, (command, title) in corpus(set_name).items():
-            if not args.only or name in args.only:
+            if args.interventions is not None and name in (args.only or ()):
+                written.append(ship_interventions(set_name, name, command, args.interventions))
+            elif args.interventions is None and (not args.only or name in args.only):
                 written += ship_one(set_name, name, command, title, plan, args.jobs)
                 write_manifest(SHIPPED, written)  # after each model: a later failure keeps the earlier ones
     print(f"ship_knob: wrote {len(written)} files; {SHIPPED / 'MANIFEST.json'} updated")
