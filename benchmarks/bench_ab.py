@@ -33,9 +33,14 @@ DEFAULT_RUNS = ["inceptionv4:0.2", "inceptionv4:0.25", "lstm:0.22", "treelstm:0.
 
 # One side's process: load each log once, time each (log, ratio), print one JSON line per run.
 WORKER = r"""
-import dataclasses, json, sys, time
+import dataclasses, inspect, json, sys, time
 from dtrlab import load, simulate
 policy, memory, limit, repeats, runs = json.loads(sys.argv[1])
+if "semantics" in inspect.signature(simulate).parameters:  # a checkout with the Semantics value (issue 39)
+    from dtrlab import Semantics
+    options = {"semantics": Semantics(memory=memory, overhead_limit=limit)}
+else:
+    options = {"memory": memory, "overhead_limit": limit}
 traces = {}
 for name, ratio in runs:
     if name not in traces:
@@ -43,7 +48,7 @@ for name, ratio in runs:
     best = float("inf")
     for _ in range(repeats):
         start = time.process_time()
-        result = simulate(traces[name], policy, ratio=ratio, engine="compiled", memory=memory, overhead_limit=limit)
+        result = simulate(traces[name], policy, ratio=ratio, engine="compiled", **options)
         best = min(best, time.process_time() - start)
     fields = {key: repr(value) for key, value in dataclasses.asdict(result).items()}
     print(json.dumps({"log": name, "ratio": ratio, "seconds": best, "status": result.status, "result": fields}))

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
+from dtrlab.sweep.execution import Execution
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["DTRLAB_RECOMPUTE"] = "1"  # simulate everything: no shipped results (results/shipped/) either
 
 from dtrlab.analysis.allocator_census import EXPANDABLE, Config, allocator_census  # noqa: E402
@@ -50,8 +49,9 @@ def main() -> int:
     for name, trace in traces.items():
         with tempfile.TemporaryDirectory() as cache:
             started = time.perf_counter()
-            census = allocator_census({name: trace}, ISSUE_10_CONFIGS, jobs=args.jobs, cache=cache,
-                                      address_flips=(), progress=False)
+            census = allocator_census({name: trace}, ISSUE_10_CONFIGS,
+                                      address_flips=(),
+                                      execution=Execution(jobs=args.jobs, cache=cache, progress=False))
             wall = time.perf_counter() - started
         total_wall += wall
         total_runs += len(census.samples)

@@ -21,8 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from dtrlab.sweep.execution import Execution
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["DTRLAB_RECOMPUTE"] = "1"  # simulate everything: no shipped results (results/shipped/) either
 
 import pandas as pd  # noqa: E402
@@ -67,8 +67,8 @@ def main() -> int:
         for name, trace in traces.items():
             with tempfile.TemporaryDirectory() as cache:
                 started = time.perf_counter()
-                census = run_census({name: trace}, "dtr", ratios="0.05:1.0", delta=DELTA, jobs=jobs, cache=cache,
-                                    progress=False)
+                census = run_census({name: trace}, "dtr", ratios="0.05:1.0", delta=DELTA,
+                                    execution=Execution(jobs=jobs, cache=cache, progress=False))
                 seconds = time.perf_counter() - started
             total += seconds
             refinement = census.refinements[name]

@@ -2,7 +2,7 @@
 
 Per log and ratio, under DTR:
 
-(a) **caching, compiled over Python**: ``simulate(memory="caching", engine="python")`` (one run)
+(a) **caching, compiled over Python**: ``simulate(semantics=Semantics(memory="caching"), engine="python")`` (one run)
     against ``engine="compiled"`` (best of ``--repeats``). Target (issue 23): >= 20x, geometric
     mean over the 8 DTR logs.
 (b) **caching over flat, both compiled**: the compiled caching run against the compiled flat run
@@ -29,11 +29,10 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench_replay import timed  # best-of CPU and wall time, as the replay benchmark
+from dtrlab import Semantics, load_log, simulate
 
-from dtrlab import load_log, simulate  # noqa: E402
-from bench_replay import timed  # noqa: E402 (best-of CPU and wall time, as the replay benchmark)
+ROOT = Path(__file__).resolve().parent.parent
 
 SEMANTICS = {"reserved": {}, "allocated": {"enforce": "allocated", "device_capacity": "1.25x"}}
 
@@ -62,11 +61,11 @@ def main() -> int:
         for ratio in ratios:
             flat_time, _, flat = timed(lambda: simulate(trace, "dtr", ratio=ratio, engine="compiled"), args.repeats)
             for semantics, extra in SEMANTICS.items():
-                options = dict(memory="caching", **extra)
+                options = Semantics(memory="caching", **extra)
                 python_time, _, reference = timed(
-                    lambda: simulate(trace, "dtr", ratio=ratio, engine="python", **options), 1)
+                    lambda: simulate(trace, "dtr", ratio=ratio, engine="python", semantics=options), 1)
                 compiled_time, _, result = timed(
-                    lambda: simulate(trace, "dtr", ratio=ratio, engine="compiled", **options), args.repeats)
+                    lambda: simulate(trace, "dtr", ratio=ratio, engine="compiled", semantics=options), args.repeats)
                 if result != reference:
                     raise SystemExit(f"{path.name} at {ratio} ({semantics}): the engines disagree")
                 row = {"log": trace.name, "ratio": ratio, "semantics": semantics, "status": result.status,

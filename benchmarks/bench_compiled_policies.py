@@ -16,13 +16,12 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
+from dtrlab.runtime.semantics import Semantics
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dtrlab import load_log, simulate  # noqa: E402
-from dtrlab.policies import get_policy  # noqa: E402
-from dtrlab.policies.searched import SEARCHED  # noqa: E402
-from bench_replay import timed  # noqa: E402 (the same best-of timing as the replay benchmark)
+from dtrlab import load_log, simulate
+from dtrlab.policies import get_policy
+from dtrlab.policies.searched import SEARCHED
+from bench_replay import timed  # the same best-of timing as the replay benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ("resnet32-b8", "transformer-b4", "treelstm-b4")
@@ -56,7 +55,8 @@ def main() -> int:
             label = get_policy(name, **params).label + ("" if memory == "flat" else f" [{memory}]")
 
             def run(engine):
-                return simulate(trace, get_policy(name, **params), ratio=args.ratio, memory=memory, engine=engine)
+                return simulate(trace, get_policy(name, **params), ratio=args.ratio, engine=engine,
+                                semantics=Semantics(memory=memory))
 
             fast_cpu, fast_wall, fast = timed(lambda: run("compiled"), args.repeats)
             slow_cpu, slow_wall, slow = timed(lambda: run("python"), 1)

@@ -32,14 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from dtrlab import load_log
+from dtrlab.memory import available_memory_models, get_memory_model
+from dtrlab.policies import get_policy
+from dtrlab.runtime import baseline, budget_for
+from dtrlab.runtime.simulator import Simulator
 
-from dtrlab import load_log  # noqa: E402
-from dtrlab.memory import available_memory_models, get_memory_model  # noqa: E402
-from dtrlab.policies import get_policy  # noqa: E402
-from dtrlab.runtime import baseline, budget_for  # noqa: E402
-from dtrlab.runtime.simulator import Simulator  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def git(*args: str) -> str:

@@ -1,6 +1,6 @@
 """The compiled memory models (``_memory_core.h``) against the Python ones, on real call sequences.
 
-For each log, one ``dtrlab.simulate(..., memory="caching")`` run (h_DTR, ``--ratio``, the
+For each log, one ``dtrlab.simulate(..., semantics=Semantics(memory="caching"))`` run (h_DTR, ``--ratio``, the
 ``reserved`` semantics) records every allocate/free call the simulator makes on its model (a
 recording subclass of the Python ``CachingModel``). That sequence is then replayed, interleaved
 and best of ``--repeats``, through:
@@ -14,7 +14,7 @@ and best of ``--repeats``, through:
   The caching model cannot replay that sub-sequence (the refused calls released its cache), so
   ``c / c flat placed`` compares what each model costs the same simulation.
 
-Then the whole simulation: ``simulate(..., memory="caching")`` on the Python simulator (once) and on
+Then the whole simulation: ``simulate(..., semantics=Semantics(memory="caching"))`` on the Python simulator (once) and on
 the compiled core, and the compiled core's flat run (best of ``--repeats``).
 
 Every replay must refuse as many allocations as the recorded run and end with the Python model's
@@ -35,15 +35,14 @@ import time
 from array import array
 from dataclasses import astuple
 from pathlib import Path
+from dtrlab.runtime.semantics import Semantics
+
+from dtrlab import load_log, simulate
+from dtrlab.memory import CachingModel, FlatModel
+from dtrlab.memory._compiled import MemoryCore
+from dtrlab.runtime import budget_for
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from dtrlab import load_log, simulate  # noqa: E402
-from dtrlab.memory import CachingModel, FlatModel  # noqa: E402
-from dtrlab.runtime import budget_for  # noqa: E402
-from dtrlab.runtime._memory import MemoryCore  # noqa: E402
-from dtrlab.runtime.memory_spec import core_memory_args  # noqa: E402
 
 
 class RecordingCaching(CachingModel):
@@ -79,13 +78,13 @@ def python_replay(capacity, calls):
 
 
 def c_replay(model, ids, sizes, stats_each=False):
-    core = MemoryCore(*core_memory_args(model))
+    core = MemoryCore(*model.core_args())
     refused = core.replay(ids, sizes, stats_each)
     return refused, core.stats()
 
 
 def wrapper_replay(capacity, calls):
-    core = MemoryCore(*core_memory_args(CachingModel(capacity)))
+    core = MemoryCore(*CachingModel(capacity).core_args())
     refused = 0
     allocate, free = core.allocate, core.free
     for block_id, size in calls:
@@ -125,7 +124,7 @@ def main(argv=None) -> int:
         budget = budget_for(trace, args.ratio)
         recorder = RecordingCaching(budget)
         start = time.perf_counter()
-        result = simulate(trace, "dtr", budget_bytes=budget, memory=recorder, engine="python")
+        result = simulate(trace, "dtr", budget_bytes=budget, engine="python", semantics=Semantics(memory=recorder))
         simulation = time.perf_counter() - start
         calls = recorder.calls
         ids, sizes = arrays(calls)
@@ -163,8 +162,9 @@ def main(argv=None) -> int:
             print(f"  {name:14s} {seconds * 1e3:9.2f} ms  {seconds / count * 1e9:8.0f} ns/call")
         # The whole simulation: Python caching once, the compiled core's caching and flat best of --repeats.
         sims = {}
-        for name, repeats, options in (("python caching", 1, {"memory": "caching", "engine": "python"}),
-                                       ("compiled caching", args.repeats, {"memory": "caching", "engine": "compiled"}),
+        caching = Semantics(memory="caching")
+        for name, repeats, options in (("python caching", 1, {"semantics": caching, "engine": "python"}),
+                                       ("compiled caching", args.repeats, {"semantics": caching, "engine": "compiled"}),
                                        ("compiled flat", args.repeats, {"engine": "compiled"})):
             sims[name] = math.inf
             for _ in range(repeats):

@@ -23,10 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+from dtrlab.pipeline import figures as make_figures  # the figure pipeline: one place for paths and papermill
 
-import make_figures  # noqa: E402  (the figure pipeline: one place for paths and papermill)
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def cell_durations(executed: Path) -> list[tuple[int, float, str]]:

@@ -26,10 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dtrlab import load_log, simulate  # noqa: E402
-from dtrlab.analysis.simrd_bridge import load_simrd, run_simrd  # noqa: E402
+from dtrlab import load_log, simulate
+from dtrlab.analysis.simrd_bridge import load_simrd, run_simrd
 
 RATIOS = (0.25, 0.5, 0.75)
 

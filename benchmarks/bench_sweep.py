@@ -9,21 +9,18 @@ Prints wall seconds per backend and checks every backend returns the same frame
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dtrlab.sweep import sweep  # noqa: E402
-from dtrlab.trace import load  # noqa: E402
+from dtrlab.sweep import sweep
+from dtrlab.sweep.execution import Execution
+from dtrlab.trace import load
 
 RATIOS = "0.05:1.0:0.005"
 
 
 def timed(trace, **options):
     start = time.perf_counter()
-    frame = sweep(trace, "dtr", ratios=RATIOS, cache=False, progress=False, **options)
+    frame = sweep(trace, "dtr", ratios=RATIOS, execution=Execution(cache=False, progress=False, **options))
     return time.perf_counter() - start, frame.drop(columns="wall_seconds")
 
 

@@ -2,7 +2,7 @@
 
     python scripts/ahead_of_demand_gap.py [--traces 200] [--seed 0] [--limits 2.0,1.5] [--out FILE.json]
 
-Draws ``--traces`` tiny training steps (tests/exhaustive.py's ``tiny_log`` with a seeded
+Draws ``--traces`` tiny training steps (dtrlab.solvers.exhaustive's ``tiny_log`` with a seeded
 ``random.Random``), and at every budget from the footprint bound to the peak (one byte
 apart) and every overhead limit computes, by exhaustive search, the least recompute of
 an on-demand run (what the solvers and the relaxation model) and of a run that may also
@@ -23,13 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from exhaustive import least_recompute, tiny_log  # noqa: E402
-
-from dtrlab.runtime import baseline  # noqa: E402
-from dtrlab.solvers import build_problem  # noqa: E402
-from dtrlab.solvers.relax import solve_relaxation  # noqa: E402
+from dtrlab.runtime import baseline
+from dtrlab.solvers import build_problem
+from dtrlab.solvers.exhaustive import least_recompute, tiny_log
+from dtrlab.solvers.relax import solve_relaxation
 
 
 def measure(traces: int, seed: int, limits: list[float]) -> dict:

@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dtrlab.analysis.simrd_bridge import load_simrd, run_simrd  # noqa: E402
+from dtrlab.analysis.simrd_bridge import load_simrd, run_simrd
 
 LOGS = {
     "resnet32": "resnet32-56-9000000000.0-2020-10-1-13-3-30-default.log",

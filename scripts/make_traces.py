@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dtrlab.integrity import sha256_file
 from dtrlab.trace import zoo
-from dtrlab.trace.capture import _versions, capture
+from dtrlab.trace.capture import capture, package_versions
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 MODELS = TRACES / "models"
@@ -94,7 +94,7 @@ def record_modern(name: str) -> dict:
         "dtype": MODERN_DTYPE,
         "device": recording.meta["device"],
         "torch_version": recording.meta["torch_version"],
-        "versions": _versions(),
+        "versions": package_versions(),
         "cost_model": MODERN_COST,
         "ops": recording.op_count,
         "peak_live_bytes": recording.peak_live_bytes,

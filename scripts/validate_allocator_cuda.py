@@ -44,6 +44,17 @@ PYTORCH_CUDA_ALLOC_CONF is read once, when torch's allocator starts):
   within 1e-4; the real allocator's peaks are reported beside the ``caching`` model's prediction
   for the budget (:func:`dtrlab.execute.gpu_check.check_execution`).
 
+* ``knob`` (only when named: ``--sections knob``): torch.compile's ``activation_memory_budget``
+  (dtrlab.trace.partition, dtrlab.memory.partitioned): ``--knob-model``'s training step
+  (default ``transformer``) compiled with ``backend="aot_eager"`` (torch's min-cut partitioner,
+  eager kernels) at each of ``--knob-values`` after ``torch._dynamo.reset()``, run once on the
+  GPU; ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` above the bytes allocated
+  before the step, against the prediction from the step traced on fake CUDA tensors and
+  partitioned by torch at the same knob (the ``caching`` model's allocated peak less the
+  constants the real step allocated beforehand). A run whose allocated peak differs from the
+  prediction by more than the step's largest tensor is a mismatch; reserved bytes and the
+  saved-tensor counts (real: autograd's saved-tensor hooks) are reported beside.
+
 Results are printed and written as JSON to ``--out``, else to ``$OUT/validate_allocator_cuda.json``
 when ``$OUT`` is set.
 
@@ -62,18 +73,17 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from dtrlab.runtime.semantics import Semantics
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dtrlab.memory import get_memory_model  # noqa: E402
-from dtrlab.memory.replay import unbounded_events  # noqa: E402
-from dtrlab.trace import load  # noqa: E402
+from dtrlab.memory import get_memory_model
+from dtrlab.memory.replay import unbounded_events
+from dtrlab.trace import load
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = ROOT / "traces" / "resnet32-b8.jsonl.gz"
-SECTIONS = ("layout", "expandable-limit", "semantics", "execute")
-DEFAULT_SECTIONS = SECTIONS[:3]  # execute runs a model's step on the GPU: asked for by name
+SECTIONS = ("layout", "expandable-limit", "semantics", "execute", "knob")
+DEFAULT_SECTIONS = SECTIONS[:3]  # execute and knob run a model's step on the GPU: asked for by name
 NO_CUDA = 3  # exit status without torch or a CUDA device
 
 
@@ -103,6 +113,9 @@ def parse_args(argv=None):
     parser.add_argument("--device-capacity", default="1.25x", help="semantics: the device under enforce='allocated'")
     parser.add_argument("--execute-model", default="resnet32", help="execute: the model source (default resnet32)")
     parser.add_argument("--execute-ratios", default="0.5,0.8,1.0", help="execute: budget ratios (comma-separated)")
+    parser.add_argument("--knob-model", default="transformer", help="knob: the model source (default transformer)")
+    parser.add_argument("--knob-values", default="1.0,0.5,0.2,0.1,0.05,0.0",
+                        help="knob: activation_memory_budget values (comma-separated)")
     parser.add_argument("--worker", choices=SECTIONS, help=argparse.SUPPRESS)  # a section in its own process
     parser.add_argument("--worker-spec", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -387,7 +400,8 @@ def semantics_runs(args) -> list[dict]:
                     device.bytes_for(budget), {"device_capacity": args.device_capacity})]
         for enforce, options, capacity, extra in configs:
             model = Recording(capacity, **options)
-            result = simulate(trace, "dtr", budget_bytes=budget, memory=model, enforce=enforce, **extra)
+            result = simulate(trace, "dtr", budget_bytes=budget,
+                              semantics=Semantics(memory=model, enforce=enforce, **extra))
             runs.append({"trace": trace.name, "ratio": ratio, "enforce": enforce, "options": options,
                          "capacity": capacity, "status": result.status, "calls": model.calls,
                          "conf": "expandable_segments:True" if options.get("expandable_segments") else ""})
@@ -452,6 +466,8 @@ def worker(args) -> int:
         result = expandable_limit_section(spec, torch)
     elif args.worker == "execute":
         result = execute_section(spec)
+    elif args.worker == "knob":
+        result = knob_section(spec, torch)
     else:
         result = semantics_replay(spec, torch)
     print(json.dumps(result))
@@ -468,6 +484,52 @@ def execute_section(spec: dict) -> dict:
               f"{run.get('peak_reserved_bytes')} B (caching model {run['caching_model_peak_reserved']} B)")
     mismatches = sum(run["identical"] is False or run.get("within_tolerance") is False for run in runs)
     return {"device": device_description(), "runs": runs, "mismatches": mismatches}
+
+
+def knob_section(spec: dict, torch) -> dict:
+    """torch.compile's activation_memory_budget on the GPU against dtrlab's prediction (see the module docstring)."""
+    from dtrlab.memory.partitioned import step_peaks
+    from dtrlab.trace.models import build
+    from dtrlab.trace.partition import LossStep, partition, trace_joint
+
+    joint = trace_joint(spec["model"], device="cuda")
+    runs = []
+    for knob in spec["knobs"]:
+        step = partition(joint, knob)
+        predicted = step_peaks(step)
+        constants = sum(-(-op.total_size // 512) * 512 for op in step.trace.operators if op.is_constant)
+        tangent = 512  # the loss's gradient, allocated by autograd during the real step
+        workload = build(spec["model"], device="cuda")
+        module = LossStep(workload.module, workload.loss_fn)
+        torch._dynamo.reset()
+        with torch._functorch.config.patch(activation_memory_budget=knob):
+            compiled = torch.compile(module, backend="aot_eager", fullgraph=True, dynamic=False)
+            compiled(*workload.inputs).backward()  # compiles at this knob
+            module.zero_grad(set_to_none=True)
+            saved = []
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(1) or t, lambda t: t):
+                compiled(*workload.inputs)
+            torch.cuda.synchronize()
+            start = torch.cuda.memory_allocated()
+            start_reserved = torch.cuda.memory_reserved()
+            torch.cuda.reset_peak_memory_stats()
+            compiled(*workload.inputs).backward()
+            torch.cuda.synchronize()
+        real = torch.cuda.max_memory_allocated() - start
+        expected = predicted["allocated_peak"] - constants + tangent
+        largest = max(op.total_size for op in step.trace.operators)
+        run = {"knob": knob, "real_allocated_above_start": real, "predicted_allocated_above_start": expected,
+               "real_max_reserved": torch.cuda.max_memory_reserved(), "reserved_at_start": start_reserved,
+               "predicted_reserved_peak": predicted["reserved_peak"], "real_saved": len(saved),
+               "predicted_saved": step.saved_count, "tolerance": largest,
+               "within_tolerance": abs(real - expected) <= largest}
+        print(f"  knob {knob}: allocated above start {real:,} B real, {expected:,} B predicted; saved "
+              f"{len(saved)} real, {step.saved_count} predicted")
+        runs.append(run)
+        del compiled, module, workload
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
+    return {"model": spec["model"], "runs": runs, "mismatches": sum(not run["within_tolerance"] for run in runs)}
 
 
 def run_worker(args, section: str, conf: str, spec: dict | None = None, extra: list[str] = ()) -> dict:
@@ -537,6 +599,9 @@ def main(argv=None) -> int:
     if "execute" in args.sections:
         spec = {"model": args.execute_model, "ratios": [float(r) for r in args.execute_ratios.split(",")]}
         results["sections"]["execute"] = [run_worker(args, "execute", "", spec)]
+    if "knob" in args.sections:
+        spec = {"model": args.knob_model, "knobs": [float(v) for v in args.knob_values.split(",")]}
+        results["sections"]["knob"] = [run_worker(args, "knob", "", spec)]
     mismatches = sum(part.get("mismatches", 0) for parts in results["sections"].values() for part in parts)
     results["mismatches"] = mismatches
     results["status"] = "match" if mismatches == 0 else "mismatch"

@@ -17,6 +17,8 @@ from dtrlab.analysis.allocator_census import (DEFAULT_CONFIGS, FATE_COLUMNS, TAB
 from dtrlab import simulate
 from test_anatomy import oom_trace
 from test_memory_semantics import chain
+from dtrlab.runtime.semantics import Semantics
+from dtrlab.sweep.execution import Execution
 
 MIB = 1 << 20
 RATIOS = [0.25, 0.5, 1.0]
@@ -28,8 +30,8 @@ DEVICE_125 = Config("dtr", "caching", {}, "allocated", "1.25x")
 
 
 def census(trace, configs, ratios=RATIOS):
-    result = allocator_census({trace.name: trace}, configs, ratios=ratios, refine=False, cache=False,
-                              progress=False, backend="sequential")
+    result = allocator_census({trace.name: trace}, configs, ratios=ratios, refine=False,
+                              execution=Execution(cache=False, progress=False, backend="sequential"))
     assert list(result.table.columns) == TABLE_COLUMNS
     return result, result.table.set_index("config")
 
@@ -70,10 +72,12 @@ def test_columns_under_both_semantics():
     assert table.loc[UNLIMITED.label, ["enforce", "device_capacity"]].tolist() == ["allocated", "unlimited"]
     assert table.loc[RESERVED.label, ["enforce", "device_capacity"]].tolist() == ["reserved", ""]
     # The columns are those of single runs.
-    run = simulate(four_mib_chain(), "dtr", budget_bytes=6 * MIB, memory="caching", enforce="allocated")
+    run = simulate(four_mib_chain(), "dtr", budget_bytes=6 * MIB,
+                   semantics=Semantics(memory="caching", enforce="allocated"))
     assert (run.status, run.evicted_storages, run.peak_reserved_bytes) == ("pass", ("a", "b"), 20 * MIB)
-    assert simulate(four_mib_chain(), "dtr", budget_bytes=12 * MIB, memory="caching", enforce="allocated",
-                    device_capacity="1.25x").failure.cause == "device"
+    assert simulate(four_mib_chain(), "dtr", budget_bytes=12 * MIB,
+                    semantics=Semantics(memory="caching", enforce="allocated", device_capacity="1.25x")
+                    ).failure.cause == "device"
     # Every sample of the address-aware configurations was compared under both address policies.
     assert len(result.flips) == 6 and not result.flips["flipped"].any()
     assert set(result.flips["config"]) == {RESERVED.label, DEVICE_125.label}
@@ -104,12 +108,14 @@ def test_holes_and_their_fates():
     row = table.loc[aligned.label]
     assert (row.failures, row.holes, row.new_holes) == (3, 0, 0) and row.threshold_ratio != row.threshold_ratio
     assert result.flips.empty  # no address-aware configuration
-    fates = flat_hole_fates(result, {"oom": oom_trace()}, [FLAT, aligned, allocated], cache=False)
+    fates = flat_hole_fates(result, {"oom": oom_trace()}, [FLAT, aligned, allocated],
+                            execution=Execution(cache=False, progress=False))
     assert list(fates.columns) == FATE_COLUMNS and len(fates) == 3
     fate = fates.set_index("config")
     assert fate.loc[FLAT.label, ["status_low", "fate"]].tolist() == ["oom", "hole"]
     assert fate.loc[aligned.label, ["status_low", "fate"]].tolist() == ["oom", "below threshold"]
-    direct = {b: simulate(oom_trace(), "dtr", budget_bytes=b, memory="flat", enforce="allocated").status
+    direct = {b: simulate(oom_trace(), "dtr", budget_bytes=b,
+                          semantics=Semantics(memory="flat", enforce="allocated")).status
               for b in (97, 98)}
     assert fate.loc[allocated.label, "status_low"] == direct[98]
     assert fate.loc[allocated.label, "fate"] == ("passes" if direct[98] == "pass" else
@@ -129,22 +135,17 @@ def test_labels_and_the_default_configurations():
         census(four_mib_chain(), [Config("coop", "caching", {}, "allocated", "1.25x")])
 
 
-def load_ship_results():
-    from conftest import load_script
-
-    return load_script("ship_results")
-
-
 def test_shipping_merges_new_runs_into_a_verified_bundle(tmp_path, monkeypatch):
-    """scripts/ship_results.py --allocator-census adds the cached runs of new configurations to a
+    """dtrlab ship results --allocator-census adds the cached runs of new configurations to a
     trace's bundle file and keeps its other rows; the shipped layer then serves both without
     simulating, and a bundle file that no longer matches the manifest is refused, not merged."""
-    from dtrlab.integrity import write_manifest
+    from dtrlab.integrity import IntegrityError, write_manifest
     from dtrlab.sweep import sweep
     from dtrlab.sweep.shipped import RECOMPUTE_ENV, SHIPPED_ENV, read_metadata
     from dtrlab.trace import LogBuilder
 
-    ship = load_ship_results()
+    from dtrlab.pipeline import ship_results as ship
+
     log = LogBuilder()
     log.constant("x", 0)
     for name in "abc":
@@ -155,22 +156,22 @@ def test_shipping_merges_new_runs_into_a_verified_bundle(tmp_path, monkeypatch):
     bundle = tmp_path / "shipped"
     monkeypatch.setenv(SHIPPED_ENV, str(bundle))
     first, second = tmp_path / "first", tmp_path / "second"
-    old = sweep(tmp_path / "set" / "chain.log", "dtr", ratios=RATIOS, cache=first, progress=False)
+    old = sweep(tmp_path / "set" / "chain.log", "dtr", ratios=RATIOS, execution=Execution(cache=first, progress=False))
     ship.merge_pack(tmp_path / "set", first, bundle / "set")  # no file yet: a new one
     write_manifest(bundle)
-    new = sweep(tmp_path / "set" / "chain.log", "dtr", ratios=RATIOS, cache=second, progress=False,
-                **UNLIMITED.sweep_arguments())
+    new = sweep(tmp_path / "set" / "chain.log", "dtr", ratios=RATIOS,
+                execution=Execution(cache=second, progress=False), semantics=UNLIMITED.semantics())
     (path, rows, _), = ship.merge_pack(tmp_path / "set", second, bundle / "set")
     write_manifest(bundle, [path])
     assert rows == 6 and len(read_metadata(path)["configs"]) == 2
     monkeypatch.delenv(RECOMPUTE_ENV)  # read the shipped layer (tests/conftest.py ignores it)
     monkeypatch.setattr("dtrlab.sweep.engine.run_spec", None)  # any simulation would fail now
-    for frame, arguments in ((old, {}), (new, UNLIMITED.sweep_arguments())):
-        shipped = sweep(tmp_path / "set" / "chain.log", "dtr", ratios=RATIOS, cache=tmp_path / "empty",
-                        progress=False, **arguments)
+    for frame, semantics in ((old, Semantics()), (new, UNLIMITED.semantics())):
+        shipped = sweep(tmp_path / "set" / "chain.log", "dtr", ratios=RATIOS,
+                        execution=Execution(cache=tmp_path / "empty", progress=False), semantics=semantics)
         assert shipped["status"].tolist() == frame["status"].tolist()
     path.write_bytes(path.read_bytes() + b"\0")
-    with pytest.raises(SystemExit, match="does not match"), pytest.warns(UserWarning):
+    with pytest.raises(IntegrityError, match="does not match"), pytest.warns(UserWarning):
         ship.merge_pack(tmp_path / "set", second, bundle / "set")
 
 
@@ -201,6 +202,7 @@ def test_fates_of_the_models_flat_holes_under_allocated(name, ratios, flat, allo
     for config, expected in [(FLAT, flat), (Config("dtr", "caching", {}, "allocated", "A100-80GB"), allocated),
                              (Config("dtr", "caching", {"expandable_segments": True}, "allocated", "A100-80GB"),
                               allocated_expandable)]:
-        frame = sweep(trace, "dtr", ratios=ratios, cache=False, progress=False, backend="sequential",
-                      **config.sweep_arguments())
+        frame = sweep(trace, "dtr", ratios=ratios,
+                      execution=Execution(cache=False, progress=False, backend="sequential"),
+                      semantics=config.semantics())
         assert " ".join(frame["status"]) == expected, config.label

@@ -33,6 +33,8 @@ from dtrlab.trace import LogBuilder, load_log
 
 from conftest import ROOT
 from test_properties import random_logs
+from dtrlab.runtime.semantics import Semantics
+from dtrlab.sweep.execution import Execution
 
 LIMIT_WORDS = ("remat_limit", "overhead_limit", "remat_allowance", "recompute_allowance")
 BLIND = [name for name in available_policies() if name not in LIMIT_READERS]
@@ -72,8 +74,8 @@ def _engines(name):
 def check_derived_equals_direct(trace, name, budget):
     options = _options(name)
     for engine in _engines(name):
-        run = lambda limit: simulate(trace, get_policy(name), budget_bytes=budget, overhead_limit=limit,
-                                     engine=engine, **options)
+        run = lambda limit: simulate(trace, get_policy(name), budget_bytes=budget,
+                                     engine=engine, semantics=Semantics(overhead_limit=limit, **options))
         unlimited = run(math.inf)
         assert unlimited.status in ("pass", "oom")
         base, remat = unlimited.baseline_compute, unlimited.remat_compute
@@ -224,8 +226,9 @@ def limit_trace():
 
 
 def every_budget(trace, limit=2.0, **options):
-    return sweep(trace, "dtr", budgets=range(1, baseline(trace).peak_memory + 1), overhead_limit=limit,
-                 cache=False, progress=False, backend="sequential", **options)
+    return sweep(trace, "dtr", budgets=range(1, baseline(trace).peak_memory + 1),
+                 semantics=Semantics(overhead_limit=limit, **options),
+                 execution=Execution(cache=False, progress=False, backend="sequential"))
 
 
 HANDBUILT = {  # trace -> (base compute, [(fail_low, fail_high, anatomy, needed remat, neighbour remat)])
@@ -242,7 +245,7 @@ def test_handbuilt_hole_is_classified_as_built(build):
     base, expected = HANDBUILT[build]
     assert baseline(trace).model_compute == base
     census = find_holes(every_budget(trace))
-    unlimited = unlimited_runs(trace, census, progress=False, backend="sequential", cache=False)
+    unlimited = unlimited_runs(trace, census, execution=Execution(progress=False, backend="sequential", cache=False))
     assert sorted(unlimited["budget_bytes"]) == failing_budgets(census)
     table = hole_anatomy(census, unlimited)
     assert list(table.columns) == HOLE_COLUMNS + ANATOMY_COLUMNS
@@ -267,8 +270,8 @@ def test_handbuilt_hole_is_classified_as_built(build):
 
 
 def every_budget_at(trace, budgets, limit, policy="dtr", **semantics):
-    return sweep(trace, policy, budgets=budgets, overhead_limit=limit, cache=False, progress=False,
-                 backend="sequential", **semantics)
+    return sweep(trace, policy, budgets=budgets, semantics=Semantics(overhead_limit=limit, **semantics),
+                 execution=Execution(cache=False, progress=False, backend="sequential"))
 
 
 @pytest.mark.parametrize("engine", ["python", "compiled"])
@@ -277,12 +280,13 @@ def test_oom_boundary_allowance_r_is_oom_and_r_minus_1_thrash(engine):
     (re)materialization, but the OOM comes while freeing room before the next computation, so a
     direct run with allowance exactly 16 runs out of memory at the same step and one with 15 thrashes."""
     trace = oom_trace()
-    unlimited = simulate(trace, "dtr", budget_bytes=98, overhead_limit=math.inf, engine=engine)
+    unlimited = simulate(trace, "dtr", budget_bytes=98, engine=engine, semantics=Semantics(overhead_limit=math.inf))
     assert (unlimited.status, unlimited.remat_compute) == ("oom", 16)
     at_r, below = needed_limit(59, 16), needed_limit(59, 15)
     assert (recompute_allowance(59, at_r), recompute_allowance(59, below)) == (16, 15)
     for limit, status in ((at_r, "oom"), (math.nextafter(at_r, 0), "thrash"), (below, "thrash")):
-        assert simulate(trace, "dtr", budget_bytes=98, overhead_limit=limit, engine=engine).status == status
+        assert simulate(trace, "dtr", budget_bytes=98, engine=engine,
+                        semantics=Semantics(overhead_limit=limit)).status == status
         assert outcome_at(unlimited, limit) == status
 
 
@@ -315,7 +319,7 @@ def test_refusals():
                 "policy": "monotone", "policy_name": "monotone"}
     with pytest.raises(ValueError, match="reads the overhead limit"):
         outcome_at(monotone, 2.0)
-    thrash = simulate(trace, "dtr", budget_bytes=98, overhead_limit=1.2)
+    thrash = simulate(trace, "dtr", budget_bytes=98, semantics=Semantics(overhead_limit=1.2))
     assert thrash.status == "thrash"
     assert outcome_at(thrash, 1.1) == "thrash"
     with pytest.raises(ValueError, match="cannot tell"):
@@ -328,7 +332,9 @@ def test_refusals():
     with pytest.raises(ValueError, match="without a limit"):
         hole_anatomy(census, every_budget_at(trace, failing_budgets(census), 2.0))
     with pytest.raises(ValueError, match="no run without a limit"):
-        hole_anatomy(census, unlimited_runs(trace, census, progress=False, backend="sequential", cache=False).iloc[:1])
+        hole_anatomy(census, unlimited_runs(trace, census,
+                                            execution=Execution(progress=False, backend="sequential",
+                                                                cache=False)).iloc[:1])
 
 
 MODELS = Path(__file__).resolve().parent.parent / "traces" / "models"
@@ -347,17 +353,19 @@ def test_issue_holes_on_todays_models(name, ratios, anatomy, closes_at):
         pytest.skip(f"{path} is absent")
     import dtrlab
     trace = dtrlab.load(str(path))
-    census = find_holes(sweep(trace, "dtr", ratios=ratios, cache=False, progress=False, backend="sequential"))
-    table = hole_anatomy(census, unlimited_runs(trace, census, progress=False, backend="sequential", cache=False))
+    census = find_holes(sweep(trace, "dtr", ratios=ratios,
+                              execution=Execution(cache=False, progress=False, backend="sequential")))
+    table = hole_anatomy(census, unlimited_runs(trace, census,
+                                                execution=Execution(progress=False, backend="sequential", cache=False)))
     assert len(table) == 1
     hole = table.iloc[0]
     assert hole.anatomy == anatomy
     assert hole.closes_at == pytest.approx(closes_at, rel=1e-4)
     for budget in failing_budgets(census):  # the derivation agrees with direct runs around the closing limit
-        unlimited = simulate(trace, "dtr", budget_bytes=budget, overhead_limit=math.inf)
+        unlimited = simulate(trace, "dtr", budget_bytes=budget, semantics=Semantics(overhead_limit=math.inf))
         for limit in (2.0, 2.5, 3.0):
             assert outcome_at(unlimited, limit) == simulate(trace, "dtr", budget_bytes=budget,
-                                                            overhead_limit=limit).status
+                                                            semantics=Semantics(overhead_limit=limit)).status
 
 
 # --------------------------------------------------------------- sweeps without a limit
@@ -366,10 +374,12 @@ def test_sweep_without_a_limit_is_cached_under_its_own_key(tmp_path, monkeypatch
     under a key of their own, and the keys of finite limits are as before (the shipped bundle's)."""
     trace = near_miss_trace()
     budgets = list(range(40, 61))
-    unlimited = sweep(trace, "dtr", budgets=budgets, overhead_limit=math.inf, cache=tmp_path, progress=False)
+    unlimited = sweep(trace, "dtr", budgets=budgets, semantics=Semantics(overhead_limit=math.inf),
+                      execution=Execution(cache=tmp_path, progress=False))
     assert set(unlimited["status"]) <= {"pass", "oom"} and "pass" in set(unlimited["status"])
     assert (unlimited["overhead_limit"] == math.inf).all()
-    at_2 = sweep(trace, "dtr", budgets=budgets, overhead_limit=2.0, cache=tmp_path, progress=False)
+    at_2 = sweep(trace, "dtr", budgets=budgets, semantics=Semantics(overhead_limit=2.0),
+                 execution=Execution(cache=tmp_path, progress=False))
     assert "thrash" in set(at_2["status"])  # the hole at 52-54: another configuration, not the same rows
     keys = {d.name: read_json(d / "key.json") for d in tmp_path.glob("sim-v*/*/*")}
     assert sorted(k["overhead_limit"] for k in keys.values()) == [2.0, math.inf]
@@ -377,12 +387,14 @@ def test_sweep_without_a_limit_is_cached_under_its_own_key(tmp_path, monkeypatch
         assert not specs, "every row is cached: nothing is simulated"
         return iter(())
     monkeypatch.setattr(budget_sweep, "iter_runs", no_runs)
-    again = sweep(trace, "dtr", budgets=budgets, overhead_limit=math.inf, cache=tmp_path, progress=False)
+    again = sweep(trace, "dtr", budgets=budgets, semantics=Semantics(overhead_limit=math.inf),
+                  execution=Execution(cache=tmp_path, progress=False))
     assert again["status"].tolist() == unlimited["status"].tolist()
     assert again["remat_compute"].tolist() == unlimited["remat_compute"].tolist()
     for bad in (math.nan, 0.5):
         with pytest.raises(ValueError, match="overhead_limit must be a number >= 1"):
-            sweep(trace, "dtr", budgets=budgets, overhead_limit=bad, cache=False, progress=False)
+            sweep(trace, "dtr", budgets=budgets, semantics=Semantics(overhead_limit=bad),
+                  execution=Execution(cache=False, progress=False))
 
 
 def test_finite_limits_keep_their_shipped_cache_keys():
@@ -392,7 +404,7 @@ def test_finite_limits_keep_their_shipped_cache_keys():
         pytest.skip(f"{bundle} is absent")
     import dtrlab
     trace = dtrlab.load("traces/resnet32-b8.jsonl.gz")
-    key = SweepCache("unused", trace, get_policy("dtr"), 2.0).config_key
+    key = SweepCache("unused", trace, get_policy("dtr")).config_key
     assert key in read_metadata(bundle)["configs"]
 
 
@@ -408,13 +420,14 @@ def check_limit_census(trace, policy, tmp_path, ratios="0.1:1.0:0.05", **semanti
     ``enforce`` and ``device_capacity`` of every run."""
     memory = semantics.pop("memory", "flat")
     result = limit_census({trace.name: trace}, [policy], [memory], limits=CENSUS_LIMITS, ratios=ratios,
-                          cache=tmp_path, progress=False, **semantics)
+                          semantics=Semantics(**semantics), execution=Execution(cache=tmp_path, progress=False))
     semantics["memory"] = memory
     assert sorted(result.table["limit"]) == sorted(CENSUS_LIMITS)
     for row in result.table.itertuples():
         ours = result.samples[result.samples["limit"] == row.limit]
-        direct = sweep(trace, policy, budgets=ours["budget_bytes"].tolist(), overhead_limit=row.limit, cache=False,
-                       progress=False, backend="sequential", **semantics)
+        direct = sweep(trace, policy, budgets=ours["budget_bytes"].tolist(),
+                       semantics=Semantics(overhead_limit=row.limit, **semantics),
+                       execution=Execution(cache=False, progress=False, backend="sequential"))
         assert ours["status"].tolist() == direct["status"].tolist(), (policy, row.limit)
         census = find_holes(direct)
         assert (row.samples, row.failures, row.holes) == (len(direct), census.failures, len(census.holes))
@@ -472,7 +485,7 @@ def test_limit_census_under_allocated_semantics_is_swept_at_each_limit(name, kin
     assert (result.table["sweep_limit"] == result.table["limit"]).all()
     assert set(result.holes["anatomy"]) == kinds
     with pytest.raises(ValueError, match="enforce must be"):
-        limit_census({name: trace}, ["dtr"], enforce="allocate")
+        limit_census({name: trace}, ["dtr"], semantics=Semantics(enforce="allocate"))
     # another device than the sweep's default (unlimited) is a configuration of its own
     assert [_memory_label("caching", "allocated", device) for device in (None, "unlimited", "1.25x")] == \
         ["caching/allocated", "caching/allocated", "caching/allocated(1.25x)"]
@@ -492,9 +505,9 @@ def test_read_anatomy_table_refuses_an_unlisted_or_edited_file(tmp_path):
 
 
 def test_ship_anatomy_stops_on_ctrl_c_in_one_line_and_ships_what_it_finished(tmp_path, monkeypatch, capsys):
-    from conftest import load_script
+    from dtrlab.cli import main
+    from dtrlab.pipeline import ship_anatomy
 
-    ship_anatomy = load_script("ship_anatomy")
     finished = []
 
     def census(*args, **kwargs):  # the first configuration finishes, Ctrl-C arrives in the second
@@ -506,9 +519,9 @@ def test_ship_anatomy_stops_on_ctrl_c_in_one_line_and_ships_what_it_finished(tmp
     monkeypatch.setattr(ship_anatomy, "limit_census", census)
     monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))  # restored afterwards: --cache sets it
     out = tmp_path / "anatomy"
-    status = ship_anatomy.entry([str(ROOT / "traces"), "--only", "unet", "--policies", "dtr", "lru",
-                                 "--limits", "2", "--ratios", "0.4:1.0:0.2", "--output", str(out),
-                                 "--cache", str(tmp_path / "cache")])
+    status = main(["ship", "anatomy", str(ROOT / "traces"), "--only", "unet", "--policies", "dtr", "lru",
+                   "--limits", "2", "--ratios", "0.4:1.0:0.2", "--output", str(out),
+                   "--cache", str(tmp_path / "cache")])
     error = capsys.readouterr().err
     assert status == 130 and error.count("\n") == 1 and "interrupted" in error and "Traceback" not in error
     table = pd.read_csv(out / "traces-table.csv")

@@ -113,12 +113,13 @@ def test_pinned_bytes_by_hand():
 
 def test_capture_warns_when_pinned_storages_dominate(tmp_path, capsys):
     # A linear layer with a small batch: its weight and gradient are almost the whole peak.
-    assert main(["capture", "test_capture:wide_linear", "--batch", "2", "--out", str(tmp_path / "w.jsonl")]) == 0
+    assert main(["capture", "test_capture:wide_linear", "--batch", "2", "--quiet", "--out", str(tmp_path / "w.jsonl")]) == 0
     captured = capsys.readouterr()
     summary = json.loads(captured.out)
     assert summary["pinned_fraction"] > 0.9 and summary["pinned_bytes"] == 2 * 256 * 256 * 4 + 2 * 256 * 4
     assert captured.err.count("\n") == 1 and "warning: " in captured.err and "is pinned" in captured.err
-    assert main(["capture", "test_capture:wide_linear", "--batch", "4096", "--out", str(tmp_path / "w.jsonl")]) == 0
+    assert main(["capture", "test_capture:wide_linear", "--batch", "4096", "--quiet", "--out",
+                 str(tmp_path / "w.jsonl")]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["pinned_fraction"] < 0.5 and captured.err == ""
 

@@ -10,12 +10,13 @@ from dtrlab.cli import main
 from dtrlab.runtime import simulate
 
 from conftest import ROOT
+from dtrlab.sweep.execution import Execution
 
 
 @pytest.mark.slow
 def test_resnet32_census_reports_the_thrash_hole_at_0_17(resnet_trace, tmp_path):
     census = run_census({resnet_trace.name: resnet_trace}, "dtr", ratios="0.05:1.0:0.005", out=tmp_path / "out",
-                        jobs=2, cache=tmp_path / "cache", progress=False)
+                        execution=Execution(jobs=2, cache=tmp_path / "cache", progress=False))
     row = census.table.iloc[0]
     assert (row.samples, row.failures, row.non_monotone_failures, row.holes) == (191, 21, 1, 1)
     assert (row.widest_hole_ratio, row.widest_hole_kinds, row.threshold_ratio) == ("0.17-0.17", "thrash", 0.175)

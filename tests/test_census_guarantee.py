@@ -19,6 +19,7 @@ from dtrlab.runtime import baseline, simulate
 from dtrlab.sweep import sweep
 
 from conftest import ROOT, UNET_LOG
+from dtrlab.sweep.execution import Execution
 
 
 def test_delta_in_bytes_or_as_a_fraction_of_the_peak():
@@ -148,11 +149,11 @@ def small_transformer():
 
 def test_fine_census_reports_every_hole_of_the_plain_sweep(small_transformer, tmp_path):
     # transformer-b4 between ratios 0.65 and 0.71: a plain 0.001 sweep shows three holes.
-    plain = sweep(small_transformer, "dtr", ratios="0.65:0.71:0.001", cache=False, progress=False)
+    plain = sweep(small_transformer, "dtr", ratios="0.65:0.71:0.001", execution=Execution(cache=False, progress=False))
     plain_holes = find_holes(plain).holes
     assert len(plain_holes) == 3
     census = run_census({small_transformer.name: small_transformer}, "dtr", ratios="0.65:0.71:0.005", delta=0.001,
-                        cache=tmp_path, progress=False)
+                        execution=Execution(cache=tmp_path, progress=False))
     refinement = census.refinements[small_transformer.name]
     assert refinement.grid.samples["budget_bytes"].tolist() == plain["budget_bytes"].tolist()  # the same grid
     peak = baseline(small_transformer).peak_memory
@@ -175,15 +176,17 @@ def test_fine_census_reports_every_hole_of_the_plain_sweep(small_transformer, tm
 
 
 def test_refine_with_delta_fills_a_coarse_frame(small_transformer, tmp_path):
-    coarse = sweep(small_transformer, "dtr", ratios="0.65:0.70:0.01", cache=tmp_path, progress=False)
+    coarse = sweep(small_transformer, "dtr", ratios="0.65:0.70:0.01",
+                   execution=Execution(cache=tmp_path, progress=False))
     delta = baseline(small_transformer).peak_memory // 400
-    refinement = refine_holes(small_transformer, coarse, "dtr", delta=delta, cache=tmp_path, progress=False)
+    refinement = refine_holes(small_transformer, coarse, "dtr", delta=delta,
+                              execution=Execution(cache=tmp_path, progress=False))
     assert refinement.delta_bytes == delta
     assert len(refinement.fill_budgets) > 0
     assert refinement.refined.max_gap_bytes <= delta
     assert set(refinement.fill_budgets) <= set(refinement.refined.samples["budget_bytes"])
     with pytest.raises(ValueError, match="delta is bytes"):
-        refine_holes(small_transformer, coarse, "dtr", delta=2.5, cache=tmp_path, progress=False)
+        refine_holes(small_transformer, coarse, "dtr", delta=2.5, execution=Execution(cache=tmp_path, progress=False))
 
 
 def test_census_cli_with_delta(tmp_path, capsys):
@@ -203,11 +206,11 @@ def test_census_cli_with_delta(tmp_path, capsys):
 @pytest.mark.slow
 def test_unet_fine_census_finds_the_three_holes_of_the_plain_sweep(load_shared_log, tmp_path):
     unet = load_shared_log(UNET_LOG)
-    plain = find_holes(sweep(unet, "dtr", ratios="0.05:1.0:0.001", jobs=2, cache=tmp_path / "plain",
-                             progress=False)).holes
+    plain = find_holes(sweep(unet, "dtr", ratios="0.05:1.0:0.001",
+                             execution=Execution(jobs=2, cache=tmp_path / "plain", progress=False))).holes
     assert len(plain) == 3
-    census = run_census({unet.name: unet}, "dtr", ratios="0.05:1.0", delta=0.001, jobs=2, cache=tmp_path / "census",
-                        progress=False)
+    census = run_census({unet.name: unet}, "dtr", ratios="0.05:1.0", delta=0.001,
+                        execution=Execution(jobs=2, cache=tmp_path / "census", progress=False))
     refined = census.refinements[unet.name].refined.holes
     for hole in plain.itertuples():
         holding = (refined.fail_low_bytes <= hole.fail_low_bytes) & (refined.fail_high_bytes >= hole.fail_high_bytes)

@@ -52,7 +52,7 @@ def refused(capsys, argv, *names) -> str:
     ["sweep", "{chain}", "--ratios", "0.5:inf:0.1", "--no-cache"],
     ["variants", "{chain}", "--ratios", "0.5,inf", "--no-cache"],
     ["search", "{chain}", "--ratios", "inf", "--trials", "1", "--storage", "{tmp}/s.db"],
-    ["run", "{chain}", "--ratio", "0.5", "--overhead-limit", "inf"],
+    ["run", "{chain}", "--ratio", "0.5", "--overhead-limit", "nan"],
     ["variants", "{chain}", "--overhead-limit", "nan"],
 ], ids=lambda argv: " ".join(a for a in argv if "{" not in a))
 def test_non_finite_numbers_are_refused(capsys, chain, tmp_path, argv):

@@ -21,6 +21,7 @@ from dtrlab.runtime import Intervention, OutOfMemory, Simulator, Thrash, baselin
 from dtrlab.runtime.baseline import _replay as reference_baseline
 from dtrlab.trace import LogBuilder, load_directory
 from dtrlab.trace.model import GET, Operator, Trace
+from dtrlab.runtime.semantics import Semantics
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="the compiled core is not built")
@@ -167,7 +168,8 @@ def test_runs_the_core_cannot_take_go_to_the_reference_or_are_refused(small_resn
     with pytest.raises(ValueError, match="cannot take this run"):
         simulate(small_resnet, smallest_first(), ratio=0.5, engine="compiled")
     with pytest.raises(ValueError, match="cannot take this run: a memory model instance"):
-        simulate(small_resnet, "dtr", budget_bytes=10**6, engine="compiled", memory=get_memory_model("aligned", 10**6))
+        simulate(small_resnet, "dtr", budget_bytes=10**6, engine="compiled",
+                 semantics=Semantics(memory=get_memory_model("aligned", 10**6)))
     with pytest.raises(ValueError, match="auto, compiled, python"):
         simulate(small_resnet, "dtr", ratio=0.5, engine="fast")
     # auto sends the user policy to the Python simulator, with the same result as forcing it there
@@ -216,6 +218,6 @@ def test_an_infinite_overhead_limit_on_a_trace_without_compute_is_no_limit():
         tensor_names=("t1", "t2"), tensor_op=(0, 1), tensor_index=(0, 0),
         schedule=((0, 0), (2, 0), (0, 1), (2, 0), (2, 1)), source="<test>")
     assert_same_replay(trace, "dtr", 0, math.nan)
-    results = [simulate(trace, "dtr", budget_bytes=1, overhead_limit=math.inf, engine=engine)
+    results = [simulate(trace, "dtr", budget_bytes=1, engine=engine, semantics=Semantics(overhead_limit=math.inf))
                for engine in ("compiled", "python")]
     assert results[0].status == results[1].status == "pass"

@@ -17,7 +17,7 @@ from test_compiled_core import RegionReads, assert_same_region_reads
 from test_memory_runtime import MODELS, scaled
 from test_properties import random_logs
 
-from dtrlab import simulate
+from dtrlab import Semantics, simulate
 from dtrlab.memory import CachingModel, MemoryModel, get_memory_model, register_memory_model
 from dtrlab.memory.base import MEMORY_MODELS
 from dtrlab.policies import get_policy
@@ -36,7 +36,8 @@ def run_model(memory, budget, options, enforce, device):
     """A fresh model as simulate() builds it for this run."""
     if memory == "flat" and not options and enforce == RESERVED:
         return get_memory_model("flat", budget)  # the block path, not the byte counter alone
-    return memory_model(memory, budget, options, enforce, check_semantics(enforce, device))
+    return memory_model(Semantics(memory=memory, memory_options=options, enforce=enforce), budget,
+                        check_semantics(enforce, device))
 
 
 def reference_replay(trace, policy, budget, remat_limit, model, enforce):
@@ -116,8 +117,9 @@ def test_memory_runs_take_the_compiled_core_and_report_identical_results(small_r
                     {"memory": "caching", "memory_options": {"expandable_segments": True}},
                     {"memory": "caching", "enforce": "allocated", "device_capacity": "1.25x"}):
         for ratio in (0.3, 0.6, 1.0):
-            assert simulate(small_resnet, "dtr", ratio=ratio, engine="compiled", **options) == simulate(
-                small_resnet, "dtr", ratio=ratio, engine="python", **options)
+            assert simulate(small_resnet, "dtr", ratio=ratio, engine="compiled",
+                            semantics=Semantics(**options)) == simulate(
+                small_resnet, "dtr", ratio=ratio, engine="python", semantics=Semantics(**options))
 
 
 def test_a_model_the_core_does_not_know_runs_on_the_reference(small_resnet):
@@ -130,8 +132,10 @@ def test_a_model_the_core_does_not_know_runs_on_the_reference(small_resnet):
         reason = compiled.unsupported_reason(small_resnet, get_policy("dtr"), model=TinyCaching(budget))
         assert reason is not None and "TinyCaching" in reason
         with pytest.raises(ValueError, match="engine='compiled' cannot take this run: the 'tiny_caching"):
-            simulate(small_resnet, "dtr", budget_bytes=budget, memory="tiny_caching_for_engine_test", engine="compiled")
-        assert simulate(small_resnet, "dtr", budget_bytes=budget, memory="tiny_caching_for_engine_test").status
+            simulate(small_resnet, "dtr", budget_bytes=budget, engine="compiled",
+                     semantics=Semantics(memory="tiny_caching_for_engine_test"))
+        assert simulate(small_resnet, "dtr", budget_bytes=budget,
+                        semantics=Semantics(memory="tiny_caching_for_engine_test")).status
     finally:
         MEMORY_MODELS.pop("tiny_caching_for_engine_test")
     assert isinstance(get_memory_model("caching", 1), MemoryModel)

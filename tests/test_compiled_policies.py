@@ -24,14 +24,16 @@ from test_properties import random_logs, random_traces
 
 from dtrlab import simulate
 from dtrlab.calibrated.monotone import Monotone
-from dtrlab.policies import get_policy, score_policy
+from dtrlab.policies import DTR, ScorePolicy, get_policy, score_policy
 from dtrlab.policies.ablations import ABLATIONS
+from dtrlab.policies.core_spec import POLICY_METHODS, Formula, runs_own
 from dtrlab.policies.searched import SEARCHED, ScoreSearch
 from dtrlab.policies.twophase import TwoPhase
 from dtrlab.policies.variants import VARIANTS, ScoreFamily
 from dtrlab.runtime import Intervention, SimulationError, Simulator, baseline, compiled
-from dtrlab.runtime.compiled_policies import policy_reason, policy_spec
+from dtrlab.policies.core_spec import policy_reason, policy_spec
 from dtrlab.trace.model import RELEASE
+from dtrlab.runtime.semantics import Semantics
 
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="the compiled core is not built")
 
@@ -190,8 +192,9 @@ def test_coop_and_dtr_fit_above_2_53(log, fraction, policy):
 def test_coop_and_dtr_fit_evict_on_a_real_trace_alike(small_resnet):
     for name in ("coop", "dtr_fit"):
         for ratio in (0.4, 0.7):
-            fast = simulate(small_resnet, name, ratio=ratio, memory="caching", engine="compiled")
-            assert fast == simulate(small_resnet, name, ratio=ratio, memory="caching", engine="python")
+            fast = simulate(small_resnet, name, ratio=ratio, engine="compiled", semantics=Semantics(memory="caching"))
+            assert fast == simulate(small_resnet, name, ratio=ratio, engine="python",
+                                    semantics=Semantics(memory="caching"))
             assert fast.evictions > 0
 
 
@@ -295,9 +298,55 @@ def test_policies_that_run_other_code_stay_on_the_python_simulator(small_resnet)
                                                                        engine="python")
 
 
+class SquaredCost(ScorePolicy):
+    """A policy written outside dtrlab's formulas, which describes itself to the core: e*^2 / (size x staleness)."""
+
+    name = "test_compiled_policies_squared_cost"
+    features = frozenset({"e_star"})
+
+    def score_of(self, sim, s):
+        denominator = sim.size[s] * (sim.clock - sim.last_access[s])
+        cost = sim.compute_cost[s] + sim.region_compute[s] + sim.region_rev_compute[s]
+        return cost**2 / denominator if denominator > 0 else math.inf
+
+    def core_spec(self, build):
+        runs_own(self, SquaredCost, POLICY_METHODS)
+        build.require("e_star")
+        return Formula("estar", a=2).spec()
+
+
+class PlainDTR(DTR):
+    name = "test_compiled_policies_plain_dtr"
+
+
+class OwnDTRScore(DTR):
+    name = "test_compiled_policies_own_dtr_score"
+
+    def score_of(self, sim, s):
+        return sim.size[s]
+
+
+@QUICK
+@given(trace=random_traces, fraction=st.floats(0.0, 1.2))
+def test_a_policy_that_implements_core_spec_runs_compiled(trace, fraction):
+    policy = SquaredCost()
+    assert policy_spec(policy) == policy_spec(ScoreFamily(a=2))
+    same_replay_or_same_error(trace, policy, *budgets(trace, fraction, 1.0))
+
+
+def test_a_subclass_runs_compiled_unless_it_replaces_what_the_spec_describes(small_resnet):
+    assert policy_spec(PlainDTR()) == policy_spec(DTR()) == (0, None)
+    fast = simulate(small_resnet, PlainDTR(), ratio=0.4, engine="compiled")
+    assert fast == simulate(small_resnet, PlainDTR(), ratio=0.4, engine="python")
+    assert policy_reason(OwnDTRScore()) == "policy 'test_compiled_policies_own_dtr_score' defines its own score_of"
+    undeclared = SquaredCost()
+    undeclared.features = frozenset()
+    assert "reads e_star without declaring it" in policy_reason(undeclared)
+
+
 def test_parameters_changed_after_construction_follow_the_closure(small_resnet):
     # The family's score is the closure built from the constructor's parameters; editing
-    # params later changes the label only. The core reads the closure, as the reference runs it.
+    # params later changes the label only. The spec holds the closure's values, as the reference runs it.
     policy = ScoreFamily(a=2)
     policy.params["a"] = 3
     assert policy_spec(policy)[7] == 2
@@ -313,9 +362,9 @@ def test_monotone_calibrates_through_the_compiled_core(small_resnet, monkeypatch
     monkeypatch.setattr(monotone, "_cached_runs", lambda *args: {})
     monotone._CALIBRATIONS.clear()
     policy = Monotone(base="dtr_stale_plus1", calibration=[0.5, 0.7, 0.9])
-    result = simulate(small_resnet, policy, ratio=0.8, overhead_limit=2.0)
+    result = simulate(small_resnet, policy, ratio=0.8, semantics=Semantics(overhead_limit=2.0))
     assert len(runs) == 3 and all(type(p).name == "dtr_stale_plus1" for p in runs)
-    assert result == simulate(small_resnet, policy, ratio=0.8, overhead_limit=2.0, engine="python")
+    assert result == simulate(small_resnet, policy, ratio=0.8, engine="python", semantics=Semantics(overhead_limit=2.0))
 
 
 @pytest.mark.slow

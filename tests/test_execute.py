@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from dtrlab.runtime.semantics import Semantics
+from dtrlab.sweep.execution import Execution
 
 torch = pytest.importorskip("torch")
 
@@ -170,8 +172,9 @@ def test_decisions_and_values_on_a_model_with_views_in_place_and_multi_output_op
 @pytest.mark.parametrize("memory", [dict(memory="caching"), dict(memory="aligned", enforce="allocated")])
 def test_decisions_under_a_memory_model(mixed, memory):
     for ratio in (0.6, 0.9):
-        executed = run_step(mixed, ratio=ratio, **memory)
-        assert executed.run == simulate(mixed.trace, "dtr", ratio=ratio, **memory)  # the model's metrics too
+        executed = run_step(mixed, ratio=ratio, semantics=Semantics(**memory))
+        assert executed.run == simulate(mixed.trace, "dtr", ratio=ratio,
+                                        semantics=Semantics(**memory))  # the model's metrics too
 
 
 def test_real_storages_are_dropped_and_restored(mixed, mixed_reference):
@@ -316,7 +319,7 @@ def test_modern_model_decision_identity():
                                                   ("resnet32", 1, "0.83:0.86:0.002")])
 def test_a_census_hole_fails_for_real_and_both_sides_pass(model, batch, ratios):
     captured = capture_step(model, batch=batch)
-    frame = sweep(captured.trace, "dtr", ratios=ratios, cache=False, progress=False)
+    frame = sweep(captured.trace, "dtr", ratios=ratios, execution=Execution(cache=False, progress=False))
     hole = find_holes(frame).holes.iloc[0]  # the census finds it on the trace of this very step
     reference = reference_step(model, batch=batch)
     below = run_step(captured, budget_bytes=int(hole.pass_below_bytes))
@@ -395,8 +398,8 @@ def test_a_record_round_trips_through_json_without_tensors(mixed, memory, tmp_pa
 
     for ratio in (0.4, 1.0):
         budget = int(simulate(mixed.trace, "dtr", ratio=1.0).peak_memory * ratio)
-        executed = run_step(mixed, budget_bytes=budget, **memory)
-        path = save_record(tmp_path, executed, record_key(mixed, budget, **memory))
+        executed = run_step(mixed, budget_bytes=budget, semantics=Semantics(**memory))
+        path = save_record(tmp_path, executed, record_key(mixed, budget, semantics=Semantics(**memory)))
         back = from_record(json.loads(path.read_text()))
         assert back.run == executed.run and back.status == executed.status
         assert (back.memory_timeline, back.recomputations, back.wall_seconds, back.allocator) == \

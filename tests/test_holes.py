@@ -8,6 +8,7 @@ import pytest
 from dtrlab.analysis.holes import (HOLE_COLUMNS, census_table, default_resolution, find_holes, refine_holes,
                                    suspicious_samples)
 from dtrlab.runtime import baseline, simulate
+from dtrlab.sweep.execution import Execution
 
 
 def frame_of(statuses, trace="t", overheads=None, remat=None):
@@ -71,9 +72,9 @@ def test_probing_finds_a_hole_narrower_than_the_sampling_step(small_resnet, tmp_
     from dtrlab.sweep import sweep
 
     # On this grid every sample passes, but 0.425 costs more recompute than 0.42.
-    grid = sweep(small_resnet, "dtr", ratios=[0.42, 0.425, 0.43], cache=tmp_path, progress=False)
+    grid = sweep(small_resnet, "dtr", ratios=[0.42, 0.425, 0.43], execution=Execution(cache=tmp_path, progress=False))
     assert (grid["status"] == "pass").all()
-    refinement = refine_holes(small_resnet, grid, "dtr", cache=tmp_path, progress=False)
+    refinement = refine_holes(small_resnet, grid, "dtr", execution=Execution(cache=tmp_path, progress=False))
     assert refinement.suspicious["budget_bytes"].tolist() == [grid["budget_bytes"][1]]
     assert len(refinement.grid.holes) == 0
     resolution = default_resolution(small_resnet)
@@ -95,8 +96,8 @@ def test_probing_finds_a_hole_narrower_than_the_sampling_step(small_resnet, tmp_
 def test_refine_rejects_a_frame_of_another_policy(small_resnet, tmp_path):
     from dtrlab.sweep import sweep
 
-    grid = sweep(small_resnet, "lru", ratios=[0.5, 0.6], cache=tmp_path, progress=False)
+    grid = sweep(small_resnet, "lru", ratios=[0.5, 0.6], execution=Execution(cache=tmp_path, progress=False))
     with pytest.raises(ValueError, match="swept with policy 'lru'"):
-        refine_holes(small_resnet, grid, "dtr", probes=1, spike=-1, cache=tmp_path, progress=False)
+        refine_holes(small_resnet, grid, "dtr", probes=1, spike=-1, execution=Execution(cache=tmp_path, progress=False))
     with pytest.raises(ValueError, match="resolution must be >= 1"):
-        refine_holes(small_resnet, grid, "lru", resolution=0, cache=tmp_path, progress=False)
+        refine_holes(small_resnet, grid, "lru", resolution=0, execution=Execution(cache=tmp_path, progress=False))

@@ -6,6 +6,7 @@ import pytest
 
 from dtrlab.analysis.inclusion import PAIR_COLUMNS, inclusion, inclusion_census
 from dtrlab.sweep import sweep
+from dtrlab.sweep.execution import Execution
 
 RATIOS = [0.38, 0.40, 0.42, 0.44]
 
@@ -17,14 +18,16 @@ def private_cache(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def census(small_resnet):
-    return inclusion_census(small_resnet, ["msps", "monotone"], ratios=RATIOS, jobs=2, progress=False)
+    return inclusion_census(small_resnet, ["msps", "monotone"], ratios=RATIOS,
+                            execution=Execution(jobs=2, progress=False))
 
 
 def test_pairs_agree_with_inclusion_and_the_sweep(census, small_resnet):
     pairs = census.pairs
     assert list(pairs.columns) == PAIR_COLUMNS and len(pairs) == 2 * 3
     msps = pairs[pairs["policy"] == "msps"]
-    statuses = sweep(small_resnet, "msps", ratios=RATIOS, cache=False, progress=False)["status"].tolist()
+    statuses = sweep(small_resnet, "msps", ratios=RATIOS,
+                     execution=Execution(cache=False, progress=False))["status"].tolist()
     assert msps["status_small"].tolist() == statuses[:-1] and msps["status_large"].tolist() == statuses[1:]
     assert (msps["hole_onset"] == ((msps["status_small"] == "pass") & (msps["status_large"] != "pass"))).all()
     row = msps.iloc[1]
@@ -54,11 +57,12 @@ def test_prediction_counts_by_hand(census):
 
 def test_needs_two_ratios(small_resnet):
     with pytest.raises(ValueError, match="at least two ratios"):
-        inclusion_census(small_resnet, "dtr", ratios=[0.5], progress=False)
+        inclusion_census(small_resnet, "dtr", ratios=[0.5], execution=Execution(progress=False))
 
 
 def test_ratios_per_trace(census, small_resnet):
-    zone = inclusion_census(small_resnet, "msps", ratios={small_resnet.name: [0.42, 0.40]}, progress=False)
+    zone = inclusion_census(small_resnet, "msps", ratios={small_resnet.name: [0.42, 0.40]},
+                            execution=Execution(progress=False))
     assert len(zone.pairs) == 1 and zone.ratios == (0.40, 0.42)
     expected = census.pairs[(census.pairs["policy"] == "msps") & (census.pairs["ratio_small"] == 0.40)]
     assert zone.pairs.to_dict("records") == expected.to_dict("records")

@@ -33,6 +33,7 @@ from dtrlab.trace import cache as trace_cache
 from dtrlab.trace import load_log, simrd_log
 
 from conftest import ROOT
+from dtrlab.sweep.execution import Execution
 
 LOG = ROOT / "traces" / "unet-b2.jsonl.gz"  # the smallest shipped trace: a run takes milliseconds
 RATIOS = (0.75, 0.85, 0.95)
@@ -91,9 +92,9 @@ def clean_cache():
     """The clean sweep of the budgets, and its cache as one file per row (parts) and merged."""
     unet_ = load_unet()
     with mock.patch.dict(os.environ, {RECOMPUTE_ENV: "1"}):
-        frame = sweep(unet_, "dtr", ratios=list(RATIOS), cache=False, progress=False)
+        frame = sweep(unet_, "dtr", ratios=list(RATIOS), execution=Execution(cache=False, progress=False))
     with tempfile.TemporaryDirectory() as root:
-        store = SweepCache(root, unet_, get_policy("dtr"), 2.0)
+        store = SweepCache(root, unet_, get_policy("dtr"))
         rows = [{c: r[c] for c in store_columns()} for r in frame.to_dict("records")]
         for row in rows:
             store.append([row])
@@ -114,7 +115,7 @@ def store_columns():
 def check_sweep_cache(unet, clean, layout: str, target: int, how: tuple) -> None:
     frame, files = clean
     with tempfile.TemporaryDirectory() as root, mock.patch.dict(os.environ, {RECOMPUTE_ENV: "1"}):
-        directory = SweepCache(root, unet, get_policy("dtr"), 2.0).directory
+        directory = SweepCache(root, unet, get_policy("dtr")).directory
         directory.mkdir(parents=True)
         (directory / "key.json").write_bytes(files["key.json"])
         names = sorted(files[layout])
@@ -124,12 +125,13 @@ def check_sweep_cache(unet, clean, layout: str, target: int, how: tuple) -> None
         lost = set(pd.read_parquet(victim)["budget_bytes"])
         victim.write_bytes(damaged(victim.read_bytes(), how))
         with Simulated() as simulated, pytest.warns(UserWarning, match="ignoring damaged cache file"):
-            again = sweep(unet, "dtr", ratios=list(RATIOS), cache=root, progress=False)
+            again = sweep(unet, "dtr", ratios=list(RATIOS), execution=Execution(cache=root, progress=False))
         same_results(again, frame)
         assert sorted(simulated.budgets) == sorted(lost)  # exactly the damaged file's rows, recomputed
         assert (directory / f"{victim.name}.damaged").exists()  # quarantined, not deleted silently
         with Simulated() as simulated:  # and the repaired cache serves everything
-            same_results(sweep(unet, "dtr", ratios=list(RATIOS), cache=root, progress=False), frame)
+            same_results(sweep(unet, "dtr", ratios=list(RATIOS),
+                               execution=Execution(cache=root, progress=False)), frame)
         assert simulated.budgets == []
 
 
@@ -163,12 +165,13 @@ def test_a_part_without_checksum_is_recomputed(tmp_path):
     unet = load_unet()
     clean = clean_cache()
     frame, files = clean
-    directory = SweepCache(tmp_path, unet, get_policy("dtr"), 2.0).directory
+    directory = SweepCache(tmp_path, unet, get_policy("dtr")).directory
     directory.mkdir(parents=True)
     (name, data), = files["merged"].items()
     (directory / "part-0123456789abcdef0123456789abcdef.parquet").write_bytes(data)
     with Simulated() as simulated, pytest.warns(UserWarning, match="no sha256 in its name"):
-        same_results(sweep(unet, "dtr", ratios=list(RATIOS), cache=tmp_path, progress=False), frame)
+        same_results(sweep(unet, "dtr", ratios=list(RATIOS),
+                           execution=Execution(cache=tmp_path, progress=False)), frame)
     assert len(simulated.budgets) == len(RATIOS)
 
 
@@ -196,7 +199,8 @@ def check_shipped(unet, clean, shipped, how) -> None:
         with mock.patch.dict(os.environ, environment), Simulated() as simulated, warnings.catch_warnings(record=True) \
                 as caught:
             warnings.simplefilter("always")
-            again = sweep(unet, "dtr", ratios=list(RATIOS), cache=Path(root) / "cache", progress=False)
+            again = sweep(unet, "dtr", ratios=list(RATIOS),
+                          execution=Execution(cache=Path(root) / "cache", progress=False))
         same_results(again, frame)
         if how is None:  # the clean shipped file serves every budget
             assert simulated.budgets == [] and not caught
@@ -317,7 +321,7 @@ def test_a_full_disk_runs_the_sweep_uncached_with_one_warning(tmp_path, monkeypa
     full_disk(monkeypatch)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        frame = sweep(unet, "dtr", ratios=list(RATIOS), cache=tmp_path, progress=False)
+        frame = sweep(unet, "dtr", ratios=list(RATIOS), execution=Execution(cache=tmp_path, progress=False))
     same_results(frame, clean[0])
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1 and "running uncached" in messages[0] and "No space left" in messages[0]
@@ -338,40 +342,42 @@ def test_an_unwritable_cache_directory_runs_the_sweep_uncached(tmp_path, monkeyp
 
     monkeypatch.setattr(integrity.os, "open", refuse)
     with pytest.warns(UserWarning, match="cannot write the sweep cache .* Permission denied.*running uncached"):
-        frame = sweep(unet, "dtr", ratios=list(RATIOS), cache=tmp_path, progress=False)
+        frame = sweep(unet, "dtr", ratios=list(RATIOS), execution=Execution(cache=tmp_path, progress=False))
     same_results(frame, clean[0])
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
     with pytest.warns(UserWarning, match="cannot write the sweep cache"):
-        same_results(sweep(unet, "dtr", ratios=list(RATIOS), cache=blocked, progress=False), clean[0])
+        same_results(sweep(unet, "dtr", ratios=list(RATIOS),
+                           execution=Execution(cache=blocked, progress=False)), clean[0])
 
 
 def test_a_full_disk_while_compacting_keeps_the_parts(tmp_path, monkeypatch):
     unet = load_unet()
     clean = clean_cache()
     frame, files = clean
-    directory = SweepCache(tmp_path, unet, get_policy("dtr"), 2.0).directory
+    directory = SweepCache(tmp_path, unet, get_policy("dtr")).directory
     directory.mkdir(parents=True)
     for name, data in files["parts"].items():
         (directory / name).write_bytes(data)
-    store = SweepCache(tmp_path, unet, get_policy("dtr"), 2.0)
+    store = SweepCache(tmp_path, unet, get_policy("dtr"))
     with monkeypatch.context() as patch, pytest.warns(UserWarning, match="running uncached"):
         full_disk(patch)
         store.compact()
     assert sorted(p.name for p in directory.iterdir()) == sorted(files["parts"])
     with Simulated() as simulated:
-        same_results(sweep(unet, "dtr", ratios=list(RATIOS), cache=tmp_path, progress=False), frame)
+        same_results(sweep(unet, "dtr", ratios=list(RATIOS),
+                           execution=Execution(cache=tmp_path, progress=False)), frame)
     assert simulated.budgets == []
 
 
 @pytest.mark.parametrize("key", ["", "{\"trace_hash\": ", "{}", "other"])
 def test_ship_results_skips_a_damaged_key_json(tmp_path, key):
     """A 0-byte, cut, foreign or other configuration's key.json is skipped by the packer, with a warning
-    (it broke scripts/ship_results.py with JSONDecodeError)."""
+    (it broke the packer of dtrlab ship results with JSONDecodeError)."""
     unet = load_unet()
     clean = clean_cache()
     frame, files = clean
-    directory = SweepCache(tmp_path, unet, get_policy("dtr"), 2.0).directory
+    directory = SweepCache(tmp_path, unet, get_policy("dtr")).directory
     directory.mkdir(parents=True)
     (name, data), = files["merged"].items()
     (directory / name).write_bytes(data)
@@ -388,7 +394,7 @@ def test_ship_results_skips_a_damaged_key_json(tmp_path, key):
     assert len(rows) == 0 and configs == {}
     # The next sweep repairs the key (its rows were never at risk: they are verified separately).
     with mock.patch.dict(os.environ, {RECOMPUTE_ENV: "1"}):
-        sweep(unet, "dtr", ratios=list(RATIOS) + [0.65], cache=tmp_path, progress=False)
+        sweep(unet, "dtr", ratios=list(RATIOS) + [0.65], execution=Execution(cache=tmp_path, progress=False))
     rows, configs = rows_from_cache(tmp_path, unet.content_hash)
     assert len(rows) == len(RATIOS) + 1
 

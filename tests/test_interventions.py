@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from dtrlab.sweep.execution import Execution
 
 pd = pytest.importorskip("pandas")
 
@@ -16,7 +17,7 @@ from conftest import LOGS, RESNET_LOG  # noqa: E402
 
 @pytest.fixture(scope="module")
 def search(resnet_trace):
-    return single_tensor_search(resnet_trace, "dtr", ratio=0.17, progress=False)
+    return single_tensor_search(resnet_trace, "dtr", ratio=0.17, execution=Execution(progress=False, cache=False))
 
 
 def never_chosen(run) -> list[int]:
@@ -166,13 +167,14 @@ def test_a_rescue_replayed_on_its_own_passes_deterministically(resnet_trace, sea
 
 @pytest.mark.slow
 def test_search_runs_through_the_sweep_engine_backends(resnet_trace, search):
-    parallel = single_tensor_search(resnet_trace, "dtr", ratio=0.17, jobs=2, progress=False)
+    parallel = single_tensor_search(resnet_trace, "dtr", ratio=0.17,
+                                    execution=Execution(jobs=2, progress=False, cache=False))
     pd.testing.assert_frame_equal(parallel.table, search.table)
 
 
 def test_search_rejects_a_passing_run_and_unknown_storages(small_resnet, search):
     with pytest.raises(ValueError, match="passes"):
-        single_tensor_search(small_resnet, "dtr", ratio=0.6, progress=False)
+        single_tensor_search(small_resnet, "dtr", ratio=0.6, execution=Execution(progress=False, cache=False))
     with pytest.raises(ValueError, match="not a storage the base run evicted"):
         search.intervention("x0")
 

@@ -3,10 +3,12 @@
 Every module is parsed with ``ast``; every ``import`` and ``from ... import`` counts,
 wherever it stands (module level, function, ``if TYPE_CHECKING``), and so does
 ``importlib.import_module`` with a literal name. The layers, lowest first, are those
-of README.md ("What is in the package"); a module may import its own layer or a lower
+of docs/architecture.md ("What is in the package"); a module may import its own layer or a lower
 one. Top-level modules such as ``dtrlab/version.py`` are utilities below every layer
 and import nothing of dtrlab; ``dtrlab/__init__.py`` is the façade above all of them,
 and no module of dtrlab imports it.
+
+No module reaches a private name of another package (:func:`private_reaches` states the rule).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dtrlab"
 #: use it); ``calibrated`` holds policies that simulate to decide (``monotone``), so it sits
 #: above the runtime and the sweep, whose cache it reads.
 LAYERS = ["trace", "memory", "policies", "runtime", "execute", "sweep", "calibrated", "analysis", "solvers",
-          "search", "plots", "widgets", "cli"]
+          "search", "plots", "widgets", "pipeline", "cli"]
 UTILITY = -1  # a top-level module: below every layer
 FACADE = len(LAYERS)  # dtrlab/__init__.py and dtrlab/__main__.py
 
@@ -44,7 +46,7 @@ def layer(module: str) -> int:
         return UTILITY
     if parts[1] not in LAYERS:
         raise AssertionError(f"package dtrlab.{parts[1]} is in no layer: add it to LAYERS in tests/test_layers.py "
-                             "and to README's package map, where it belongs")
+                             "and to the package map in docs/architecture.md, where it belongs")
     return LAYERS.index(parts[1])
 
 
@@ -131,6 +133,90 @@ def test_the_checker_sees_imports_inside_functions_relative_ones_and_cycles():
     assert sorted(map(sorted, components)) == [["a", "b", "c"], ["d"]]
 
 
+def package_of(name: str) -> str:
+    """The package a dotted dtrlab name belongs to: ``dtrlab.<package>``, a top-level module
+    (``dtrlab.version``) or the façade ``dtrlab``."""
+    return ".".join(name.split(".")[:2])
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def private_reaches(module: str, source: str | None = None) -> list[str]:
+    """Where ``module`` reaches a private name of another package: ``(line) name`` for each.
+
+    A name is private when one of its dotted parts starts with an underscore (dunders such as
+    ``__version__`` are public). The check covers ``from M import _x``, ``from M._m import x``,
+    ``import M._m`` and an attribute ``alias._x`` (or ``alias.y._x``) where ``alias`` is bound in
+    the module by an import, wherever those stand (functions included), when the private name
+    belongs to another package than ``module``'s (:func:`package_of`): a package's own private
+    modules and names, such as ``dtrlab.runtime._core`` imported by ``dtrlab.runtime.compiled``,
+    are its own business. Relative imports resolve as in :func:`imports`. An attribute of an
+    instance (``sim._x``) is out of reach of this static check.
+    """
+    path = MODULES.get(module)
+    tree = ast.parse(path.read_text() if source is None else source)
+    package = module if path is not None and path.name == "__init__.py" else module.rpartition(".")[0]
+    home = package_of(module)
+    bound, found = {}, []
+
+    def reach(line: int, name: str) -> None:
+        parts = name.split(".")
+        if parts[0] == "dtrlab" and package_of(name) != home and any(map(_private, parts[1:])):
+            found.append(f"({line}) {name}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                reach(node.lineno, alias.name)
+                # `import a.b` binds a; `import a.b as c` binds c to a.b
+                bound[alias.asname or alias.name.partition(".")[0]] = (alias.name if alias.asname
+                                                                       else alias.name.partition(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            source_module = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                reach(node.lineno, f"{source_module}.{alias.name}")
+                bound[alias.asname or alias.name] = f"{source_module}.{alias.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            chain, value = [node.attr], node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in bound:
+                reach(node.lineno, ".".join([bound[value.id], *reversed(chain)]))
+    return found
+
+
+def test_no_module_reaches_a_private_name_of_another_package():
+    reaches = [f"{MODULES[m].relative_to(PACKAGE.parent)} {where}" for m in MODULES for where in private_reaches(m)]
+    assert not reaches, ("private names of another package (make the name public where it is an interface, "
+                         "or move the code to its owner):\n" + "\n".join(reaches))
+
+
+def test_the_private_name_check_sees_every_form():
+    source = """
+from ..memory.caching import _divisions_table
+from dtrlab.runtime import _core
+import dtrlab.runtime._core
+from ..policies import coop
+from ..policies.coop import Coop as Cooperative
+from . import _own_helper, holes
+from ..version import __version__
+
+
+def use():
+    import dtrlab
+    return coop._cheapest_window, Cooperative._block_cost, dtrlab.memory.caching._Pool, holes._private
+"""
+    found = private_reaches("dtrlab.analysis.holes", source)
+    assert found == ["(2) dtrlab.memory.caching._divisions_table", "(3) dtrlab.runtime._core",
+                     "(4) dtrlab.runtime._core", "(13) dtrlab.policies.coop._cheapest_window",
+                     "(13) dtrlab.policies.coop.Coop._block_cost", "(13) dtrlab.memory.caching._Pool"]
+
+
 def _layer_name(rank: int) -> str:
     return "utility" if rank == UTILITY else "façade" if rank == FACADE else LAYERS[rank]
 
@@ -172,3 +258,40 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
                         break
                 components.append(component)
     return components
+
+
+def _python_sources_outside_tests() -> dict[str, str]:
+    """Every Python source of the checkout but the tests': the package, scripts/, benchmarks/ and the
+    notebooks' code cells (one source per notebook)."""
+    import json
+
+    root = PACKAGE.parent
+    sources = {str(p.relative_to(root)): p.read_text() for folder in ("dtrlab", "scripts", "benchmarks")
+               for p in sorted((root / folder).rglob("*.py"))}
+    for notebook in sorted((root / "notebooks").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text())["cells"]
+        sources[str(notebook.relative_to(root))] = "\n".join(
+            "".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
+    return sources
+
+
+def test_nothing_outside_tests_imports_tests():
+    tests = {p.stem for p in Path(__file__).parent.glob("*.py")}
+    offending = []
+    for name, source in _python_sources_outside_tests().items():
+        for node in ast.walk(ast.parse(source, name)):
+            modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                       [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            offending += [f"{name}:{node.lineno} imports {m}" for m in modules
+                          if m.split(".")[0] in tests or m.split(".")[0] == "tests"]
+    assert not offending, offending
+
+
+def test_scripts_and_benchmarks_import_the_installed_package_not_paths():
+    """No ``sys.path`` edit in scripts/ or benchmarks/: they import dtrlab as installed (``make setup``)."""
+    edits = [f"{name}:{node.lineno}" for name, source in _python_sources_outside_tests().items()
+             if name.startswith(("scripts/", "benchmarks/"))
+             for node in ast.walk(ast.parse(source, name))
+             if isinstance(node, ast.Attribute) and node.attr == "path"
+             and isinstance(node.value, ast.Name) and node.value.id == "sys"]
+    assert not edits, edits

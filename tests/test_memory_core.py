@@ -1,8 +1,8 @@
-"""The compiled memory models (dtrlab/runtime/_memory_core.h) against the Python ones.
+"""The compiled memory models (dtrlab/memory/_memory_core.h) against the Python ones.
 
 1. The hand-derived allocator tests of tests/test_memory_models.py (and the model-only ones of
    tests/test_memory_semantics.py) run again with every model they build replaced by the compiled
-   model of the same capacity and options (through ``core_memory_args``): the same exact
+   model of the same capacity and options (through ``core_args()``): the same exact
    expectations, nothing copied.
 2. Hypothesis: random allocate/free sequences under every option combination, with small
    capacities so that OOMs and the release-and-retry paths trigger, checking after every call that
@@ -20,9 +20,9 @@ import test_memory_semantics as semantics
 from dtrlab.memory import (AlignedModel, Block, CachingModel, FlatModel, MemoryModel, MemoryStats, Segment,
                            get_memory_model)
 from dtrlab.memory.caching import _divisions_table
-from dtrlab.runtime.memory_spec import MAX_BYTES, core_memory_args
+from dtrlab.memory.core_args import MAX_BYTES
 
-_memory = pytest.importorskip("dtrlab.runtime._memory", reason="the compiled memory models are not built")
+_memory = pytest.importorskip("dtrlab.memory._compiled", reason="the compiled memory models are not built")
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -31,7 +31,7 @@ class Compiled:
     """The compiled model with the Python model's interface (what the hand-derived tests call)."""
 
     def __init__(self, model: MemoryModel):
-        self.core = _memory.MemoryCore(*core_memory_args(model))
+        self.core = _memory.MemoryCore(*model.core_args())
         self.name, self.address_aware, self.capacity_bytes = model.name, model.address_aware, model.capacity_bytes
 
     def request_bytes(self, size):
@@ -121,29 +121,29 @@ def test_invariants_through_the_compiled_models(name, options, monkeypatch):
 
 # ---------------------------------------------------------------- the constructor's arguments
 
-def test_core_memory_args():
-    assert core_memory_args(FlatModel(100)) == (0, 100, 1, False, -1, (0,) * 16, False, False)
-    assert core_memory_args(AlignedModel(100, granularity=64))[:3] == (0, 100, 64)
+def test_core_args():
+    assert FlatModel(100).core_args() == (0, 100, 1, False, -1, (0,) * 16, False, False)
+    assert AlignedModel(100, granularity=64).core_args()[:3] == (0, 100, 64)
     table = {"2": 2, ">": 8}
-    args = core_memory_args(CachingModel(GiB, roundup_power2_divisions=table, max_split_size=32 * MiB,
-                                         limit_check="allocation_size", address_policy="reuse"))
+    args = CachingModel(GiB, roundup_power2_divisions=table, max_split_size=32 * MiB,
+                        limit_check="allocation_size", address_policy="reuse").core_args()
     assert args == (1, GiB, 1, False, 32 * MiB, tuple(_divisions_table(table)), True, True)
-    assert core_memory_args(CachingModel(GiB, expandable_segments=True))[3] is True
+    assert CachingModel(GiB, expandable_segments=True).core_args()[3] is True
 
 
 def test_models_the_c_code_does_not_know_get_none():
     class Subclass(CachingModel):  # may override any rule
         pass
 
-    assert core_memory_args(Subclass(GiB)) is None
-    assert core_memory_args(FlatModel(MAX_BYTES + 1)) is None
-    assert core_memory_args(AlignedModel(GiB, granularity=MAX_BYTES + 1)) is None
-    assert core_memory_args(CachingModel(GiB, roundup_power2_divisions=1 << 31)) is None
-    assert core_memory_args(CachingModel(GiB, max_split_size=1 << 63)) is None
+    assert Subclass(GiB).core_args() is None
+    assert FlatModel(MAX_BYTES + 1).core_args() is None
+    assert AlignedModel(GiB, granularity=MAX_BYTES + 1).core_args() is None
+    assert CachingModel(GiB, roundup_power2_divisions=1 << 31).core_args() is None
+    assert CachingModel(GiB, max_split_size=1 << 63).core_args() is None
 
 
 def test_bad_arguments_are_refused():
-    args = core_memory_args(CachingModel(GiB))
+    args = CachingModel(GiB).core_args()
     with pytest.raises(ValueError, match=r"capacity must be in \[0, 2\^62\]"):
         _memory.MemoryCore(args[0], MAX_BYTES + 1, *args[2:])
     with pytest.raises(ValueError, match="divisions must be 0 or powers of 2"):
@@ -225,7 +225,7 @@ def python_layout(model):
 def check_same(spec, capacity, ops):
     name, options = spec
     python = get_memory_model(name, capacity, **options)
-    core = _memory.MemoryCore(*core_memory_args(python))
+    core = _memory.MemoryCore(*python.core_args())
     live, freed, next_id = [], [], 0
     for op in ops:
         if op[0] == "alloc":

@@ -26,6 +26,8 @@ from dtrlab.sweep import sweep
 from dtrlab.sweep.cache import SweepCache, policy_fingerprint
 from dtrlab.trace import LogBuilder
 from test_properties import random_logs, random_traces
+from dtrlab.runtime.semantics import Semantics
+from dtrlab.sweep.execution import Execution
 
 KIB = 1024
 SEGMENT = 2048 * KIB  # a small-pool segment of the caching model
@@ -48,10 +50,10 @@ def test_flat_model_through_the_block_path_decides_as_the_byte_counter(trace, fr
     """A FlatModel instance takes the model path (blocks, placement loop) and must not change a decision."""
     budget = int(baseline(trace).peak_memory * fraction)
     counter = simulate(trace, policy, budget_bytes=budget)
-    placed = simulate(trace, policy, budget_bytes=budget, memory=FlatModel(budget))
+    placed = simulate(trace, policy, budget_bytes=budget, semantics=Semantics(memory=FlatModel(budget)))
     assert outcome(placed) == outcome(counter)
     assert placed.fragmentation_evictions == 0
-    assert simulate(trace, policy, budget_bytes=budget, memory="flat") == counter
+    assert simulate(trace, policy, budget_bytes=budget, semantics=Semantics(memory="flat")) == counter
 
 
 def test_flat_runs_have_no_memory_metrics(small_resnet):
@@ -127,9 +129,10 @@ def test_every_model_keeps_its_invariants_and_replays_deterministically(log, fra
         policy = "dtr"
     budget = int(baseline(trace).peak_memory * fraction)
     status, sim = checked_model_replay(trace, policy, budget, memory, options)
-    first = simulate(trace, policy, budget_bytes=budget, memory=new_model(memory, budget, options))
+    first = simulate(trace, policy, budget_bytes=budget, semantics=Semantics(memory=new_model(memory, budget, options)))
     assert first.status == status
-    assert first == simulate(trace, policy, budget_bytes=budget, memory=new_model(memory, budget, options))
+    assert first == simulate(trace, policy, budget_bytes=budget,
+                             semantics=Semantics(memory=new_model(memory, budget, options)))
     assert first.peak_allocated_bytes <= first.peak_reserved_bytes <= budget
     assert 0 <= first.fragmentation_at_peak < 1
     assert first.fragmentation_evictions <= first.evictions
@@ -172,7 +175,7 @@ def test_caching_dtr_makes_a_fragmentation_eviction():
     # Bytes: evict d as under flat. Now 2 MiB are counted, but the free blocks are
     # [512K, 1M) and [1.5M, 2M): no 1 MiB block, and a second segment exceeds the
     # budget. Evict by score again: a (staleness 20 < c's 10 in h): [0, 1M) is free.
-    result = simulate(two_holes(), "dtr", budget_bytes=SEGMENT, memory="caching")
+    result = simulate(two_holes(), "dtr", budget_bytes=SEGMENT, semantics=Semantics(memory="caching"))
     assert (result.status, result.evicted_storages, result.fragmentation_evictions) == ("pass", ("d", "a"), 1)
     assert (result.peak_reserved_bytes, result.segments) == (SEGMENT, 1)
 
@@ -181,7 +184,7 @@ def test_coop_evicts_one_window():
     # Placement fails first. Windows of >= 1 MiB: {a, free} costs h(a) = 10/20, {free, c}
     # 10/10, {c, d} 10/10 + 10/120: Coop evicts a alone, and e takes [0, 1M). The bytes
     # did not fit when it chose (1.5 + 1 MiB), so this is no fragmentation eviction.
-    result = simulate(two_holes(), "coop", budget_bytes=SEGMENT, memory="caching")
+    result = simulate(two_holes(), "coop", budget_bytes=SEGMENT, semantics=Semantics(memory="caching"))
     assert (result.status, result.evicted_storages, result.fragmentation_evictions) == ("pass", ("a",), 0)
 
 
@@ -189,7 +192,7 @@ def test_dtr_fit_tiers_by_fitting_runs():
     # Bytes phase (no tiers): h over the free run each eviction opens: a 10/(1M x 20),
     # c 10/(1M x 10), d 10/(512K x 120): d. Placement phase: runs a = 1M, c = 1.5M both
     # hold 1 MiB; a 10/(1M x 20) < c 10/(1.5M x 10): a.
-    result = simulate(two_holes(), "dtr_fit", budget_bytes=SEGMENT, memory="caching")
+    result = simulate(two_holes(), "dtr_fit", budget_bytes=SEGMENT, semantics=Semantics(memory="caching"))
     assert (result.status, result.evicted_storages, result.fragmentation_evictions) == ("pass", ("d", "a"), 1)
 
 
@@ -207,20 +210,20 @@ def locked_holes():
 
 def test_bytes_fit_but_no_block_does_is_a_fragmentation_oom():
     assert simulate(locked_holes(), "dtr", budget_bytes=SEGMENT).passed  # 1 + 1 MiB fit the byte counter
-    result = simulate(locked_holes(), "dtr", budget_bytes=SEGMENT, memory="caching")
+    result = simulate(locked_holes(), "dtr", budget_bytes=SEGMENT, semantics=Semantics(memory="caching"))
     failure = result.failure
     assert (result.status, failure.cause, failure.candidates, failure.requested_bytes) == (
         "oom", "fragmentation", 0, 1024 * KIB)
     assert failure.largest_free_block == 512 * KIB
     # Below the bytes the same OOM is a byte shortfall.
-    short = simulate(locked_holes(), "dtr", budget_bytes=SEGMENT - 512, memory="aligned")
+    short = simulate(locked_holes(), "dtr", budget_bytes=SEGMENT - 512, semantics=Semantics(memory="aligned"))
     assert (short.status, short.failure.cause) == ("oom", "bytes")
 
 
 def test_locked_blocks_break_coop_windows():
     # a and c are locked: every window holds only free blocks, none fits, and no segment
     # is wholly evictable: no candidate is offered at all, so the run fails as under DTR.
-    result = simulate(locked_holes(), "coop", budget_bytes=SEGMENT, memory="caching")
+    result = simulate(locked_holes(), "coop", budget_bytes=SEGMENT, semantics=Semantics(memory="caching"))
     assert (result.status, result.failure.cause, result.evicted_storages) == ("oom", "fragmentation", ())
 
 
@@ -241,7 +244,7 @@ class RecordRequests(Policy):
 
 def test_the_simulator_tells_the_policy_what_to_place():
     policy = RecordRequests()
-    simulate(two_holes(), policy, budget_bytes=SEGMENT, memory="caching")
+    simulate(two_holes(), policy, budget_bytes=SEGMENT, semantics=Semantics(memory="caching"))
     e = two_holes().tensor_names.index("e")
     byte_phase, placement = policy.requests
     assert (byte_phase.tensor, byte_phase.blocks, byte_phase.needed, byte_phase.bytes_fit) == (
@@ -253,24 +256,25 @@ def test_address_aware_policies_refuse_byte_counting_models(small_resnet):
     for policy in ("coop", "dtr_fit"):
         for memory in ("flat", "aligned"):
             with pytest.raises(ValueError, match="needs an address-aware memory model"):
-                simulate(small_resnet, policy, ratio=0.5, memory=memory)
+                simulate(small_resnet, policy, ratio=0.5, semantics=Semantics(memory=memory))
 
 
 def test_bad_memory_arguments_list_the_valid_ones(small_resnet):
     with pytest.raises(ValueError, match=r"unknown memory model 'cachin' \(did you mean 'caching'\?\); valid models: aligned, caching, flat"):
-        simulate(small_resnet, ratio=0.5, memory="cachin")
+        simulate(small_resnet, ratio=0.5, semantics=Semantics(memory="cachin"))
     with pytest.raises(ValueError, match="valid options for 'caching': address_policy, expandable_segments, limit_check, max_split_size"):
-        simulate(small_resnet, ratio=0.5, memory="caching", memory_options={"expandable": True})
+        simulate(small_resnet, ratio=0.5, semantics=Semantics(memory="caching", memory_options={"expandable": True}))
     with pytest.raises(ValueError, match="does not apply to the 'aligned' model"):
-        simulate(small_resnet, ratio=0.5, memory="aligned", memory_options={"expandable_segments": True})
+        simulate(small_resnet, ratio=0.5,
+                 semantics=Semantics(memory="aligned", memory_options={"expandable_segments": True}))
     used = get_memory_model("caching", 10**9)
     used.allocate(1, 4096)
     with pytest.raises(ValueError, match="already holds blocks"):
-        simulate(small_resnet, budget_bytes=10**9, memory=used)
+        simulate(small_resnet, budget_bytes=10**9, semantics=Semantics(memory=used))
 
 
 def test_caching_runs_report_their_metrics(small_resnet):
-    result = simulate(small_resnet, "dtr", ratio=0.6, memory="caching")
+    result = simulate(small_resnet, "dtr", ratio=0.6, semantics=Semantics(memory="caching"))
     record = result.to_dict()
     assert record["memory"] == "caching" and record["memory_options"]["expandable_segments"] is False
     assert 0 < result.peak_allocated_bytes <= result.peak_reserved_bytes <= result.budget_bytes
@@ -282,26 +286,27 @@ def test_caching_runs_report_their_metrics(small_resnet):
 # ----------------------------------------------------------------- layouts over time
 
 def test_layouts_over_time_show_the_fragmentation_failure():
-    layouts = record_layouts(locked_holes(), "dtr", budget_bytes=SEGMENT, memory="caching")
+    layouts = record_layouts(locked_holes(), "dtr", budget_bytes=SEGMENT, semantics=Semantics(memory="caching"))
     assert layouts.status == "oom" and layouts.failure.cause == "fragmentation"
     at_failure = layouts.blocks[layouts.blocks["step"] == layouts.failure.step]
     assert at_failure[["address", "size", "storage", "state"]].values.tolist() == [
         [0, 512 * KIB, "a", "allocated"], [512 * KIB, 512 * KIB, "", "free"],
         [1024 * KIB, 512 * KIB, "c", "allocated"], [1536 * KIB, 512 * KIB, "", "free"]]
     with pytest.raises(ValueError, match="keeps no blocks"):
-        record_layouts(locked_holes(), "dtr", budget_bytes=SEGMENT, memory="flat")
+        record_layouts(locked_holes(), "dtr", budget_bytes=SEGMENT, semantics=Semantics(memory="flat"))
 
 
 # ------------------------------------------------------------------------- sweeps
 
 def test_sweep_frames_carry_the_memory_model_and_flat_keys_stay(tmp_path, small_resnet):
-    flat = sweep(small_resnet, "dtr", ratios=[0.5], cache=tmp_path, progress=False)
+    flat = sweep(small_resnet, "dtr", ratios=[0.5], execution=Execution(cache=tmp_path, progress=False))
     assert (flat["memory"].tolist(), flat["memory_options"].tolist()) == (["flat"], [""])
     assert flat["fragmentation_evictions"].isna().all()
-    caching = sweep(small_resnet, "dtr", ratios=[0.5], cache=tmp_path, progress=False, memory="caching")
+    caching = sweep(small_resnet, "dtr", ratios=[0.5], semantics=Semantics(memory="caching"),
+                    execution=Execution(cache=tmp_path, progress=False))
     row = caching.iloc[0]
     assert row["memory"] == "caching" and json.loads(row["memory_options"])["max_split_size"] is None
-    direct = simulate(small_resnet, "dtr", ratio=0.5, memory="caching")
+    direct = simulate(small_resnet, "dtr", ratio=0.5, semantics=Semantics(memory="caching"))
     assert (row["evictions"], row["fragmentation_evictions"], row["peak_reserved_bytes"]) == (
         direct.evictions, direct.fragmentation_evictions, direct.peak_reserved_bytes)
 
@@ -309,16 +314,18 @@ def test_sweep_frames_carry_the_memory_model_and_flat_keys_stay(tmp_path, small_
     # The flat key is exactly the key from before memory models existed.
     config = {"policy": policy_fingerprint(policy), "overhead_limit": 2.0, "withhold": []}
     old_key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:24]
-    assert SweepCache(tmp_path, small_resnet, policy, 2.0).directory.name == old_key
-    keys = {SweepCache(tmp_path, small_resnet, policy, 2.0, None, memory, options).directory.name
+    assert SweepCache(tmp_path, small_resnet, policy).directory.name == old_key
+    keys = {SweepCache(tmp_path, small_resnet, policy,
+                       Semantics(memory=memory, memory_options=options), None).directory.name
             for memory, options in [("caching", get_memory_model("caching", 0).options()),
                                     ("caching", {**get_memory_model("caching", 0).options(),
                                                  "expandable_segments": True}),
                                     ("aligned", {"granularity": 512})]}
     assert len(keys) == 3 and old_key not in keys
     # Default options written out or left implicit share one cache entry.
-    again = sweep(small_resnet, "dtr", ratios=[0.5], cache=tmp_path, progress=False, memory="caching",
-                  memory_options={"expandable_segments": False})
+    again = sweep(small_resnet, "dtr", ratios=[0.5],
+                  semantics=Semantics(memory="caching", memory_options={"expandable_segments": False}),
+                  execution=Execution(cache=tmp_path, progress=False))
     assert again["wall_seconds"].tolist() == caching["wall_seconds"].tolist()
 
 

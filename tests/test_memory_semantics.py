@@ -31,6 +31,8 @@ from dtrlab.sweep import sweep
 from dtrlab.sweep.cache import SweepCache
 from dtrlab.trace import LogBuilder
 from test_properties import random_logs
+from dtrlab.runtime.semantics import Semantics
+from dtrlab.sweep.execution import Execution
 
 KIB = 1024
 MIB = 1 << 20
@@ -69,7 +71,8 @@ def test_allocated_semantics_evicts_by_block_sizes():
     21 MiB > 20.75 MiB, so the run evicts a (b is the operator's output, not a candidate).
     Counting requests (19.5 + 1 = 20.5 MiB <= 20.75 MiB) would evict nothing."""
     trace = chain(("a", 19 * MIB + MIB // 2), ("b", MIB))
-    result = simulate(trace, "dtr", budget_bytes=20 * MIB + 3 * MIB // 4, memory="caching", enforce="allocated")
+    result = simulate(trace, "dtr", budget_bytes=20 * MIB + 3 * MIB // 4,
+                      semantics=Semantics(memory="caching", enforce="allocated"))
     assert (result.status, result.evicted_storages) == ("pass", ("a",))
     assert (result.peak_allocated_bytes, result.peak_reserved_bytes) == (21 * MIB, 22 * MIB)
     assert (result.enforce, result.device_capacity) == ("allocated", "unlimited")
@@ -119,7 +122,8 @@ def test_expandable_address_range_comes_from_the_device_capacity():
     """Under enforce='allocated' the model's capacity is the device's (A100-80GB: 80 GiB), so each
     pool's expandable segment spans 1.125 x 80 GiB = 90 GiB (46080 small pages of 2 MiB): the
     large pool's segment, reserved after the small pool's, starts at 90 GiB."""
-    model = memory_model("caching", 8 * MIB, {"expandable_segments": True}, "allocated", device_capacity("A100-80GB"))
+    model = memory_model(Semantics(memory="caching", memory_options={"expandable_segments": True}, enforce="allocated"),
+                         8 * MIB, device_capacity("A100-80GB"))
     assert model.capacity_bytes == 80 * GIB
     assert model.allocate(1, 512 * KIB) and model.allocate(2, 2 * MIB)
     assert [segment.address for segment in model.layout()] == [0, 90 * GIB]
@@ -141,8 +145,8 @@ def test_outputs_are_allocated_one_by_one_and_unwound_on_failure():
     b's allocation fails: a device OOM for b's 3 MiB. a's block is freed (the operator's exception
     frees its tensor) but its segment stays cached: allocated 0, reserved 2 MiB."""
     model = CachingModel(4 * MIB, limit_check="allocation_size")
-    result = simulate(two_outputs(), "dtr", budget_bytes=4 * MIB, memory=model, enforce="allocated",
-                      device_capacity=4 * MIB)
+    result = simulate(two_outputs(), "dtr", budget_bytes=4 * MIB,
+                      semantics=Semantics(memory=model, enforce="allocated", device_capacity=4 * MIB))
     assert (result.status, result.failure.cause, result.failure.requested_bytes) == ("oom", "device", 3 * MIB)
     assert (model.stats().allocated_bytes, model.stats().reserved_bytes) == (0, 2 * MIB)
     assert result.evictions == 0
@@ -151,7 +155,7 @@ def test_outputs_are_allocated_one_by_one_and_unwound_on_failure():
 def test_reserved_places_the_outputs_all_or_none():
     """Under 'reserved' the budget (4 MiB) is the capacity: the rounded bytes (3.5 MiB) fit, a is
     placed, b is not, a is taken back; nothing can be evicted: a fragmentation OOM."""
-    result = simulate(two_outputs(), "dtr", budget_bytes=4 * MIB, memory="caching")
+    result = simulate(two_outputs(), "dtr", budget_bytes=4 * MIB, semantics=Semantics(memory="caching"))
     assert (result.status, result.failure.cause) == ("oom", "fragmentation")
 
 
@@ -209,7 +213,8 @@ def test_allocated_evicts_after_the_operator():
     the run evicts: candidates a and b (c is the operator's output). At clock 4 (three operators
     of time 1), a's staleness is 4 - 2 = 2 and b's 4 - 3 = 1, so h_DTR = 1 / (4 KiB x staleness)
     is lowest for a: a goes, 8 KiB remain. Peaks are 12 KiB."""
-    result = simulate(chain(*THREE), "dtr", budget_bytes=10 * KIB, memory="flat", enforce="allocated")
+    result = simulate(chain(*THREE), "dtr", budget_bytes=10 * KIB,
+                      semantics=Semantics(memory="flat", enforce="allocated"))
     assert (result.status, result.evicted_storages) == ("pass", ("a",))
     assert (result.peak_memory, result.peak_allocated_bytes, result.peak_reserved_bytes) == (12 * KIB,) * 3
 
@@ -219,30 +224,31 @@ def test_allocated_fails_on_the_device_not_on_the_budget():
     does not have, and nothing is evicted to make room: a device OOM at fc (schedule step 4, after
     x's computation and pin, fa and fb) for 4 KiB, no eviction.
     A device of 1.25 x the budget (12.8 KiB) holds the 12 KiB: the run passes as above."""
-    failed = simulate(chain(*THREE), "dtr", budget_bytes=10 * KIB, memory="flat", enforce="allocated",
-                      device_capacity=10 * KIB)
+    failed = simulate(chain(*THREE), "dtr", budget_bytes=10 * KIB,
+                      semantics=Semantics(memory="flat", enforce="allocated", device_capacity=10 * KIB))
     assert (failed.status, failed.evictions, failed.failure.cause) == ("oom", 0, "device")
     assert (failed.failure.step, failed.failure.requested_bytes) == (4, 4 * KIB)
-    passed = simulate(chain(*THREE), "dtr", budget_bytes=10 * KIB, memory="flat", enforce="allocated",
-                      device_capacity="1.25x")
+    passed = simulate(chain(*THREE), "dtr", budget_bytes=10 * KIB,
+                      semantics=Semantics(memory="flat", enforce="allocated", device_capacity="1.25x"))
     assert (passed.status, passed.evicted_storages, passed.device_capacity) == ("pass", ("a",), "1.25x")
 
 
 def test_allocated_fails_on_the_budget_when_nothing_can_be_evicted():
     """Budget 3 KiB: fa's 4 KiB output exceeds it after the operator and the output is no
     candidate: an OOM with cause 'bytes' for the 1 KiB over the budget."""
-    result = simulate(chain(*THREE), "dtr", budget_bytes=3 * KIB, memory="flat", enforce="allocated")
+    result = simulate(chain(*THREE), "dtr", budget_bytes=3 * KIB,
+                      semantics=Semantics(memory="flat", enforce="allocated"))
     assert (result.status, result.failure.cause, result.failure.requested_bytes) == ("oom", "bytes", KIB)
 
 
 def test_semantics_arguments_are_checked():
     trace = chain(*THREE)
     with pytest.raises(ValueError, match=r"unknown enforce 'allocate' \(did you mean 'allocated'\?\)"):
-        simulate(trace, budget_bytes=10 * KIB, enforce="allocate")
+        simulate(trace, budget_bytes=10 * KIB, semantics=Semantics(enforce="allocate"))
     with pytest.raises(ValueError, match="device_capacity applies to enforce='allocated' only"):
-        simulate(trace, budget_bytes=10 * KIB, memory="caching", device_capacity="2x")
+        simulate(trace, budget_bytes=10 * KIB, semantics=Semantics(memory="caching", device_capacity="2x"))
     with pytest.raises(ValueError, match="policy 'coop' evicts to place a block"):
-        simulate(trace, "coop", budget_bytes=10 * KIB, memory="caching", enforce="allocated")
+        simulate(trace, "coop", budget_bytes=10 * KIB, semantics=Semantics(memory="caching", enforce="allocated"))
 
 
 def test_device_capacity_specs():
@@ -343,8 +349,9 @@ def test_allocated_semantics_invariants(log, fraction, model, device, policy):
         assert sim.failure.cause in ("bytes", "device")
     except Thrash:
         status = "thrash"
-    result = simulate(trace, policy, budget_bytes=budget, memory=checked_model(memory, capacity, options, "allocated"),
-                      enforce="allocated", device_capacity=device if device != "1x" else capacity)
+    result = simulate(trace, policy, budget_bytes=budget,
+                      semantics=Semantics(memory=checked_model(memory, capacity, options, "allocated"),
+                                          enforce="allocated", device_capacity=device if device != "1x" else capacity))
     assert result.status == status and result.evicted_storages == tuple(trace.tensor_names[s] for s in sim.evicted)
 
 
@@ -359,26 +366,34 @@ def test_reserved_semantics_invariants(log, fraction, model, policy):
         return  # covered by tests/test_memory_runtime.py; the pre-mapping check is allocated's
     trace = scaled(log.trace("random"), scale)
     budget = int(baseline(trace).peak_memory * fraction)
-    checked = simulate(trace, policy, budget_bytes=budget, memory=checked_model(memory, budget, options, "reserved"))
-    plain = simulate(trace, policy, budget_bytes=budget, memory=memory, memory_options=options, enforce="reserved")
+    checked = simulate(trace, policy, budget_bytes=budget,
+                       semantics=Semantics(memory=checked_model(memory, budget, options, "reserved")))
+    plain = simulate(trace, policy, budget_bytes=budget,
+                     semantics=Semantics(memory=memory, memory_options=options, enforce="reserved"))
     assert checked == plain and plain.enforce == "reserved" and "enforce" not in plain.to_dict()
 
 
 # ---------------------------------------------------------------- sweeps, cache keys, CLI
 
 def test_sweep_column_and_cache_key(tmp_path, small_resnet):
-    reserved = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0, None, "caching", {})
-    named = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0, None, "caching", {}, "reserved")
-    allocated = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0, None, "caching", {}, "allocated", "1.25x")
+    reserved = SweepCache(tmp_path, small_resnet, get_policy("dtr"),
+                          Semantics(memory="caching", memory_options={}), None)
+    named = SweepCache(tmp_path, small_resnet, get_policy("dtr"),
+                       Semantics(memory="caching", memory_options={}, enforce="reserved"), None)
+    allocated = SweepCache(tmp_path, small_resnet, get_policy("dtr"),
+                           Semantics(memory="caching", memory_options={}, enforce="allocated",
+                                     device_capacity="1.25x"), None)
     assert reserved.config_key == named.config_key and "enforce" not in reserved.key
     assert allocated.config_key != reserved.config_key and allocated.key["device_capacity"] == "1.25x"
-    frame = sweep(small_resnet, "dtr", ratios=[0.6, 0.9], memory="caching", enforce="allocated",
-                  device_capacity="1.25x", cache=tmp_path, progress=False)
+    frame = sweep(small_resnet, "dtr", ratios=[0.6, 0.9],
+                  semantics=Semantics(memory="caching", enforce="allocated", device_capacity="1.25x"),
+                  execution=Execution(cache=tmp_path, progress=False))
     assert frame["enforce"].tolist() == ["allocated"] * 2 and frame["device_capacity"].tolist() == ["1.25x"] * 2
     for ratio, status in zip(frame["ratio"], frame["status"]):
-        run = simulate(small_resnet, "dtr", ratio=ratio, memory="caching", enforce="allocated", device_capacity="1.25x")
+        run = simulate(small_resnet, "dtr", ratio=ratio,
+                       semantics=Semantics(memory="caching", enforce="allocated", device_capacity="1.25x"))
         assert run.status == status
-    flat = sweep(small_resnet, "dtr", ratios=[0.6], cache=False, progress=False)
+    flat = sweep(small_resnet, "dtr", ratios=[0.6], execution=Execution(cache=False, progress=False))
     assert (flat["enforce"].tolist(), flat["device_capacity"].tolist()) == (["reserved"], [""])
 
 
@@ -423,26 +438,27 @@ def test_every_simulating_command_takes_the_semantics(tmp_path, capsys):
 
 def test_address_policy_flips_compares_both_policies(small_resnet):
     """The helper's statuses are those of single runs under each address policy."""
-    table = address_policy_flips(small_resnet, ratios=[0.4, 0.7], cache=False)
+    table = address_policy_flips(small_resnet, ratios=[0.4, 0.7], execution=Execution(cache=False, progress=False))
     assert list(table.columns) == FLIP_COLUMNS and len(table) == 2
     for row in table.itertuples():
         for policy in ("bump", "reuse"):
-            run = simulate(small_resnet, "dtr", ratio=row.ratio, memory="caching",
-                           memory_options={"address_policy": policy})
+            run = simulate(small_resnet, "dtr", ratio=row.ratio,
+                           semantics=Semantics(memory="caching", memory_options={"address_policy": policy}))
             assert run.status == getattr(row, f"status_{policy}")
         assert row.flipped == (row.status_bump != row.status_reuse)
 
 
 def test_refine_holes_keeps_the_frame_semantics(small_resnet):
-    """A frame swept under 'allocated' is refined under 'allocated' with its device (given or not);
-    naming another device is refused."""
+    """A frame swept under 'allocated' is refined under 'allocated' with its device; naming a
+    semantics is refused (the frame's own is the one)."""
     from dtrlab.analysis.holes import refine_holes
 
-    frame = sweep(small_resnet, "dtr", ratios=[0.4, 0.6, 0.8], memory="caching", enforce="allocated",
-                  device_capacity="1.5x", cache=False, progress=False)
-    refinement = refine_holes(small_resnet, frame, "dtr", probes=1, cache=False, progress=False)
+    frame = sweep(small_resnet, "dtr", ratios=[0.4, 0.6, 0.8],
+                  semantics=Semantics(memory="caching", enforce="allocated", device_capacity="1.5x"),
+                  execution=Execution(cache=False, progress=False))
+    refinement = refine_holes(small_resnet, frame, "dtr", probes=1, execution=Execution(cache=False, progress=False))
     samples = refinement.refined.samples
     assert set(samples["enforce"]) == {"allocated"} and set(samples["device_capacity"]) == {"1.5x"}
-    with pytest.raises(ValueError, match="refine it under its own semantics"):
-        refine_holes(small_resnet, frame, "dtr", enforce="allocated", device_capacity="2x", cache=False,
-                     progress=False)
+    with pytest.raises(TypeError, match="under the frame's own semantics"):
+        refine_holes(small_resnet, frame, "dtr", enforce="allocated", device_capacity="2x",
+                     execution=Execution(cache=False, progress=False))

@@ -16,6 +16,7 @@ from dtrlab.sweep import parse_ratios, sweep
 from dtrlab.trace import load_directory
 
 from conftest import ROOT
+from dtrlab.sweep.execution import Execution
 
 CALIBRATION = "0.05:1.0:0.01"
 
@@ -63,9 +64,9 @@ def test_below_the_first_passing_calibration_budget_it_refuses(small_resnet):
 
 def test_zero_holes_and_non_increasing_overhead_at_0001_with_two_workers(small_resnet):
     # The 0.001 grid crosses the DTR hole of this trace at 0.376-0.404 and its threshold (0.406 at 0.002).
-    frame = sweep(small_resnet, "monotone", ratios="0.35:0.45:0.001", jobs=2, progress=False)
+    frame = sweep(small_resnet, "monotone", ratios="0.35:0.45:0.001", execution=Execution(jobs=2, progress=False))
     census = find_holes(frame)
-    dtr = find_holes(sweep(small_resnet, "dtr", ratios="0.35:0.45:0.001", jobs=2, progress=False))
+    dtr = find_holes(sweep(small_resnet, "dtr", ratios="0.35:0.45:0.001", execution=Execution(jobs=2, progress=False)))
     assert len(dtr.holes) > 0, "the range should contain holes of the base policy"
     assert census.holes.empty and census.non_monotone_failures == 0
     passing = frame[frame["status"] == "pass"].sort_values("budget_bytes")
@@ -100,7 +101,7 @@ def test_the_move_to_the_calibrated_layer_kept_the_shipped_rows_keys(small_resne
     from dtrlab.sweep import SweepCache
     from dtrlab.sweep.shipped import read_metadata
 
-    key = SweepCache(ROOT / "unused", small_resnet, get_policy("monotone"), 2.0).config_key
+    key = SweepCache(ROOT / "unused", small_resnet, get_policy("monotone")).config_key
     configs = read_metadata(ROOT / "results" / "shipped" / "traces" / "resnet32-b8.parquet")["configs"]
     assert configs[key]["policy"]["class"] == "dtrlab.policies.monotone.Monotone"
 
@@ -120,7 +121,7 @@ TRACES = ROOT / "traces"
 @pytest.mark.slow
 def test_zero_holes_at_0001_on_every_shipped_trace():
     for name, trace in load_directory(TRACES).items():
-        frame = sweep(trace, "monotone", ratios="0.05:1.0:0.001", jobs=2, progress=False)
+        frame = sweep(trace, "monotone", ratios="0.05:1.0:0.001", execution=Execution(jobs=2, progress=False))
         census = find_holes(frame)
         assert census.holes.empty and census.non_monotone_failures == 0, name
         passing = frame[frame["status"] == "pass"].sort_values("budget_bytes")

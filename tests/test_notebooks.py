@@ -9,14 +9,13 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import load_script
 
 pd = pytest.importorskip("pandas")
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from dtrlab.pipeline import figures as make_figures  # noqa: E402  (matplotlib: after pandas' importorskip)
 
-make_figures = load_script("make_figures")
 NOTEBOOKS = make_figures.notebook_paths()
 
 
@@ -55,12 +54,12 @@ def test_models_notebooks_read_only_shipped_results(prefix, tmp_path, monkeypatc
                                                   quick=False, jobs=1, reference=None)
     make_figures.run_notebook(make_figures.notebook_paths([prefix])[0], tmp_path / "executed", parameters)
     assert sorted((tmp_path / "figures").glob(f"{prefix}-*.png"))
-    assert not list((tmp_path / "cache").rglob("*.parquet")), "runs were simulated: ship them (scripts/ship_results.py)"
+    assert not list((tmp_path / "cache").rglob("*.parquet")), "runs were simulated: ship them (dtrlab ship results)"
 
 
 def test_only_selects_notebooks_by_prefix():
     assert [p.name[:2] for p in make_figures.notebook_paths(["06", "01"])] == ["01", "06"]
-    with pytest.raises(SystemExit, match="no notebook matches"):
+    with pytest.raises(ValueError, match="no notebook matches"):
         make_figures.notebook_paths(["99"])
 
 
@@ -98,7 +97,7 @@ def test_first_cell_names_only_real_parameters(notebook):
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_figures_follow_the_traces_they_ran_on(notebook):
-    # figures_dir is empty by default and derived from traces_dir, as make_figures.py derives it, so
+    # figures_dir is empty by default and derived from traces_dir, as dtrlab figures derives it, so
     # traces_dir = "../../shared/dtr-logs" cannot overwrite figures/traces/.
     _, parameters, code = _cells(notebook)
     assert 'figures_dir = ""' in parameters
@@ -195,7 +194,7 @@ def test_anatomy_notebook_reads_only_shipped_tables(traces, tmp_path, monkeypatc
     pytest.importorskip("papermill")
     directory = (ROOT / traces).resolve()
     if not (ROOT / "results" / "shipped" / "anatomy" / f"{directory.name}-table.csv").exists() or not directory.is_dir():
-        pytest.skip(f"no shipped limit census of {directory} (scripts/ship_anatomy.py), or the traces are absent")
+        pytest.skip(f"no shipped limit census of {directory} (dtrlab ship anatomy), or the traces are absent")
     monkeypatch.setenv("MPLBACKEND", "agg")
     parameters = make_figures.notebook_parameters(directory, tmp_path / "figures", tmp_path / "cache", quick=False,
                                                   jobs=1, reference=None)
@@ -203,4 +202,4 @@ def test_anatomy_notebook_reads_only_shipped_tables(traces, tmp_path, monkeypatc
     # every shipped set has flat and caching rows: one holes-by-limit figure each
     assert sorted(path.name for path in (tmp_path / "figures").glob("12-*.png")) == [
         "12-holes-by-limit-caching.png", "12-holes-by-limit.png", "12-needed-overhead.png"]
-    assert not list((tmp_path / "cache").rglob("*.parquet")), "runs were simulated: ship them (scripts/ship_anatomy.py)"
+    assert not list((tmp_path / "cache").rglob("*.parquet")), "runs were simulated: ship them (dtrlab ship anatomy)"

@@ -12,9 +12,10 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from dtrlab.memory.partitioned import interventions, knob_peaks, step_peaks, step_record  # noqa: E402
+from dtrlab.memory.partitioned import (interventions, knob_peaks, peak_composition, step_peaks,  # noqa: E402
+                                      step_record)
 from dtrlab.trace.models import build  # noqa: E402
-from dtrlab.trace.partition import _LossStep, partition, trace_joint  # noqa: E402
+from dtrlab.trace.partition import LossStep, partition, trace_joint  # noqa: E402
 
 KNOBS = (1.0, 0.3, 0.0)
 MLP = "tests.test_partition:tiny_mlp"
@@ -66,7 +67,7 @@ def _measure_compiled_run(source: str, knob: float):
     step above the bytes live at its start (torch.profiler's memory events).
     """
     workload = build(source, device="cpu")
-    step = _LossStep(workload.module, workload.loss_fn)
+    step = LossStep(workload.module, workload.loss_fn)
     torch._dynamo.reset()  # else dynamo's cache would reuse the first knob's graphs
     with torch._functorch.config.patch(activation_memory_budget=knob):
         compiled = torch.compile(step, backend="aot_eager", fullgraph=True, dynamic=False)
@@ -111,9 +112,11 @@ def test_flat_peak_is_the_real_cpu_peak(joints, source):
 
     The prediction counts the constants (parameters, inputs, lifted tensors, the tangent)
     from the start; the real measurement starts with all but the tangent allocated. At
-    knob 1.0 the two agree to the byte. Below 1 the real peak may exceed the prediction by
-    at most one activation (measured: 524,300 bytes on the transformer at 0.3; cause not
-    identified, see the module docstring of dtrlab.memory.partitioned).
+    knob 1.0 the two agree to the byte. Below 1 the real peak may exceed the prediction
+    (never fall below it) by a kernel's internal temporaries, which an operator-level trace
+    does not see: on the transformer at 0.3 the gap is 524,300 B, exactly what CPU
+    ``native_dropout`` allocates besides its outputs (a float noise tensor of 524,288 B
+    and 12 B of scalars, measured with the profiler). Tolerance: the step's largest tensor.
     """
     for knob in KNOBS:
         step = partition(joints[source], knob)
@@ -128,7 +131,17 @@ def test_flat_peak_is_the_real_cpu_peak(joints, source):
             assert real == predicted
         else:
             largest = max(op.total_size for op in step.trace.operators)
-            assert predicted - largest <= real <= predicted + largest, (knob, real, predicted)
+            assert predicted <= real <= predicted + largest, (knob, real, predicted)
+
+
+def test_reused_min_cuts_are_torchs_answers(joints):
+    """Remembering torch's solve_min_cut answers changes no decision (against fresh calls, a fresh joint)."""
+    joint = joints["transformer"]
+    for knob in (0.8, 0.3, 0.1):
+        reused = partition(joint, knob)
+        fresh = partition(joint, knob, reuse_min_cuts=False)
+        assert reused == fresh and reused.trace.content_hash == fresh.trace.content_hash
+    assert joint.min_cuts
 
 
 def test_knob_peaks_row(joints):
@@ -138,6 +151,16 @@ def test_knob_peaks_row(joints):
         assert key in row
     assert row["knob"] == 0.3 and row["solver"] == "dp" and row["torch_version"] == torch.__version__
     assert row["flat_peak"] == row["recorded_peak"]
+
+
+def test_peak_composition_adds_up(joints):
+    for knob in (1.0, 0.0):
+        step = partition(joints["transformer"], knob)
+        parts = peak_composition(step)
+        assert parts["flat_peak"] == step_peaks(step)["flat_peak"]
+        assert sum(parts[kind] for kind in ("constants", "forward", "recomputed", "backward")) == parts["flat_peak"]
+        assert sum(parts["recomputed_nodes"].values()) == parts["recomputed"]
+        assert set(parts["recomputed_nodes"]) <= set(step.recomputed)
 
 
 def test_proxy_objective_falls_with_the_knob(joints):

@@ -10,14 +10,15 @@ import pytest
 from dtrlab.analysis.variant_census import TABLE_COLUMNS, variant_census
 from dtrlab.cli import main
 from dtrlab.runtime import simulate
+from dtrlab.sweep.execution import Execution
 
 RATIOS = "0.16:0.19:0.005"  # 0.16, 0.165, ..., 0.19
 UNET_B2 = str(Path(__file__).resolve().parent.parent / "traces" / "unet-b2.jsonl.gz")
 
 
 def test_census_counts_the_resnet_hole(resnet_trace):
-    census = variant_census(resnet_trace, ["dtr", "dtr_float64", "twophase"], ratios=RATIOS, cache=False,
-                            progress=False)
+    census = variant_census(resnet_trace, ["dtr", "dtr_float64", "twophase"], ratios=RATIOS,
+                            execution=Execution(cache=False, progress=False))
     assert list(census.table.columns) == TABLE_COLUMNS
     table = census.table.set_index("policy")
     # h_DTR: 0.16-0.165 pass, 0.17 thrashes, 0.175 on pass (the reference sweep).
@@ -38,9 +39,10 @@ def test_refined_census_is_refine_holes_of_each_sweep(resnet_trace):
     from dtrlab.analysis.holes import refine_holes
     from dtrlab.sweep import sweep
 
-    census = variant_census(resnet_trace, ["dtr"], ratios=RATIOS, cache=False, progress=False, refine=True)
-    frame = sweep(resnet_trace, "dtr", ratios=RATIOS, cache=False, progress=False)
-    direct = refine_holes(resnet_trace, frame, "dtr", cache=False, progress=False).refined
+    census = variant_census(resnet_trace, ["dtr"], ratios=RATIOS, refine=True,
+                            execution=Execution(cache=False, progress=False))
+    frame = sweep(resnet_trace, "dtr", ratios=RATIOS, execution=Execution(cache=False, progress=False))
+    direct = refine_holes(resnet_trace, frame, "dtr", execution=Execution(cache=False, progress=False)).refined
     row = census.table.set_index("policy").loc["dtr"]
     assert row["samples"] == len(direct.samples) == len(census.samples) > len(frame)
     assert (row["holes"], row["threshold_ratio"]) == (len(direct.holes), direct.threshold_ratio)
@@ -55,7 +57,7 @@ def test_census_rejects_bad_input(resnet_trace):
     with pytest.raises(TypeError, match="load_directory"):
         variant_census("resnet.log", ["dtr"])
     with pytest.raises(ValueError, match="distinct labels"):
-        variant_census(resnet_trace, ["dtr", "DTR"], ratios=[0.5], cache=False, progress=False)
+        variant_census(resnet_trace, ["dtr", "DTR"], ratios=[0.5], execution=Execution(cache=False, progress=False))
 
 
 def test_cli_prints_and_saves_the_table(tmp_path, capsys):

@@ -15,6 +15,7 @@ from dtrlab.policies import Policy, get_policy, score_policy
 from dtrlab.runtime import simulate
 from dtrlab.sweep import sweep
 from dtrlab.trace import load_directory
+from dtrlab.sweep.execution import Execution
 
 RATIOS = [0.3, 0.45, 0.6, 0.8, 1.0]
 
@@ -42,7 +43,7 @@ def unet():
 
 @pytest.mark.parametrize("policy", [get_policy("inline_stale_size"), InlineLargestIsolated()], ids=str)
 def test_inline_policy_sweeps_in_worker_processes(policy, unet):
-    frame = sweep(unet, policy, ratios=RATIOS, jobs=2, backend="loky", cache=False, progress=False)
+    frame = sweep(unet, policy, ratios=RATIOS, execution=Execution(jobs=2, backend="loky", cache=False, progress=False))
     assert list(frame["policy"].unique()) == [policy.label]
     expected = [simulate(unet, policy, ratio=r) for r in RATIOS]
     assert list(frame["status"]) == [r.status for r in expected]
@@ -59,7 +60,7 @@ def test_inline_policy_parameters_and_features():
 
 def test_inline_policy_in_census_intervention_search_and_inclusion(unet):
     census = variant_census(unet, ["dtr", "twophase", "dtr_float64", "inline_stale_size", InlineLargestIsolated],
-                            ratios=RATIOS, cache=False, progress=False)
+                            ratios=RATIOS, execution=Execution(cache=False, progress=False))
     assert list(census.table["policy"]) == ["dtr", "twophase", "dtr_float64", "inline_stale_size(offset=1)",
                                             "inline_largest_isolated"]
     row = census.table.set_index("policy").loc["inline_largest_isolated"]
@@ -69,7 +70,7 @@ def test_inline_policy_in_census_intervention_search_and_inclusion(unet):
     # The smallest budget fails early, after few evictions, so the search stays short.
     assert statuses[0] != "pass"
     for policy in (InlineLargestIsolated(), "twophase", "dtr_float64"):
-        search = single_tensor_search(unet, policy, ratio=RATIOS[0], progress=False)
+        search = single_tensor_search(unet, policy, ratio=RATIOS[0], execution=Execution(progress=False, cache=False))
         assert search.base.policy == get_policy(policy).label and len(search.table) > 0
 
     check = inclusion(unet, "inline_stale_size", ratio_small=0.45, ratio_large=0.6)

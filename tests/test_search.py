@@ -12,6 +12,7 @@ import time
 
 import pandas as pd
 import pytest
+from dtrlab.sweep.execution import Execution
 
 optuna = pytest.importorskip("optuna", reason="the policy search needs optuna")
 
@@ -62,8 +63,8 @@ def test_objective_is_lexicographic():
 
 
 def test_evaluate_matches_the_hole_census(small_resnet, tmp_path):
-    result = evaluate("dtr", [small_resnet], ratios=RATIOS, cache=tmp_path)
-    census = find_holes(sweep(small_resnet, "dtr", ratios=RATIOS, cache=tmp_path, progress=False))
+    result = evaluate("dtr", [small_resnet], ratios=RATIOS, execution=Execution(cache=tmp_path, progress=False))
+    census = find_holes(sweep(small_resnet, "dtr", ratios=RATIOS, execution=Execution(cache=tmp_path, progress=False)))
     assert result.holes == len(census.holes) and result.threshold == census.threshold_ratio
     passing = census.samples[census.samples["status"] == "pass"]
     assert result.overhead == pytest.approx(passing["overhead"].mean())
@@ -71,10 +72,12 @@ def test_evaluate_matches_the_hole_census(small_resnet, tmp_path):
 
 def test_search_reaches_its_trial_budget_and_resumes(small_resnet, tmp_path):
     storage = tmp_path / "study.db"
-    first = run_search([small_resnet], storage, n_trials=3, ratios=RATIOS, cache=tmp_path, progress=False)
+    first = run_search([small_resnet], storage, n_trials=3, ratios=RATIOS,
+                       execution=Execution(cache=tmp_path, progress=False))
     assert first.completed == 3 and first.ran == 3
     assert first.trials.loc[first.trials["trial"] == 0, "policy"].item() == make_policy(DTR_POINT).label
-    again = run_search([small_resnet], storage, n_trials=5, ratios=RATIOS, cache=tmp_path, progress=False)
+    again = run_search([small_resnet], storage, n_trials=5, ratios=RATIOS,
+                       execution=Execution(cache=tmp_path, progress=False))
     assert again.completed == 5 and again.ran == 2 and again.retried == 0
     kept = again.trials.set_index("trial").loc[first.trials["trial"], "value"]
     assert kept.tolist() == first.trials["value"].tolist()
@@ -134,8 +137,9 @@ def test_interrupted_search_resumes_with_no_trial_lost_or_repeated(small_resnet,
     assert len(interrupted) == 1
 
     env_cache = tmp_path / "cache"
-    result = run_search([small_resnet], storage, n_trials=5, seed=1, progress=False, cache=env_cache,
-                        ratios=[0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9])
+    result = run_search([small_resnet], storage, n_trials=5, seed=1,
+                        ratios=[0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9],
+                        execution=Execution(progress=False, cache=env_cache))
     after = _states(storage)
     finished = [t for t in after if t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL]
     assert result.retried == 1 and len(finished) == 5
@@ -156,7 +160,7 @@ def test_a_storage_answers_one_question(tmp_path):
     from test_handbuilt import chain, chain_log
 
     storage = tmp_path / "study.db"
-    options = dict(cache=False, progress=False)
+    options = dict(execution=Execution(cache=False, progress=False))
     run_search([chain()], storage, n_trials=1, ratios=[0.5, 1.0], **options)
     with pytest.raises(ValueError, match=r"study\.db \(study 'score_search'\) was searched at ratios \[0\.5, 1\.0\], "
                                          r"not \[0\.5, 0\.75\]"):
@@ -181,7 +185,7 @@ def test_search_writes_only_into_its_own_storages(tmp_path):
     optuna.create_study(study_name="theirs", storage=f"sqlite:///{foreign}")
     before = foreign.read_bytes()
     with pytest.raises(ValueError, match=r"foreign\.db holds Optuna studies dtrlab did not make \(theirs\)"):
-        run_search([chain()], foreign, n_trials=1, ratios=[0.5], cache=False, progress=False)
+        run_search([chain()], foreign, n_trials=1, ratios=[0.5], execution=Execution(cache=False, progress=False))
     assert foreign.read_bytes() == before
 
 
@@ -232,7 +236,7 @@ def restore_shipped_policies():
 
 def test_exported_policies_register_by_name_and_are_checked(small_resnet, tmp_path, restore_shipped_policies):
     storage = tmp_path / "study.db"
-    run_search([small_resnet], storage, n_trials=3, ratios=RATIOS, cache=tmp_path, progress=False)
+    run_search([small_resnet], storage, n_trials=3, ratios=RATIOS, execution=Execution(cache=tmp_path, progress=False))
     path = tmp_path / "policies.json"
     document = export_policies(open_study(storage), path, top=2)
     registered = load_searched(path)
@@ -242,7 +246,8 @@ def test_exported_policies_register_by_name_and_are_checked(small_resnet, tmp_pa
     expected = make_policy({k: v for k, v in first["params"].items() if k != "arithmetic"})
     assert simulate(small_resnet, policy, ratio=0.5).eviction_sha256 == \
         simulate(small_resnet, expected, ratio=0.5).eviction_sha256
-    frame = sweep(small_resnet, policy, ratios=[0.5, 0.7, 0.9], jobs=2, cache=False, progress=False)
+    frame = sweep(small_resnet, policy, ratios=[0.5, 0.7, 0.9],
+                  execution=Execution(jobs=2, cache=False, progress=False))
     assert frame["eviction_sha256"].iloc[0] == simulate(small_resnet, policy, ratio=0.5).eviction_sha256
     tampered = json.loads(path.read_text())
     tampered["policies"][0]["params"]["a"] = 0.0
@@ -272,18 +277,19 @@ def ship_fixture(tmp_path, monkeypatch):
             (tmp_path / directory / f"{name}.jsonl.gz").symlink_to(ROOT / "traces" / f"{name}.jsonl.gz")
     monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))
     run_search(list(load_directory(tmp_path / "tuning").values()), tmp_path / "study.db", n_trials=2,
-               ratios=[0.5, 0.9], progress=False, cache=tmp_path / "cache")
+               ratios=[0.5, 0.9], execution=Execution(progress=False, cache=tmp_path / "cache"))
     return ["--study", str(tmp_path / "study.db"), "--out", str(tmp_path / "out"), "--tuning", str(tmp_path / "tuning"),
             "--tuning-ratios", "0.5,0.9", "--heldout", str(tmp_path / "first"), "--heldout", str(tmp_path / "second"),
             "--top", "1", "--skip", "inclusion"]
 
 
 def test_ship_compares_on_every_held_out_set(tmp_path, monkeypatch, restore_shipped_policies):
-    """``python -m dtrlab.search.ship`` with two ``--heldout`` sets: comparison rows for each, by set."""
-    from dtrlab.search.ship import main as ship, read_shipped_csv
+    """``dtrlab ship search`` with two ``--heldout`` sets: comparison rows for each, by set."""
+    from dtrlab.cli import main
+    from dtrlab.search import read_shipped_csv
 
     out = tmp_path / "out"
-    assert ship([*ship_fixture(tmp_path, monkeypatch), "--heldout-ratios", "0.6,0.9"]) == 0
+    assert main(["ship", "search", *ship_fixture(tmp_path, monkeypatch), "--heldout-ratios", "0.6,0.9"]) == 0
     comparison = read_shipped_csv(out / "comparison.csv")
     held = comparison[comparison["traces_role"] == "held-out"]
     assert held.groupby("trace_set")["traces"].first().to_dict() == {"first": 1, "second": 2}
@@ -296,12 +302,14 @@ def test_ship_compares_on_every_held_out_set(tmp_path, monkeypatch, restore_ship
 def test_ship_keeps_the_comparisons_it_holds_and_computes_the_rest(tmp_path, monkeypatch, restore_shipped_policies):
     """A second ``ship`` with one more held-out grid computes only that grid's comparisons; the rows it
     held come back unchanged; a file damaged since is not trusted (all recomputed)."""
-    import dtrlab.search.ship as ship_module
+    import dtrlab.pipeline.ship_search as ship_module
+    from dtrlab.cli import main
+    from dtrlab.search import read_shipped_csv
 
-    arguments = ship_fixture(tmp_path, monkeypatch)
+    arguments = ["ship", "search", *ship_fixture(tmp_path, monkeypatch)]
     out = tmp_path / "out"
-    assert ship_module.main([*arguments, "--heldout-ratios", "0.6,0.9"]) == 0
-    before = ship_module.read_shipped_csv(out / "comparison.csv")
+    assert main([*arguments, "--heldout-ratios", "0.6,0.9"]) == 0
+    before = read_shipped_csv(out / "comparison.csv")
     computed = []
     real_compare = ship_module.compare
 
@@ -310,36 +318,34 @@ def test_ship_keeps_the_comparisons_it_holds_and_computes_the_rest(tmp_path, mon
         return real_compare(policies, traces, ratios=ratios, **options)
 
     monkeypatch.setattr(ship_module, "compare", counting_compare)
-    assert ship_module.main([*arguments, "--heldout-ratios", "0.6,0.9", "--heldout-ratios", "0.7,0.9"]) == 0
+    assert main([*arguments, "--heldout-ratios", "0.6,0.9", "--heldout-ratios", "0.7,0.9"]) == 0
     assert computed == ["0.7,0.9"] * 8  # 4 policies on each held-out set
-    after = ship_module.read_shipped_csv(out / "comparison.csv")
+    after = read_shipped_csv(out / "comparison.csv")
     pd.testing.assert_frame_equal(after[after["ratios"] != "0.7,0.9"].reset_index(drop=True), before)
     assert len(after[after["ratios"] == "0.7,0.9"]) == 8
-    per_trace = ship_module.read_shipped_csv(out / "comparison_per_trace.csv")
+    per_trace = read_shipped_csv(out / "comparison_per_trace.csv")
     assert len(per_trace[per_trace["ratios"] == "0.7,0.9"]) == 4 * (1 + 2)
 
     (out / "comparison.csv").write_text((out / "comparison.csv").read_text().replace("held-out", "held_out", 1))
     computed.clear()
-    assert ship_module.main([*arguments, "--heldout-ratios", "0.6,0.9"]) == 0
+    assert main([*arguments, "--heldout-ratios", "0.6,0.9"]) == 0
     assert len(computed) == 4 * 3  # the tuned set and both held-out sets, recomputed
-    pd.testing.assert_frame_equal(ship_module.read_shipped_csv(out / "comparison.csv"), before)
+    pd.testing.assert_frame_equal(read_shipped_csv(out / "comparison.csv"), before)
 
 
 def test_ship_names_a_malformed_grid(tmp_path, capsys):
-    from dtrlab.search.ship import main as ship
+    from dtrlab.cli import main
 
-    with pytest.raises(SystemExit) as exit_info:
-        ship(["--out", str(tmp_path), "--skip", "study", "--skip", "inclusion", "--tuning", str(ROOT / "traces"),
-              "--heldout", str(ROOT / "traces"), "--heldout-ratios", "0.05:1.0:0.005", "--heldout-ratios", "xyz"])
-    assert exit_info.value.code == 2
+    assert main(["ship", "search", "--out", str(tmp_path), "--skip", "study", "--skip", "inclusion", "--tuning",
+                 str(ROOT / "traces"), "--heldout", str(ROOT / "traces"), "--heldout-ratios", "0.05:1.0:0.005",
+                 "--heldout-ratios", "xyz"]) == 2
     err = capsys.readouterr().err
     assert "--heldout-ratios xyz: ratios must be numbers" in err and "Traceback" not in err
 
 
 def test_ship_names_a_missing_trace_directory(tmp_path, capsys):
-    from dtrlab.search.ship import main as ship
+    from dtrlab.cli import main
 
-    with pytest.raises(SystemExit) as exit_info:
-        ship(["--out", str(tmp_path), "--skip", "study", "--skip", "inclusion", "--heldout", str(tmp_path / "nope")])
-    assert exit_info.value.code == 2
+    assert main(["ship", "search", "--out", str(tmp_path), "--skip", "study", "--skip", "inclusion", "--heldout",
+                 str(tmp_path / "nope")]) == 2
     assert f"--heldout {tmp_path / 'nope'}: not a directory of traces" in capsys.readouterr().err

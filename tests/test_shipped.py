@@ -30,6 +30,8 @@ from dtrlab.sweep.cache import rows_from_cache
 from dtrlab.sweep.shipped import (DEFAULT_SHIPPED_DIR, INDEX_COLUMNS, METADATA_KEY, RECOMPUTE_ENV, SHIPPED_ENV,
                                   bundle_table, read_metadata, shipped_dir, write_bundle_file)
 from dtrlab.trace import load_directory
+from dtrlab.runtime.semantics import Semantics
+from dtrlab.sweep.execution import Execution
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES_BUNDLE = sorted((DEFAULT_SHIPPED_DIR / "traces").glob("*.parquet"))
@@ -86,13 +88,13 @@ def recompute_and_compare(path: Path, trace, rows: pd.DataFrame, tmp_path: Path,
     for config_key, group in rows.groupby("config_key"):
         key = configs[config_key]
         policy, intervention = _policy(key), _intervention(key)
-        memory = dict(memory=key.get("memory", "flat"), memory_options=key.get("memory_options"),
-                      **{k: key[k] for k in ("enforce", "device_capacity") if k in key})  # under `allocated`
+        semantics = Semantics(memory=key.get("memory", "flat"), memory_options=key.get("memory_options"),
+                              overhead_limit=key["overhead_limit"],
+                              **{k: key[k] for k in ("enforce", "device_capacity") if k in key})  # under `allocated`
         # The rebuilt configuration is the stored one: the cache key hashes the same.
-        assert SweepCache(tmp_path, trace, policy, key["overhead_limit"], intervention, **memory).config_key == \
-            config_key
-        fresh = sweep(trace, policy, budgets=group["budget_bytes"].tolist(), overhead_limit=key["overhead_limit"],
-                      intervention=intervention, cache=False, progress=False, jobs=jobs, **memory)
+        assert SweepCache(tmp_path, trace, policy, semantics, intervention).config_key == config_key
+        fresh = sweep(trace, policy, budgets=group["budget_bytes"].tolist(), intervention=intervention,
+                      semantics=semantics, execution=Execution(cache=False, progress=False, jobs=jobs))
         fields = [c for c in key["row_columns"] if c not in UNCOMPARED]
         stored = _missing_as_none(group[fields].reset_index(drop=True))
         pd.testing.assert_frame_equal(_missing_as_none(fresh[fields].reset_index(drop=True)), stored,
@@ -122,14 +124,14 @@ def _trace_of(path: Path, traces: dict):
     metadata = read_metadata(path)
     trace = traces[metadata["trace"]]
     assert trace.content_hash == metadata["trace_hash"], (
-        f"{path} was shipped for another version of {metadata['trace']}; run scripts/ship_results.py")
+        f"{path} was shipped for another version of {metadata['trace']}; run dtrlab ship results")
     return trace
 
 
 # ------------------------------------------------------------------ every shipped file is the one of the manifest
 def test_every_shipped_file_matches_the_manifest():
-    """Fails when a shipped file was edited, added or removed without scripts/ship_results.py (or
-    python -m dtrlab.search.ship) recording it: the shipped layer would ignore it at run time."""
+    """Fails when a shipped file was edited, added or removed without dtrlab ship results (or
+    dtrlab ship search) recording it: the shipped layer would ignore it at run time."""
     listed = integrity.read_manifest(DEFAULT_SHIPPED_DIR)
     present = {p.relative_to(DEFAULT_SHIPPED_DIR).as_posix() for p in DEFAULT_SHIPPED_DIR.rglob("*")
                if p.is_file() and p.name != integrity.MANIFEST_NAME and not p.name.startswith(".")}
@@ -143,7 +145,7 @@ def test_every_shipped_file_matches_the_manifest():
 
 # ------------------------------------------------------------------ the bundle is current and covers the notebooks
 def test_bundle_is_in_the_repository_for_every_shipped_trace(shipped_traces):
-    assert [p.stem for p in TRACES_BUNDLE] == sorted(shipped_traces), "run scripts/ship_results.py"
+    assert [p.stem for p in TRACES_BUNDLE] == sorted(shipped_traces), "run dtrlab ship results"
     total = sum(p.stat().st_size for p in DEFAULT_SHIPPED_DIR.rglob("*.parquet"))
     # 6.9 MB on 1 December 2026, after notebook 10's sweeps of the five searched policies joined
     # traces/ (0.002) and traces/models (0.005, eight policies); 8.3 MB on 2 December, after the
@@ -157,7 +159,7 @@ def test_bundle_rows_are_of_this_simulator_and_trace(path):
     rows = _bundle_rows(path)
     assert metadata["simulator_version"] == SIMULATOR_VERSION, (
         f"{path} holds simulator v{metadata['simulator_version']} results, the simulator is v{SIMULATOR_VERSION}: "
-        "regenerate the bundle with scripts/ship_results.py")
+        "regenerate the bundle with dtrlab ship results")
     assert (rows["simulator_version"] == SIMULATOR_VERSION).all()
     assert (rows["trace_hash"] == metadata["trace_hash"]).all()
     assert set(rows["config_key"]) == set(metadata["configs"])
@@ -177,7 +179,7 @@ def test_bundle_covers_the_notebooks_grids(shipped_traces, tmp_path):
         trace = _trace_of(path, shipped_traces)
         rows = _bundle_rows(path)
         for policy, params, ratios in wanted:
-            config_key = SweepCache(tmp_path, trace, get_policy(policy, **params), 2.0).config_key
+            config_key = SweepCache(tmp_path, trace, get_policy(policy, **params)).config_key
             shipped = set(rows.loc[rows["config_key"] == config_key, "budget_bytes"])
             missing = {budget_for(trace, r) for r in parse_ratios(ratios)} - shipped
             assert not missing, f"{path.stem} {policy}{params}: {len(missing)} budgets not shipped"
@@ -188,7 +190,7 @@ def test_dtr_log_census_is_shipped(log_traces, tmp_path):
     configuration of notebook 08's allocator census on its grid."""
     from dtrlab.analysis.allocator_census import DEFAULT_CONFIGS
 
-    assert sorted(p.stem for p in LOGS_BUNDLE) == sorted(log_traces), "run scripts/ship_results.py"
+    assert sorted(p.stem for p in LOGS_BUNDLE) == sorted(log_traces), "run dtrlab ship results"
     wanted = [("dtr", {}, CENSUS_GRID), ("dtr", {}, FINE_CENSUS_GRID)]
     wanted += [(c.policy, {**dict(zip(("memory", "memory_options"), memory_spec(c.memory, c.options, c.enforce))),
                            **({"enforce": c.enforce, "device_capacity": c.device_label} if c.device_label else {})},
@@ -197,7 +199,7 @@ def test_dtr_log_census_is_shipped(log_traces, tmp_path):
         trace = _trace_of(path, log_traces)
         rows = _bundle_rows(path)
         for policy, memory, grid in wanted:
-            config_key = SweepCache(tmp_path, trace, get_policy(policy), 2.0, **memory).config_key
+            config_key = SweepCache(tmp_path, trace, get_policy(policy), Semantics(**memory)).config_key
             shipped = set(rows.loc[rows["config_key"] == config_key, "budget_bytes"])
             assert {budget_for(trace, r) for r in parse_ratios(grid)} <= shipped, \
                 f"{path.stem}: {policy} {memory} {grid}"
@@ -210,7 +212,7 @@ def test_models_allocator_census_is_shipped(tmp_path):
 
     models = load_directory(ROOT / "traces" / "models")
     assert sorted(p.stem for p in MODELS_BUNDLE) == sorted(models), \
-        "run scripts/ship_results.py --allocator-census models"
+        "run dtrlab ship results --allocator-census models"
     configs = census_configs(MODELS_POLICIES, gpu=MODELS_GPU)
     wanted = [(c.policy, dict(zip(("memory", "memory_options"), memory_spec(c.memory, c.options, c.enforce)))
                | ({"enforce": c.enforce, "device_capacity": c.device_label} if c.device_label else {}))
@@ -219,7 +221,7 @@ def test_models_allocator_census_is_shipped(tmp_path):
         trace = _trace_of(path, models)
         rows = _bundle_rows(path)
         for policy, memory in wanted:
-            config_key = SweepCache(tmp_path, trace, get_policy(policy), 2.0, **memory).config_key
+            config_key = SweepCache(tmp_path, trace, get_policy(policy), Semantics(**memory)).config_key
             shipped = set(rows.loc[rows["config_key"] == config_key, "budget_bytes"])
             assert {budget_for(trace, r) for r in parse_ratios(CENSUS_GRID)} <= shipped, \
                 f"{path.stem}: {policy} {memory} {CENSUS_GRID}"
@@ -253,7 +255,7 @@ def test_every_shipped_trace_row_recomputes(shipped_traces, tmp_path):
 def test_every_shipped_dtr_log_census_row_recomputes(log_traces, tmp_path):
     """Every row of the flat census (notebooks 01 and 02), and NON_FLAT_SAMPLE budgets of each
     configuration of notebook 08's allocator census: all of them take most of an hour on 2 cores
-    even compiled (scripts/ship_results.py recomputes them)."""
+    even compiled (dtrlab ship results recomputes them)."""
     for path in LOGS_BUNDLE:
         rows, configs = _bundle_rows(path), read_metadata(path)["configs"]
         non_flat = rows["config_key"].map(lambda key: configs[key].get("memory", "flat") != "flat")
@@ -269,7 +271,8 @@ def small_bundle(small_resnet, tmp_path, monkeypatch):
     """A bundle of four DTR budgets of the small ResNet in tmp_path, in use; returns (budgets, fresh frame)."""
     budgets = [budget_for(small_resnet, r) for r in (0.3, 0.5, 0.7, 0.9)]
     monkeypatch.setenv(RECOMPUTE_ENV, "1")
-    fresh = sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "computed", progress=False)
+    fresh = sweep(small_resnet, "dtr", budgets=budgets,
+                  execution=Execution(cache=tmp_path / "computed", progress=False))
     monkeypatch.delenv(RECOMPUTE_ENV)
     monkeypatch.setenv(SHIPPED_ENV, str(tmp_path / "bundle"))
 
@@ -308,7 +311,7 @@ def _same_results(a: pd.DataFrame, b: pd.DataFrame) -> None:
 def test_valid_shipped_rows_are_used_without_simulating(small_resnet, small_bundle, simulated, tmp_path):
     budgets, fresh, ship = small_bundle
     ship()
-    frame = sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "empty", progress=False)
+    frame = sweep(small_resnet, "dtr", budgets=budgets, execution=Execution(cache=tmp_path / "empty", progress=False))
     assert simulated == []
     pd.testing.assert_frame_equal(frame, fresh)  # wall seconds too: these are the shipped rows
     assert not (tmp_path / "empty").exists()  # the shipped layer is read-only: nothing copied up
@@ -323,7 +326,7 @@ def test_stale_shipped_row_is_ignored_and_recomputed(column, stale, small_resnet
         rows.loc[rows["budget_bytes"] == budgets[1], column] = stale
 
     ship(edit)
-    frame = sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "empty", progress=False)
+    frame = sweep(small_resnet, "dtr", budgets=budgets, execution=Execution(cache=tmp_path / "empty", progress=False))
     assert simulated == [budgets[1]]
     _same_results(frame, fresh)
 
@@ -340,7 +343,8 @@ def test_shipped_file_edited_after_its_manifest_is_ignored_and_recomputed(small_
 
     ship(edit, manifest=False)
     with pytest.warns(UserWarning, match="ignoring a shipped file: .*(does not match its sha256|bytes where)"):
-        frame = sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "empty", progress=False)
+        frame = sweep(small_resnet, "dtr", budgets=budgets,
+                      execution=Execution(cache=tmp_path / "empty", progress=False))
     assert sorted(simulated) == sorted(budgets)
     _same_results(frame, fresh)
 
@@ -357,7 +361,8 @@ def test_bundle_without_a_valid_manifest_entry_is_not_used(damage, small_resnet,
     else:
         integrity.atomic_write_json(manifest, {"format": integrity.MANIFEST_FORMAT, "files": {}})
     with pytest.warns(UserWarning, match="MANIFEST.json"):
-        frame = sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "empty", progress=False)
+        frame = sweep(small_resnet, "dtr", budgets=budgets,
+                      execution=Execution(cache=tmp_path / "empty", progress=False))
     assert sorted(simulated) == sorted(budgets)
     _same_results(frame, fresh)
 
@@ -370,8 +375,9 @@ def test_a_file_is_hashed_once_per_process_while_unchanged(small_resnet, small_b
     monkeypatch.setattr(integrity, "sha256_file", lambda path: hashed.append(path) or real(path))
     integrity._cached_sha256.cache_clear()
     for _ in range(3):
-        sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "empty", progress=False)
-        SweepCache(tmp_path / "empty", small_resnet, get_policy("dtr"), 3.0).load()  # another key: same file
+        sweep(small_resnet, "dtr", budgets=budgets, execution=Execution(cache=tmp_path / "empty", progress=False))
+        SweepCache(tmp_path / "empty", small_resnet, get_policy("dtr"),
+                   Semantics(overhead_limit=3.0)).load()  # another key: same file
     assert len(hashed) == 1
 
 
@@ -395,7 +401,7 @@ def test_recompute_variable_ignores_the_shipped_layer(small_resnet, small_bundle
     assert shipped_dir() == tmp_path / "bundle"
     monkeypatch.setenv(RECOMPUTE_ENV, "1")
     assert shipped_dir() is None
-    frame = sweep(small_resnet, "dtr", budgets=budgets, cache=tmp_path / "empty", progress=False)
+    frame = sweep(small_resnet, "dtr", budgets=budgets, execution=Execution(cache=tmp_path / "empty", progress=False))
     assert sorted(simulated) == sorted(budgets)
     _same_results(frame, fresh)
 
@@ -408,13 +414,13 @@ def _search_inputs(path: Path, traces: dict):
     metadata = json.loads(pq.read_schema(path).metadata[METADATA_KEY])
     assert metadata["kind"] == "single_tensor_search" and metadata["simulator_version"] == SIMULATOR_VERSION
     trace = traces[metadata["trace"]]
-    assert trace.content_hash == metadata["trace_hash"], f"{path} is stale; run scripts/ship_results.py"
+    assert trace.content_hash == metadata["trace_hash"], f"{path} is stale; run dtrlab ship results"
     config = metadata["config"]
     return trace, _policy(config), config["budget_bytes"], config["overhead_limit"]
 
 
 def test_notebook_03_search_is_shipped():
-    assert len(TABLES_BUNDLE) >= 1, "notebook 03's intervention search is not shipped; run scripts/ship_results.py"
+    assert len(TABLES_BUNDLE) >= 1, "notebook 03's intervention search is not shipped; run dtrlab ship results"
 
 
 @pytest.mark.parametrize("path", TABLES_BUNDLE, ids=lambda p: p.stem)
@@ -422,8 +428,9 @@ def test_sample_of_shipped_search_recomputes_field_by_field(path, shipped_traces
     trace, policy, budget, limit = _search_inputs(path, shipped_traces)
     shipped = pd.read_parquet(path)
     storages = random.Random(0).sample(list(shipped["storage"]), min(SAMPLE_BUDGETS, len(shipped)))
-    fresh = single_tensor_search(trace, policy, budget_bytes=budget, overhead_limit=limit, storages=storages,
-                                 progress=False).table
+    fresh = single_tensor_search(trace, policy, budget_bytes=budget, storages=storages,
+                                 semantics=Semantics(overhead_limit=limit),
+                                 execution=Execution(progress=False, cache=False)).table
     expected = shipped[shipped["storage"].isin(storages)].reset_index(drop=True)
     pd.testing.assert_frame_equal(fresh, expected)
 
@@ -432,18 +439,21 @@ def test_sample_of_shipped_search_recomputes_field_by_field(path, shipped_traces
 @pytest.mark.parametrize("path", TABLES_BUNDLE, ids=lambda p: p.stem)
 def test_every_shipped_search_row_recomputes(path, shipped_traces):
     trace, policy, budget, limit = _search_inputs(path, shipped_traces)
-    fresh = single_tensor_search(trace, policy, budget_bytes=budget, overhead_limit=limit,
-                                 jobs=os.cpu_count() or 1, progress=False).table
+    fresh = single_tensor_search(trace, policy, budget_bytes=budget,
+                                 semantics=Semantics(overhead_limit=limit),
+                                 execution=Execution(jobs=os.cpu_count() or 1, progress=False, cache=False)).table
     pd.testing.assert_frame_equal(fresh, pd.read_parquet(path))
 
 
 def test_search_table_is_cached_reused_and_never_trusted_when_stale(resnet_trace, tmp_path, monkeypatch):
     monkeypatch.setenv(SHIPPED_ENV, str(tmp_path / "bundle"))
-    first = single_tensor_search(resnet_trace, "dtr", ratio=0.17, cache=tmp_path / "cache", progress=False)
+    first = single_tensor_search(resnet_trace, "dtr", ratio=0.17,
+                                 execution=Execution(cache=tmp_path / "cache", progress=False))
     (stored,) = (tmp_path / "cache").rglob("tables/*.parquet")
     calls, real = [], interventions.run_many
     monkeypatch.setattr(interventions, "run_many", lambda *a, **k: calls.append(1) or real(*a, **k))
-    again = single_tensor_search(resnet_trace, "dtr", ratio=0.17, cache=tmp_path / "cache", progress=False)
+    again = single_tensor_search(resnet_trace, "dtr", ratio=0.17,
+                                 execution=Execution(cache=tmp_path / "cache", progress=False))
     assert calls == [] and again.base == first.base
     pd.testing.assert_frame_equal(again.table, first.table)
 
@@ -452,10 +462,12 @@ def test_search_table_is_cached_reused_and_never_trusted_when_stale(resnet_trace
     shipped = tmp_path / "bundle" / "traces" / "tables" / stored.name
     stored.rename(shipped)
     with pytest.warns(UserWarning, match="ignoring the shipped file .*MANIFEST.json"):  # no manifest: not used
-        single_tensor_search(resnet_trace, "dtr", ratio=0.17, cache=tmp_path / "cache2", progress=False)
+        single_tensor_search(resnet_trace, "dtr", ratio=0.17,
+                             execution=Execution(cache=tmp_path / "cache2", progress=False))
     assert calls == [1]
     integrity.write_manifest(tmp_path / "bundle")
-    again = single_tensor_search(resnet_trace, "dtr", ratio=0.17, cache=tmp_path / "cache", progress=False)
+    again = single_tensor_search(resnet_trace, "dtr", ratio=0.17,
+                                 execution=Execution(cache=tmp_path / "cache", progress=False))
     assert calls == [1]
     pd.testing.assert_frame_equal(again.table, first.table)
     table = pq.read_table(shipped)
@@ -464,7 +476,8 @@ def test_search_table_is_cached_reused_and_never_trusted_when_stale(resnet_trace
     pq.write_table(table.replace_schema_metadata({**table.schema.metadata,
                                                   METADATA_KEY: json.dumps(metadata).encode()}), shipped)
     integrity.write_manifest(tmp_path / "bundle")  # listed, so the version check is what rejects it
-    recomputed = single_tensor_search(resnet_trace, "dtr", ratio=0.17, cache=tmp_path / "cache", progress=False)
+    recomputed = single_tensor_search(resnet_trace, "dtr", ratio=0.17,
+                                      execution=Execution(cache=tmp_path / "cache", progress=False))
     assert calls == [1, 1]
     pd.testing.assert_frame_equal(recomputed.table, first.table)
 
@@ -484,7 +497,8 @@ def notebook_11_runs():
     parameters = {}
     exec("".join(next(c for c in cells if "parameters" in c["metadata"].get("tags", []))["source"]), parameters)
     step = capture_step(parameters["model"], batch=parameters["batch"])
-    census = sweep(step.trace, parameters["policy"], ratios=parameters["census_ratios"], cache=False, progress=False)
+    census = sweep(step.trace, parameters["policy"], ratios=parameters["census_ratios"],
+                   execution=Execution(cache=False, progress=False))
     hole = find_holes(census).holes.iloc[0]
     budgets = {"below": int(hole.pass_below_bytes), "hole": int(hole.fail_low_bytes),
                "above": int(hole.pass_above_bytes)}
@@ -494,7 +508,7 @@ def notebook_11_runs():
 def test_every_shipped_real_run_is_a_listed_record():
     from dtrlab.execute.record import RECORD_FORMAT, from_record, record_path
 
-    assert EXECUTE_BUNDLE, "notebook 11's real runs are not shipped; run scripts/ship_results.py --execute-only"
+    assert EXECUTE_BUNDLE, "notebook 11's real runs are not shipped; run dtrlab ship results --execute-only"
     for path in EXECUTE_BUNDLE:
         integrity.verify_in_manifest(path, DEFAULT_SHIPPED_DIR)
         record = integrity.read_json(path)
@@ -516,7 +530,7 @@ def test_notebook_11_runs_are_shipped_and_match_a_fresh_real_run(notebook_11_run
     shipped = {label: load_shipped(DEFAULT_SHIPPED_DIR, record_key(step, budget, policy=policy))
                for label, budget in budgets.items()}
     missing = [label for label, found in shipped.items() if found is None]
-    assert not missing, f"no valid shipped record of {missing}: run scripts/ship_results.py --execute-only"
+    assert not missing, f"no valid shipped record of {missing}: run dtrlab ship results --execute-only"
     record, _ = shipped["hole"]
     fresh = run_step(step, budget_bytes=budgets["hole"], policy=policy)
     assert record.run == fresh.run and record.status == "thrash"
@@ -563,7 +577,7 @@ SEARCH_CSVS = ["comparison.csv", "pareto.csv", "inclusion_pairs.csv", "inclusion
 
 
 def test_shipped_search_csvs_read_through_the_manifest():
-    from dtrlab.search.ship import read_shipped_csv
+    from dtrlab.search import read_shipped_csv
 
     for name in SEARCH_CSVS:
         assert len(read_shipped_csv(DEFAULT_SHIPPED_DIR / "search" / name)) > 0
@@ -571,7 +585,7 @@ def test_shipped_search_csvs_read_through_the_manifest():
 
 @pytest.mark.parametrize("damage", ["edited", "unlisted", "no manifest"])
 def test_edited_shipped_search_csv_is_refused_at_load(damage, tmp_path):
-    from dtrlab.search.ship import read_shipped_csv
+    from dtrlab.search import read_shipped_csv
 
     path = tmp_path / "comparison.csv"
     original = (DEFAULT_SHIPPED_DIR / "search" / "comparison.csv").read_bytes()

@@ -1,5 +1,5 @@
 """Every solver, both relaxations and every registered policy against the exhaustive search of
-tests/exhaustive.py (the least recompute of a tiny trace, with the simulator's semantics), and
+dtrlab/solvers/exhaustive.py (the least recompute of a tiny trace, with the simulator's semantics), and
 the regressions of issue 22.
 
 The truth ``T`` at (trace, budget, overhead limit) is the search's optimum over on-demand runs
@@ -15,6 +15,7 @@ import math
 import os
 
 import pytest
+from dtrlab.runtime.semantics import Semantics
 
 pytest.importorskip("ortools", reason="the exact solvers need the optional extra: pip install 'dtrlab[solvers]'")
 pytest.importorskip("highspy", reason="the exact solvers need the optional extra: pip install 'dtrlab[solvers]'")
@@ -27,7 +28,8 @@ from dtrlab.solvers import SOLVERS, build_problem, checked, replay, solve_optima
 from dtrlab.solvers import relax, solve  # noqa: E402
 from dtrlab.solvers.relax import RELAX_METHODS, checked_relaxation, solve_relaxation  # noqa: E402
 from dtrlab.trace.builder import LogBuilder  # noqa: E402
-from exhaustive import SearchTooLarge, every_simulator_run, least_recompute, replay_witness, tiny_log  # noqa: E402
+from dtrlab.solvers.exhaustive import (  # noqa: E402
+    SearchTooLarge, every_simulator_run, least_recompute, replay_witness, tiny_log)
 from test_solvers import EXACT, HAND_DERIVED, chain  # noqa: E402
 
 # The same traces on every run, so that CI's verdict is reproducible (each defect these tests found
@@ -81,7 +83,7 @@ def claim_violations(trace, budget: int, limit: float, policies=None, solvers=Tr
     where = f"budget {budget}, limit {limit!r}, truth {truth}"
     found = []
     for policy in policies or QUICK_POLICIES:
-        run = simulate(trace, policy, budget_bytes=budget, overhead_limit=limit)
+        run = simulate(trace, policy, budget_bytes=budget, semantics=Semantics(overhead_limit=limit))
         if run.passed and (truth is None or run.remat_compute < truth):
             found.append(f"{policy} passes with {run.remat_compute} ({where})")
     if not solvers:
@@ -280,7 +282,7 @@ def allowance_reproducer():
 def test_the_0_1_relaxation_agrees_with_dtrs_run():
     trace = relaxation_reproducer()
     assert least_recompute(trace, 16, 1.3).recompute == 2
-    dtr = simulate(trace, "dtr", budget_bytes=16, overhead_limit=1.3)
+    dtr = simulate(trace, "dtr", budget_bytes=16, semantics=Semantics(overhead_limit=1.3))
     assert dtr.passed and dtr.remat_compute == 2
     for checks in ((), ("dtr",)):
         result = solve_relaxation(trace, 16, overhead_limit=1.3, method="mip", check_policies=checks, **EXACT)
@@ -315,7 +317,7 @@ def presolve_reproducer():
 def test_an_infeasibility_found_with_presolve_is_confirmed_without_it():
     trace, limit = presolve_reproducer(), 1 + 5 / 6
     assert least_recompute(trace, 12, limit).recompute == 0
-    assert simulate(trace, "dtr", budget_bytes=12, overhead_limit=limit).remat_compute == 0
+    assert simulate(trace, "dtr", budget_bytes=12, semantics=Semantics(overhead_limit=limit)).remat_compute == 0
     for method in RELAX_METHODS:
         result = solve_relaxation(trace, 12, overhead_limit=limit, method=method, check_policies=(), **EXACT)
         assert result.status == "bound" and result.bound == pytest.approx(trace.model_compute), (method, result)
@@ -344,7 +346,7 @@ def test_every_model_uses_the_simulators_integer_allowance():
     assert trace.model_compute == 12 and recompute_allowance(12, 4 / 3) == 3
     assert least_recompute(trace, 13, 4 / 3).recompute is None
     assert least_recompute(trace, 13, 1 + 4 / 12 + 1e-9).recompute == 4
-    assert simulate(trace, "dtr", budget_bytes=13, overhead_limit=4 / 3).status == "thrash"
+    assert simulate(trace, "dtr", budget_bytes=13, semantics=Semantics(overhead_limit=4 / 3)).status == "thrash"
     for solver in SOLVERS:
         result = solve_optimal(trace, 13, overhead_limit=4 / 3, solver=solver, **EXACT)
         assert result.status == "infeasible" and result.schedule is None, (solver, result)

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+from dtrlab.runtime.semantics import Semantics
 
 pytest.importorskip("highspy", reason="the relaxation needs the optional extra: pip install 'dtrlab[solvers]'")
 
@@ -68,7 +69,8 @@ def test_overhead_limit_proves_budgets_infeasible():
         lp = solve_relaxation(problem, budget, overhead_limit=1.4, method="lp", **EXACT)
         assert mip.status == ("infeasible" if budget < 50 else "bound"), budget
         assert lp.status == ("infeasible" if budget < 44 else "bound"), budget
-        assert simulate(chain(), "dtr", budget_bytes=budget, overhead_limit=1.4).passed == (budget >= 50)
+        assert simulate(chain(), "dtr", budget_bytes=budget,
+                        semantics=Semantics(overhead_limit=1.4)).passed == (budget >= 50)
 
 
 def _check_runs_map_in(trace, budgets, policies=POLICIES, solve=True, time_limit_s=math.inf):

@@ -20,6 +20,8 @@ from dtrlab.sweep import RunSpec, SweepCache, parse_ratios, run_many, sweep
 from dtrlab.sweep import budget_sweep, cache as cache_module, engine
 
 from conftest import REFERENCE, RESNET_LOG, ROOT, read_jsonl
+from dtrlab.runtime.semantics import Semantics
+from dtrlab.sweep.execution import Execution
 
 TRACES = ROOT / "traces"
 
@@ -56,7 +58,8 @@ def test_ratio_ranges_match_the_reference_formula():
 @pytest.mark.slow
 def test_resnet32_sweep_reproduces_the_reference(resnet_trace, tmp_path):
     reference = read_jsonl(REFERENCE / "resnet32-dtr-sweep.jsonl")
-    frame = dtrlab.sweep(resnet_trace, "dtr", ratios="0.05:1.0:0.005", jobs=2, cache=tmp_path, progress=False)
+    frame = dtrlab.sweep(resnet_trace, "dtr", ratios="0.05:1.0:0.005",
+                         execution=Execution(jobs=2, cache=tmp_path, progress=False))
     assert len(frame) == len(reference) == 191
     got = frame[["ratio", "status", "budget_bytes", "clock", "evictions"]].to_dict("records")
     want = [{"ratio": r["ratio"], "status": r["status"], "budget_bytes": r["budget"], "clock": r["clock"],
@@ -69,7 +72,8 @@ def test_resnet32_sweep_reproduces_the_reference(resnet_trace, tmp_path):
 
 def test_frame_columns_and_budgets_in_bytes(small_resnet, tmp_path):
     peak = dtrlab.baseline(small_resnet).peak_memory
-    frame = sweep(small_resnet, "random", budgets=[peak // 2, peak], seed=3, cache=tmp_path, progress=False)
+    frame = sweep(small_resnet, "random", budgets=[peak // 2, peak], seed=3,
+                  execution=Execution(cache=tmp_path, progress=False))
     assert list(frame.columns) == budget_sweep.COLUMNS
     assert frame["budget_bytes"].tolist() == [peak // 2, peak]
     assert frame["ratio"].tolist() == [(peak // 2) / peak, 1.0]
@@ -84,23 +88,23 @@ def test_frame_columns_and_budgets_in_bytes(small_resnet, tmp_path):
 
 def test_bad_arguments_say_what_works(small_resnet):
     with pytest.raises(ValueError, match="exactly one of ratios"):
-        sweep(small_resnet, ratios=[0.5], budgets=[10], cache=False)
+        sweep(small_resnet, ratios=[0.5], budgets=[10], execution=Execution(cache=False))
     with pytest.raises(ValueError, match="unknown backend 'threads'"):
-        sweep(small_resnet, ratios=[0.5], backend="threads", cache=False, progress=False)
+        sweep(small_resnet, ratios=[0.5], execution=Execution(backend="threads", cache=False, progress=False))
     with pytest.raises(ValueError, match="unknown policy"):
-        sweep(small_resnet, "nope", ratios=[0.5], cache=False)
+        sweep(small_resnet, "nope", ratios=[0.5], execution=Execution(cache=False))
     with pytest.raises(ValueError, match="holds 7 traces"):
-        sweep(TRACES, ratios=[0.5], cache=False)
+        sweep(TRACES, ratios=[0.5], execution=Execution(cache=False))
 
 
 def test_run_many_keeps_spec_order_across_backends(small_resnet):
     policy = get_policy("dtr")
     ratios = [0.9, 0.3, 0.6, 0.45]
     specs = [RunSpec(budget_for(small_resnet, r), policy, ratio=r) for r in ratios]
-    sequential = run_many(small_resnet, specs, backend="sequential", progress=False)
+    sequential = run_many(small_resnet, specs, execution=Execution(backend="sequential", progress=False))
     assert [r.ratio for r in sequential] == ratios
     assert sequential == [simulate(small_resnet, "dtr", ratio=r) for r in ratios]
-    assert run_many(small_resnet, specs, jobs=2, backend="loky", progress=False) == sequential
+    assert run_many(small_resnet, specs, execution=Execution(jobs=2, backend="loky", progress=False)) == sequential
 
 
 class SmallestFirst(ScorePolicy):
@@ -115,7 +119,7 @@ class SmallestFirst(ScorePolicy):
 def test_user_policy_instances_run_in_worker_processes(small_resnet):
     specs = [RunSpec(budget_for(small_resnet, r), SmallestFirst(), ratio=r) for r in (0.5, 0.8)]
     expected = [simulate(small_resnet, SmallestFirst(), ratio=r) for r in (0.5, 0.8)]
-    assert run_many(small_resnet, specs, jobs=2, progress=False) == expected
+    assert run_many(small_resnet, specs, execution=Execution(jobs=2, progress=False)) == expected
 
 
 def test_parallel_sweeps_and_joblib_parallel_share_one_pool(small_resnet):
@@ -123,43 +127,44 @@ def test_parallel_sweeps_and_joblib_parallel_share_one_pool(small_resnet):
     # so a later joblib.Parallel call (e.g. analysis.inclusion_census) failed with AttributeError.
     from joblib import Parallel, delayed
 
-    first = sweep(small_resnet, "dtr", ratios=[0.5, 0.7], jobs=2, cache=False, progress=False)
+    first = sweep(small_resnet, "dtr", ratios=[0.5, 0.7], execution=Execution(jobs=2, cache=False, progress=False))
     assert Parallel(n_jobs=2)(delayed(abs)(-i) for i in range(3)) == [0, 1, 2]
-    again = sweep(small_resnet, "dtr", ratios=[0.5, 0.7], jobs=2, cache=False, progress=False)
+    again = sweep(small_resnet, "dtr", ratios=[0.5, 0.7], execution=Execution(jobs=2, cache=False, progress=False))
     assert first["clock"].tolist() == again["clock"].tolist()
 
 
 def test_rerun_is_served_from_the_cache(small_resnet, tmp_path, count_runs):
-    first = sweep(small_resnet, "dtr", ratios="0.3:0.9:0.1", cache=tmp_path, progress=False)
+    first = sweep(small_resnet, "dtr", ratios="0.3:0.9:0.1", execution=Execution(cache=tmp_path, progress=False))
     assert len(count_runs) == 7
-    again = sweep(small_resnet, "dtr", ratios="0.3:0.9:0.1", cache=tmp_path, progress=False)
+    again = sweep(small_resnet, "dtr", ratios="0.3:0.9:0.1", execution=Execution(cache=tmp_path, progress=False))
     assert len(count_runs) == 7
     pd.testing.assert_frame_equal(first, again)
     # A budget already cached under another ratio list is not simulated again either.
-    sweep(small_resnet, "dtr", ratios=[0.5, 0.55], cache=tmp_path, progress=False)
+    sweep(small_resnet, "dtr", ratios=[0.5, 0.55], execution=Execution(cache=tmp_path, progress=False))
     assert count_runs[7:] == [budget_for(small_resnet, 0.55)]
     # A different overhead limit or policy parameter is a different cache entry.
-    sweep(small_resnet, "dtr", ratios=[0.5], overhead_limit=3.0, cache=tmp_path, progress=False)
-    sweep(small_resnet, "random", ratios=[0.5], seed=1, cache=tmp_path, progress=False)
-    sweep(small_resnet, "random", ratios=[0.5], seed=2, cache=tmp_path, progress=False)
+    sweep(small_resnet, "dtr", ratios=[0.5], semantics=Semantics(overhead_limit=3.0),
+          execution=Execution(cache=tmp_path, progress=False))
+    sweep(small_resnet, "random", ratios=[0.5], seed=1, execution=Execution(cache=tmp_path, progress=False))
+    sweep(small_resnet, "random", ratios=[0.5], seed=2, execution=Execution(cache=tmp_path, progress=False))
     assert len(count_runs) == 11
 
 
 def test_cache_of_another_simulator_version_is_not_reused(small_resnet, tmp_path, count_runs, monkeypatch):
-    sweep(small_resnet, "dtr", ratios=[0.5, 0.7], cache=tmp_path, progress=False)
-    store = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0)
+    sweep(small_resnet, "dtr", ratios=[0.5, 0.7], execution=Execution(cache=tmp_path, progress=False))
+    store = SweepCache(tmp_path, small_resnet, get_policy("dtr"))
     # Rows that claim an older version inside the current directory are ignored, with a warning.
     (part,) = store.directory.glob("*.parquet")
     store._write(pa.Table.from_pandas(pd.read_parquet(part).assign(simulator_version=-1)), "part")
     part.unlink()
     with pytest.warns(UserWarning, match="another simulator version"):
-        sweep(small_resnet, "dtr", ratios=[0.5, 0.7], cache=tmp_path, progress=False)
+        sweep(small_resnet, "dtr", ratios=[0.5, 0.7], execution=Execution(cache=tmp_path, progress=False))
     assert len(count_runs) == 4
     # A version bump moves the whole cache.
     monkeypatch.setattr(cache_module, "SIMULATOR_VERSION", 10**6)
     monkeypatch.setattr(budget_sweep, "SIMULATOR_VERSION", 10**6)
-    assert SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0).directory != store.directory
-    sweep(small_resnet, "dtr", ratios=[0.5, 0.7], cache=tmp_path, progress=False)
+    assert SweepCache(tmp_path, small_resnet, get_policy("dtr")).directory != store.directory
+    sweep(small_resnet, "dtr", ratios=[0.5, 0.7], execution=Execution(cache=tmp_path, progress=False))
     assert len(count_runs) == 6
 
 
@@ -167,11 +172,12 @@ def test_every_part_of_an_intervention_is_in_the_cache_key(small_resnet, tmp_pat
     storage = small_resnet.operators[-1].outputs[0]
     interventions = [None, Intervention(withhold={storage}), Intervention(pin={storage: 10}),
                      Intervention(force_evict={storage: 10}), Intervention(force_evict={storage: 11})]
-    directories = {SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0, i).directory for i in interventions}
+    directories = {SweepCache(tmp_path, small_resnet, get_policy("dtr"), intervention=i).directory
+                   for i in interventions}
     assert len(directories) == len(interventions)
     # Without timed actions the key is what it always was (existing caches stay valid).
-    assert SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0, Intervention()).directory == \
-        SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0).directory
+    assert SweepCache(tmp_path, small_resnet, get_policy("dtr"), intervention=Intervention()).directory == \
+        SweepCache(tmp_path, small_resnet, get_policy("dtr")).directory
 
 
 def test_editing_a_user_policy_changes_its_cache_key(small_resnet, tmp_path):
@@ -180,13 +186,13 @@ def test_editing_a_user_policy_changes_its_cache_key(small_resnet, tmp_path):
             return -view.size
 
     assert cache_module.policy_fingerprint(SmallestFirst()) != cache_module.policy_fingerprint(Edited())
-    keys = {SweepCache(tmp_path, small_resnet, p, 2.0).directory for p in (SmallestFirst(), Edited())}
+    keys = {SweepCache(tmp_path, small_resnet, p).directory for p in (SmallestFirst(), Edited())}
     assert len(keys) == 2
 
 
 def test_interrupted_sweep_resumes_without_recomputing(small_resnet, tmp_path, monkeypatch):
     ratios = "0.3:0.9:0.05"
-    uninterrupted = sweep(small_resnet, "dtr", ratios=ratios, cache=False, progress=False)
+    uninterrupted = sweep(small_resnet, "dtr", ratios=ratios, execution=Execution(cache=False, progress=False))
     calls = []
     real = engine.simulate
 
@@ -198,15 +204,15 @@ def test_interrupted_sweep_resumes_without_recomputing(small_resnet, tmp_path, m
 
     monkeypatch.setattr(engine, "simulate", interrupt_after_five)
     with pytest.raises(KeyboardInterrupt):
-        sweep(small_resnet, "dtr", ratios=ratios, cache=tmp_path, progress=False)
+        sweep(small_resnet, "dtr", ratios=ratios, execution=Execution(cache=tmp_path, progress=False))
     finished = list(calls)
     assert len(finished) == 5
-    assert sorted(SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0).load()["budget_bytes"]) == sorted(finished)
+    assert sorted(SweepCache(tmp_path, small_resnet, get_policy("dtr")).load()["budget_bytes"]) == sorted(finished)
 
     calls.clear()
     monkeypatch.setattr(engine, "simulate", lambda trace, policy, **kw: calls.append(kw["budget_bytes"])
                         or real(trace, policy, **kw))
-    resumed = sweep(small_resnet, "dtr", ratios=ratios, cache=tmp_path, progress=False)
+    resumed = sweep(small_resnet, "dtr", ratios=ratios, execution=Execution(cache=tmp_path, progress=False))
     assert not set(calls) & set(finished)
     assert len(calls) == len(uninterrupted) - 5
     pd.testing.assert_frame_equal(without_wall(resumed), without_wall(uninterrupted))
@@ -214,19 +220,20 @@ def test_interrupted_sweep_resumes_without_recomputing(small_resnet, tmp_path, m
 
 KILLED_SWEEP = """
 import sys
-from dtrlab.sweep import sweep
+from dtrlab.sweep import Execution, sweep
 from dtrlab.trace import load_log
 trace = load_log(sys.argv[1])
-sweep(trace, "dtr", ratios="0.3:1.0:0.01", cache=sys.argv[2], progress=False)
+sweep(trace, "dtr", ratios="0.3:1.0:0.01", execution=Execution(cache=sys.argv[2], progress=False))
 """
 
 
 def test_a_compaction_by_another_process_between_listing_and_reading_loses_no_row(small_resnet, tmp_path,
                                                                                    monkeypatch):
     budgets = [budget_for(small_resnet, r) for r in (0.4, 0.6, 0.8)]
-    rows = sweep(small_resnet, "dtr", budgets=budgets, cache=False, progress=False).to_dict("records")
-    mine = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0)
-    other = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0)  # the other process's view
+    rows = sweep(small_resnet, "dtr", budgets=budgets,
+                 execution=Execution(cache=False, progress=False)).to_dict("records")
+    mine = SweepCache(tmp_path, small_resnet, get_policy("dtr"))
+    other = SweepCache(tmp_path, small_resnet, get_policy("dtr"))  # the other process's view
     for row in rows:
         mine.append([row])
     listed = mine._parts()
@@ -246,7 +253,7 @@ def test_a_compaction_by_another_process_between_listing_and_reading_loses_no_ro
 
 
 def test_sigkilled_sweep_loses_no_finished_result(small_resnet, tmp_path, count_runs):
-    store = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0)
+    store = SweepCache(tmp_path, small_resnet, get_policy("dtr"))
     process = subprocess.Popen([sys.executable, "-c", KILLED_SWEEP, str(TRACES / "resnet32-b8.jsonl.gz"), str(tmp_path)],
                                env={**os.environ, "PYTHONPATH": str(ROOT)})
     # No wall-clock limit: the sweep ends by itself (71 budgets), which fails the test if it was not killed first.
@@ -258,7 +265,7 @@ def test_sigkilled_sweep_loses_no_finished_result(small_resnet, tmp_path, count_
     stored = set(store.load()["budget_bytes"])
     assert len(stored) >= 10
 
-    resumed = sweep(small_resnet, "dtr", ratios="0.3:1.0:0.01", cache=tmp_path, progress=False)
+    resumed = sweep(small_resnet, "dtr", ratios="0.3:1.0:0.01", execution=Execution(cache=tmp_path, progress=False))
     assert len(resumed) == 71
     assert not set(count_runs) & stored
     assert len(count_runs) == 71 - len(stored)
@@ -272,12 +279,13 @@ def test_sigkilled_sweep_loses_no_finished_result(small_resnet, tmp_path, count_
 def test_dask_local_cluster_matches_the_local_backend(small_resnet, tmp_path):
     distributed = pytest.importorskip("distributed")
     ratios = "0.3:1.0:0.05"
-    local = sweep(small_resnet, "dtr", ratios=ratios, jobs=2, cache=False, progress=False)
+    local = sweep(small_resnet, "dtr", ratios=ratios, execution=Execution(jobs=2, cache=False, progress=False))
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
-        on_dask = sweep(small_resnet, "dtr", ratios=ratios, client=client, cache=False, progress=False)
-        by_address = sweep(small_resnet, "dtr", ratios=[0.5], client=cluster.scheduler_address, cache=False,
-                           progress=False)
+        on_dask = sweep(small_resnet, "dtr", ratios=ratios,
+                        execution=Execution(client=client, cache=False, progress=False))
+        by_address = sweep(small_resnet, "dtr", ratios=[0.5],
+                           execution=Execution(client=cluster.scheduler_address, cache=False, progress=False))
     pd.testing.assert_frame_equal(without_wall(on_dask), without_wall(local))
     assert by_address["clock"].tolist() == local.loc[local["ratio"] == 0.5, "clock"].tolist()
 
@@ -315,9 +323,10 @@ def test_an_interrupted_sweep_keeps_its_parts_and_does_no_clean_up(small_resnet,
     monkeypatch.setattr(budget_sweep, "iter_runs", interrupted)
     monkeypatch.setattr(SweepCache, "compact", no_compaction)
     with pytest.raises(KeyboardInterrupt):
-        sweep(small_resnet, "dtr", ratios="0.3:1.0:0.1", cache=tmp_path, progress=False)
-    store = SweepCache(tmp_path, small_resnet, get_policy("dtr"), 2.0)
+        sweep(small_resnet, "dtr", ratios="0.3:1.0:0.1", execution=Execution(cache=tmp_path, progress=False))
+    store = SweepCache(tmp_path, small_resnet, get_policy("dtr"))
     assert len(store.load()) == 3 and len(list(store.directory.glob("part-*.parquet"))) == 3
     monkeypatch.undo()
-    assert len(sweep(small_resnet, "dtr", ratios="0.3:1.0:0.1", cache=tmp_path, progress=False)) == 8
+    assert len(sweep(small_resnet, "dtr", ratios="0.3:1.0:0.1",
+                     execution=Execution(cache=tmp_path, progress=False))) == 8
     assert len(list(store.directory.glob("*.parquet"))) == 1

@@ -46,7 +46,7 @@ def test_bad_input_is_one_line():
     done = run_script("--sections", "layout,bogus")
     assert done.returncode == 2
     assert done.stderr == "validate_allocator_cuda: error: unknown section(s) bogus; valid: layout, " \
-                          "expandable-limit, semantics, execute\n"
+                          "expandable-limit, semantics, execute, knob\n"
 
 
 def test_without_cuda_one_line_and_status_3(tmp_path):

@@ -13,29 +13,32 @@ from __future__ import annotations
 import pandas as pd
 
 from ..memory.caching import ADDRESS_POLICIES
-from ..runtime import DEFAULT_OVERHEAD_LIMIT, RESERVED
-from ..sweep import sweep
+from ..runtime import Semantics
+from ..sweep import QUIET, Execution, sweep
 from ..trace.model import Trace
 
+#: The caching model under the reference semantics otherwise.
+CACHING = Semantics(memory="caching")
 #: Columns of :func:`address_policy_flips`'s table.
 FLIP_COLUMNS = ["ratio", "budget_bytes", "status_bump", "status_reuse", "evictions_bump", "evictions_reuse",
                 "flipped"]
 
 
 def address_policy_flips(trace: Trace | str, policy="dtr", *, ratios=None, budgets=None,
-                         memory_options: dict | None = None, enforce: str = RESERVED, device_capacity=None,
-                         overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, jobs: int = 1, backend: str = "loky",
-                         cache=True, progress: bool = False) -> pd.DataFrame:
+                         semantics: Semantics = CACHING, execution: Execution = QUIET) -> pd.DataFrame:
     """One row per budget (:data:`FLIP_COLUMNS`): the status and evictions of the caching model with
-    ``address_policy="bump"`` and ``"reuse"`` (other options from ``memory_options``), and
-    ``flipped``, whether the status differs. Sweeps are cached like any other."""
-    options = {k: v for k, v in (memory_options or {}).items() if k != "address_policy"}
+    ``address_policy="bump"`` and ``"reuse"`` (other options, the runtime semantics and the limit from
+    ``semantics``, whose model must be ``"caching"``), and ``flipped``, whether the status differs.
+    Sweeps are cached like any other (``execution``)."""
+    if semantics.memory != "caching":
+        raise ValueError(f"address policies are the caching model's; give semantics=Semantics(memory='caching', "
+                         f"...), not memory={semantics.memory!r}")
+    options = {k: v for k, v in semantics.memory_options if k != "address_policy"}
     frames = {}
     for address_policy in ADDRESS_POLICIES:
-        frames[address_policy] = sweep(trace, policy, ratios=ratios, budgets=budgets, jobs=jobs, backend=backend, cache=cache,
-                                       progress=progress, overhead_limit=overhead_limit, memory="caching",
-                                       memory_options={**options, "address_policy": address_policy},
-                                       enforce=enforce, device_capacity=device_capacity)
+        frames[address_policy] = sweep(trace, policy, ratios=ratios, budgets=budgets, execution=execution,
+                                       semantics=semantics.with_(memory_options={**options,
+                                                                                 "address_policy": address_policy}))
     bump, reuse = frames["bump"], frames["reuse"]
     table = pd.DataFrame({"ratio": bump["ratio"], "budget_bytes": bump["budget_bytes"],
                           "status_bump": bump["status"], "status_reuse": reuse["status"],

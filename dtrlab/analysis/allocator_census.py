@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..memory import MEMORY_MODELS
-from ..runtime import ALLOCATED, DEFAULT_OVERHEAD_LIMIT, FLAT, RESERVED, baseline, memory_label
+from ..runtime import ALLOCATED, DEFAULT_OVERHEAD_LIMIT, FLAT, REFERENCE, RESERVED, Semantics, baseline, memory_label
 from ..memory.device import device_capacity as parse_device_capacity
-from ..sweep import sweep
+from ..sweep import QUIET, SERIAL, Execution, sweep
 from ..trace.model import Trace
 from .address_sensitivity import address_policy_flips
 from .holes import HoleCensus, find_holes, refine_holes
@@ -56,10 +56,10 @@ class Config:
         not fit on the device (``malloc``'s release-and-retry), which an unlimited device never asks."""
         return MEMORY_MODELS[self.memory].address_aware and self.device_label != "unlimited"
 
-    def sweep_arguments(self) -> dict:
-        """The keywords of :func:`dtrlab.sweep` (and :func:`refine_holes`) for this configuration."""
-        semantics = {"enforce": ALLOCATED, "device_capacity": self.device_capacity} if self.enforce == ALLOCATED else {}
-        return {"memory": self.memory, "memory_options": self.options, **semantics}
+    def semantics(self, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT) -> Semantics:
+        """This configuration's :class:`~dtrlab.runtime.semantics.Semantics` at ``overhead_limit``."""
+        device = self.device_capacity if self.enforce == ALLOCATED else None
+        return Semantics(self.memory, self.options, self.enforce, device, overhead_limit)
 
 
 EXPANDABLE = {"expandable_segments": True}
@@ -121,9 +121,9 @@ def config_label(policy: str, memory: str, options: dict | None = None, enforce:
 
 def allocator_census(traces: dict[str, Trace], configs=DEFAULT_CONFIGS, *, ratios="0.05:1.0:0.005",
                      refine: bool = True, resolution_ratio: float = 1e-3, address_flips=("dtr",),
-                     jobs: int = 1, backend: str = "loky", overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
-                     cache=True, progress: bool = True) -> AllocatorCensus:
-    """Sweep and census every trace under every :class:`Config`.
+                     semantics: Semantics = REFERENCE, execution: Execution = SERIAL) -> AllocatorCensus:
+    """Sweep and census every trace under every :class:`Config` at ``semantics``' overhead limit (the
+    configurations set the rest); runs go where ``execution`` says.
 
     ``refine`` bisects every pass/fail edge to ``resolution_ratio`` of the trace's
     baseline peak (and probes suspicious samples), as :func:`refine_holes`, under the
@@ -138,24 +138,23 @@ def allocator_census(traces: dict[str, Trace], configs=DEFAULT_CONFIGS, *, ratio
     """
     if not traces:
         raise ValueError("no traces; pass dtrlab.trace.load_directory('traces') or a dict name -> Trace")
+    semantics.require_default(("memory", "memory_options", "enforce", "device_capacity"), "configs= set")
     configs = [c if isinstance(c, Config) else Config(*c) for c in configs]
     rows, frames, censuses, flips = [], [], {}, []
     for name, trace in traces.items():
         resolution = max(1, int(baseline(trace).peak_memory * resolution_ratio))
         for config in configs:
-            run = dict(jobs=jobs, backend=backend, cache=cache, progress=progress)
-            frame = sweep(trace, config.policy, ratios=ratios, overhead_limit=overhead_limit,
-                          **config.sweep_arguments(), **run)
-            census = (refine_holes(trace, frame, config.policy, resolution=resolution, **run).refined
+            frame = sweep(trace, config.policy, ratios=ratios, semantics=config.semantics(semantics.overhead_limit),
+                          execution=execution)
+            census = (refine_holes(trace, frame, config.policy, resolution=resolution, execution=execution).refined
                       if refine else find_holes(frame))
             censuses[name, config.label] = census
             frames.append(census.samples.assign(config=config.label))
             flipped = None
             if (config.policy in address_flips or config.label in address_flips) and config.address_sensitive:
                 flipped = address_policy_flips(trace, config.policy, budgets=census.samples["budget_bytes"].tolist(),
-                                               memory_options=config.options, enforce=config.enforce,
-                                               device_capacity=config.device_capacity,
-                                               overhead_limit=overhead_limit, **run)
+                                               semantics=config.semantics(semantics.overhead_limit),
+                                               execution=execution)
                 flips.append(flipped.assign(trace=name, config=config.label))
             rows.append(census_row(name, config, census, flipped))
     table = pd.DataFrame(rows)
@@ -222,8 +221,8 @@ def census_row(trace: str, config: Config, census: HoleCensus, flips: pd.DataFra
 FATE_COLUMNS = ["trace", "config", "fail_low_ratio", "fail_high_ratio", "status_low", "status_high", "fate"]
 
 
-def flat_hole_fates(census: AllocatorCensus, traces: dict[str, Trace], configs, *, jobs: int = 1,
-                    cache=True, progress: bool = False) -> pd.DataFrame:
+def flat_hole_fates(census: AllocatorCensus, traces: dict[str, Trace], configs, *,
+                    execution: Execution = QUIET) -> pd.DataFrame:
     """What becomes of each of flat h_DTR's refined holes under each of ``configs``: one row per
     (hole, configuration) with the configuration's status at the hole's lowest and highest
     failing budget (:data:`FATE_COLUMNS`) and its ``fate``:
@@ -235,7 +234,7 @@ def flat_hole_fates(census: AllocatorCensus, traces: dict[str, Trace], configs, 
     * ``"below threshold"``: it fails there and passes at no sample below (the hole is
       swallowed by a failing region that reaches down from there).
 
-    Both budgets are simulated under the configuration (cached like every sweep)."""
+    Both budgets are simulated under the configuration (cached like every sweep, with ``execution``)."""
     rows = []
     flat = Config("dtr", FLAT).label
     for (name, label), hole_census in census.censuses.items():
@@ -245,9 +244,9 @@ def flat_hole_fates(census: AllocatorCensus, traces: dict[str, Trace], configs, 
             samples = census.censuses[name, config.label].samples
             for hole in hole_census.holes.itertuples():
                 budgets = [hole.fail_low_bytes, hole.fail_high_bytes]
-                frame = sweep(traces[name], config.policy, budgets=sorted(set(budgets)), jobs=jobs, cache=cache,
-                              progress=progress, overhead_limit=float(samples["overhead_limit"].iloc[0]),
-                              **config.sweep_arguments()).set_index("budget_bytes")
+                limit = float(samples["overhead_limit"].iloc[0])
+                frame = sweep(traces[name], config.policy, budgets=sorted(set(budgets)),
+                              semantics=config.semantics(limit), execution=execution).set_index("budget_bytes")
                 low, high = (frame.loc[b, "status"] for b in budgets)
                 statuses = dict(zip(budgets, (low, high)))
                 failing = [b for b, status in statuses.items() if status != "pass"]

@@ -46,10 +46,10 @@ import numpy as np
 import pandas as pd
 
 from ..policies import get_policy
-from ..runtime import ALLOCATED, Intervention, recompute_allowance
-from ..sweep import sweep
+from ..runtime import ALLOCATED, Intervention, Semantics, recompute_allowance
+from ..sweep import SERIAL, Execution, sweep
 from ..sweep.budget_sweep import resolve_trace
-from .holes import HoleCensus, _frame_memory, with_memory_columns
+from .holes import Census, HoleCensus, with_memory_columns
 
 #: Registered policies whose decisions read the overhead limit: ``monotone`` calibrates
 #: with runs at the simulator's ``remat_limit`` (dtrlab/calibrated/monotone.py).
@@ -161,14 +161,13 @@ def failing_budgets(census: HoleCensus) -> list[int]:
     return sorted(int(b) for b in budgets[inside])
 
 
-def unlimited_runs(trace, census: HoleCensus, *, jobs: int = 1, backend: str = "loky", client=None,
-                   cache=True, progress: bool = True) -> pd.DataFrame:
+def unlimited_runs(trace, census: HoleCensus, *, execution: Execution = SERIAL) -> pd.DataFrame:
     """The runs without a limit at the holes' failing samples only (a few budgets, not a
     census), under the census's policy (rebuilt from its ``policy_name`` and
     ``policy_params``), memory model, semantics and intervention: a frame with
     ``budget_bytes``, ``status``, ``remat_compute``, ``clock``, ``overhead``,
     ``baseline_compute`` and ``overhead_limit`` (inf). They go through
-    :func:`~dtrlab.sweep.sweep` with ``overhead_limit=math.inf`` and its ``cache`` (such a
+    :func:`~dtrlab.sweep.sweep` with ``overhead_limit=math.inf``, ``execution`` and its cache (such a
     run can recompute a hundred times the step's compute: an interrupted one resumes)."""
     first = census.samples.iloc[0]
     check_limit_blind(str(first["policy_name"]))
@@ -176,13 +175,12 @@ def unlimited_runs(trace, census: HoleCensus, *, jobs: int = 1, backend: str = "
     if policy.label != census.policy:
         raise ValueError(f"the census's policy {census.policy!r} is not rebuilt by its policy_params ({policy.label!r})")
     withhold = json.loads(first["withhold"]) if first["withhold"] else []
-    memory = _frame_memory(first)
+    semantics = Semantics.from_row(first).with_(overhead_limit=math.inf)
     budgets = failing_budgets(census)
     if not budgets:
         return pd.DataFrame(columns=UNLIMITED_COLUMNS)
-    frame = sweep(resolve_trace(trace), policy, budgets=budgets, overhead_limit=math.inf,
-                  intervention=Intervention(frozenset(withhold)) if withhold else None, jobs=jobs, backend=backend,
-                  client=client, cache=cache, progress=progress, **memory)
+    frame = sweep(resolve_trace(trace), policy, budgets=budgets, semantics=semantics,
+                  intervention=Intervention(frozenset(withhold)) if withhold else None, execution=execution)
     return frame[UNLIMITED_COLUMNS].reset_index(drop=True)
 
 
@@ -251,3 +249,21 @@ def _record(result) -> dict:
     return {"status": get("status"), "remat_compute": int(get("remat_compute")),
             "baseline_compute": int(get("baseline_compute")), "overhead_limit": float(get("overhead_limit")),
             "policy_name": str(name), "enforce": get("enforce") or "reserved"}
+
+
+def census_anatomy(census: Census, traces: dict, *, execution: Execution = SERIAL) -> pd.DataFrame:
+    """``census.holes`` (a refined :func:`~dtrlab.analysis.holes.run_census`) with the anatomy of every hole
+    (:data:`ANATOMY_COLUMNS`), from runs without a limit at its failing samples (:func:`unlimited_runs`, which
+    refuses a policy that reads the limit). ``traces``: the census's traces by name."""
+    if not census.refinements and len(census.holes):
+        raise ValueError("the anatomy needs a refined census (run_census(..., refine=True))")
+    tables = []
+    for name, refinement in census.refinements.items():
+        refined = refinement.refined
+        if len(refined.holes):
+            unlimited = unlimited_runs(traces[name], refined, execution=execution)
+            tables.append(hole_anatomy(refined, unlimited)[["fail_low_bytes", *ANATOMY_COLUMNS]].assign(trace=name))
+    if not tables:
+        return census.holes.assign(**{c: [] for c in ANATOMY_COLUMNS}) if census.holes.empty else \
+            census.holes.assign(**dict.fromkeys(ANATOMY_COLUMNS))
+    return census.holes.merge(pd.concat(tables, ignore_index=True), on=["trace", "fail_low_bytes"], how="left")

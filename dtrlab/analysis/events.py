@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..policies import ScorePolicy
-from ..runtime import Intervention, RunResult, simulate
+from ..runtime import REFERENCE, Intervention, RunResult, Semantics, simulate
 from ..trace.model import Trace
 
 EVENT_KINDS = ("compute", "remat", "evict", "free", "pin", "force_evict", "failure")
@@ -70,8 +70,8 @@ class Recorder:
         keep = candidates if self.candidate_scores else ()
         self._candidate_ids.append(array("q", keep))
         self._candidate_scores.append(array("d", (scores.get(s, math.nan) for s in keep)))
-        tensor = names[sim._pending[-1]]
-        needed = sim.ops[sim.tensor_op[sim._pending[-1]]].total_size
+        tensor = names[sim.pending[-1]]
+        needed = sim.ops[sim.tensor_op[sim.pending[-1]]].total_size
         memory = sim.memory
         for s in chosen:
             memory -= sim.size[s]
@@ -84,7 +84,7 @@ class Recorder:
 
     def on_remat(self, sim, t) -> None:
         names = sim.trace.tensor_names
-        pending = sim._pending
+        pending = sim.pending
         key = (sim.step, pending[0])
         if key != self._chain_key:
             self._chain_key = key
@@ -231,11 +231,11 @@ def describe_intervention(intervention: Intervention, trace: Trace) -> str:
 
 
 def record(trace: Trace, policy="dtr", *, ratio: float | None = None, budget_bytes: int | None = None,
-           overhead_limit: float = 2.0, intervention: Intervention | None = None, candidate_scores: bool = True,
+           semantics: Semantics = REFERENCE, intervention: Intervention | None = None, candidate_scores: bool = True,
            **policy_params) -> RecordedRun:
     """:func:`~dtrlab.runtime.simulate` with a :class:`Recorder`; same arguments."""
     recorder = Recorder(candidate_scores=candidate_scores)
-    result = simulate(trace, policy, ratio=ratio, budget_bytes=budget_bytes, overhead_limit=overhead_limit,
+    result = simulate(trace, policy, ratio=ratio, budget_bytes=budget_bytes, semantics=semantics,
                       intervention=intervention, recorder=recorder, **policy_params)
     return RecordedRun(trace, result, intervention, recorder.events, recorder.evictions, recorder.remats,
                        recorder.frees, recorder.interventions, recorder.candidates, recorder.failure)

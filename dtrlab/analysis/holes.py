@@ -29,10 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..memory.device import device_capacity
 from ..policies import Policy, get_policy
-from ..runtime import FLAT, Intervention, baseline, memory_label, memory_spec, budget_for
-from ..sweep import sweep
+from ..runtime import FLAT, REFERENCE, Intervention, Semantics, baseline, budget_for, memory_label, refuse_loose
+from ..sweep import SERIAL, Execution, sweep
 from ..sweep.budget_sweep import MAX_BUDGETS, parse_ratios, resolve_trace
 from ..trace.model import Trace
 
@@ -307,8 +306,8 @@ def bisect_transitions(passed: dict[int, bool], run: Callable[[list[int]], dict[
 
 def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: str | Policy = "dtr", *,
                  delta: int | float | None = None, resolution: int | None = None, probes: int | None = None,
-                 spike: float = 0.02, near_miss: float = 0.9, jobs: int = 1, backend: str = "loky", client=None,
-                 cache=True, progress: bool = True, **policy_params) -> Refinement:
+                 spike: float = 0.02, near_miss: float = 0.9, execution: Execution = SERIAL,
+                 **policy_params) -> Refinement:
     """Find hole edges to ``resolution`` bytes and holes narrower than the sampling step.
 
     1. **Fill** (with ``delta``, bytes or a fraction of the baseline peak, see
@@ -324,9 +323,15 @@ def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: 
        their midpoint (all such gaps in one parallel batch per round); see
        :func:`bisect_transitions`.
 
-    ``frame`` is a sweep of ``trace`` under ``policy`` (same overhead limit and
-    intervention); all new runs go through :func:`dtrlab.sweep` and its cache.
+    ``frame`` is a sweep of ``trace`` under ``policy``; all new runs go through
+    :func:`dtrlab.sweep` (with ``execution``) and its cache, under the frame's own semantics
+    (:meth:`~dtrlab.runtime.semantics.Semantics.from_row`) and intervention.
     """
+    loose = sorted(set(policy_params) & set(Semantics.__dataclass_fields__))
+    if loose:
+        raise TypeError(f"{', '.join(loose)}: refine_holes runs under the frame's own semantics (its rows' memory, "
+                        "enforce, device capacity and overhead limit); sweep again to refine under another")
+    refuse_loose(policy_params, Execution, "execution")
     trace = resolve_trace(trace)
     if resolution is None:
         resolution = default_resolution(trace)
@@ -338,23 +343,14 @@ def refine_holes(trace: Trace | str | os.PathLike, frame: pd.DataFrame, policy: 
                          f"got resolution={resolution}, probes={probes}")
     delta = None if delta is None else delta_bytes(delta, baseline(trace).peak_memory)
     grid = find_holes(frame)
-    memory = _frame_memory(grid.samples.iloc[0], policy_params.pop("memory", None),
-                           policy_params.pop("memory_options", None))
-    given = (policy_params.pop("enforce", None), policy_params.pop("device_capacity", None))
-    if given[0] is not None and (given[0] != memory.get("enforce", "reserved") or (
-            given[0] != "reserved" and device_capacity(given[1]).label != device_capacity(memory.get("device_capacity")).label)):
-        raise ValueError(f"the frame was swept under enforce={memory.get('enforce', 'reserved')!r} "
-                         f"(device {memory.get('device_capacity')}), not {given[0]!r} ({given[1]}); refine it "
-                         "under its own semantics")
     policy = get_policy(policy, **policy_params)
     if policy.label != grid.policy:
         raise ValueError(f"the frame was swept with policy {grid.policy!r}, not {policy.label!r}; "
                          "pass the same policy (and parameters) to refine_holes")
     first = grid.samples.iloc[0]
     withhold = json.loads(first["withhold"]) if first["withhold"] else []
-    run = dict(trace=trace, policy=policy, overhead_limit=float(first["overhead_limit"]),
-               intervention=Intervention(frozenset(withhold)) if withhold else None, jobs=jobs, backend=backend,
-               client=client, cache=cache, progress=progress, **memory)
+    run = dict(trace=trace, policy=policy, semantics=Semantics.from_row(first),
+               intervention=Intervention(frozenset(withhold)) if withhold else None, execution=execution)
     new_frames = []
 
     def simulate_budgets(budgets: list[int]) -> dict[int, bool]:
@@ -428,25 +424,12 @@ def frame_memory_label(frame: pd.DataFrame) -> str:
     return memory_label(row["memory"], json.loads(row["memory_options"]) if row["memory_options"] else {})
 
 
-def _frame_memory(row: pd.Series, memory=None, memory_options: dict | None = None) -> dict:
-    """The memory model a sweep frame was simulated under (flat for frames without the column);
-    a model given as well must be the same."""
-    name = row.get("memory") or FLAT
-    options = json.loads(row["memory_options"]) if row.get("memory_options") else {}
-    if memory is not None and memory_spec(memory, memory_options, row.get("enforce") or "reserved") != (name, options):
-        raise ValueError(f"the frame was swept under the {name!r} memory model with options {options}, not "
-                         f"{memory!r} with {memory_options or {}}; refine it under its own model")
-    semantics = {"enforce": row["enforce"], "device_capacity": row["device_capacity"] or None} \
-        if row.get("enforce", "reserved") != "reserved" else {}
-    return {"memory": name, "memory_options": options, **semantics}
-
-
 def run_census(traces: dict[str, Trace], policy: str | Policy = "dtr", *, ratios="0.05:1.0:0.005",
                delta: int | float | None = None, out: str | os.PathLike | None = None, refine: bool = True,
-               resolution: int | None = None, probes: int | None = None, jobs: int = 1,
-               backend: str = "loky", client=None, overhead_limit: float | None = None, cache=True,
-               progress: bool = True, **policy_params) -> Census:
-    """Sweep every trace, census its holes and (with ``refine``) refine them.
+               resolution: int | None = None, probes: int | None = None, semantics: Semantics = REFERENCE,
+               execution: Execution = SERIAL) -> Census:
+    """Sweep every trace under ``policy`` (a name, or an instance with its parameters) and
+    ``semantics``, census its holes and (with ``refine``) refine them; runs go where ``execution`` says.
 
     With ``delta`` (a fraction of each trace's baseline peak such as ``0.001``, or
     bytes), the census samples the range ``START:STOP`` of ``ratios`` every ``delta``
@@ -467,20 +450,18 @@ def run_census(traces: dict[str, Trace], policy: str | Policy = "dtr", *, ratios
 
     if not traces:
         raise ValueError("no traces to census; pass a directory of logs such as ../shared/dtr-logs or traces/")
-    options = dict(jobs=jobs, backend=backend, client=client, cache=cache, progress=progress, **policy_params)
-    limit = {} if overhead_limit is None else {"overhead_limit": overhead_limit}
     directory = Path(out) if out is not None else None
     if directory:
         directory.mkdir(parents=True, exist_ok=True)
     rows, holes, refinements, files = [], [], {}, []
     for name, trace in traces.items():
-        frame = sweep(trace, policy, **census_grid(trace, ratios, delta), **limit, **options)
+        frame = sweep(trace, policy, **census_grid(trace, ratios, delta), semantics=semantics, execution=execution)
         grid = find_holes(frame)
         row = grid.summary()
         samples, found = frame, grid.holes.assign(hidden=False)
         if refine:
             refinement = refine_holes(trace, frame, policy, delta=delta, resolution=resolution, probes=probes,
-                                      **options)
+                                      execution=execution)
             refinements[name] = refinement
             hidden = refinement.hidden_holes
             refined_widest = refinement.refined.widest

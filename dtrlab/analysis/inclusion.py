@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from ..policies import Policy, get_policy
-from ..runtime import (DEFAULT_OVERHEAD_LIMIT, Failure, OutOfMemory, Simulator, Thrash, baseline, budget_for)
+from ..runtime import REFERENCE, Failure, OutOfMemory, Semantics, Simulator, Thrash, baseline, budget_for
+from ..sweep.execution import SERIAL, Execution
 from ..trace.model import Trace
 
 
@@ -116,20 +117,23 @@ class InclusionResult:
 
 def inclusion(trace: Trace, policy: str | Policy | type[Policy] = "dtr", budget_small: int | None = None,
               budget_large: int | None = None, *, ratio_small: float | None = None,
-              ratio_large: float | None = None, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
+              ratio_large: float | None = None, semantics: Semantics = REFERENCE,
               **policy_params) -> InclusionResult:
     """Replay ``trace`` under ``policy`` at two budgets in lockstep and report inclusion violations.
 
     Give the budgets in bytes or as ratios of the baseline peak (``ratio_small=0.165,
     ratio_large=0.17``). Each run gets its own copy of the policy. Once one run fails
-    the comparison stops; the other run is finished to report its status.
+    the comparison stops; the other run is finished to report its status. Runs use flat
+    memory (simrd's) at ``semantics``' overhead limit.
     """
+    semantics.require_default(("memory", "memory_options", "enforce", "device_capacity"),
+                              "inclusion compares flat-memory runs (simrd's), so it")
     budget_small = _budget(trace, budget_small, ratio_small, "small")
     budget_large = _budget(trace, budget_large, ratio_large, "large")
     if not budget_small < budget_large:
         raise ValueError(f"budget_small must be below budget_large, got {budget_small} and {budget_large}")
     policy = get_policy(policy, **policy_params)
-    remat_limit = baseline(trace).model_compute * (overhead_limit - 1)
+    remat_limit = baseline(trace).model_compute * (semantics.overhead_limit - 1)
     small = Simulator(trace, copy.deepcopy(policy), budget_small, remat_limit)
     large = Simulator(trace, copy.deepcopy(policy), budget_large, remat_limit)
     # Live views of the simulators' residency flags (no copies).
@@ -257,14 +261,15 @@ def _prediction_row(policy: str, pairs: pd.DataFrame) -> dict:
             "violating_steps_other": steps[~onsets].mean() if (~onsets).any() else float("nan")}
 
 
-def inclusion_census(traces, policies=("dtr", "msps"), *, ratios="0.05:1.0:0.02", jobs: int = 1,
-                     overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, progress: bool = True) -> InclusionCensus:
+def inclusion_census(traces, policies=("dtr", "msps"), *, ratios="0.05:1.0:0.02", semantics: Semantics = REFERENCE,
+                     execution: Execution = SERIAL) -> InclusionCensus:
     """Check :func:`inclusion` between every pair of neighbouring ``ratios``, for every trace and policy.
 
     ``traces`` is a Trace, a list or a dict of them; ``policies`` names, classes or
     instances; ``ratios`` a list, a ``"start:stop:step"`` range, or a dict trace name ->
-    either (e.g. a fine grid only where a trace's holes are). Each (trace, policy) runs
-    in one task (``jobs`` local processes).
+    either (e.g. a fine grid only where a trace's holes are); ``semantics`` as in
+    :func:`inclusion`. Each (trace, policy) runs in one task (``execution.jobs`` local
+    processes; a progress bar with ``execution.progress``; nothing is cached).
     """
     from joblib import Parallel, delayed
     from tqdm.auto import tqdm
@@ -281,20 +286,20 @@ def inclusion_census(traces, policies=("dtr", "msps"), *, ratios="0.05:1.0:0.02"
     if any(len(r) < 2 for r in per_trace.values()):
         raise ValueError("an inclusion census needs at least two ratios per trace, e.g. '0.05:1.0:0.02'")
     tasks = [(trace, policy) for trace in traces for policy in policies]
-    results = Parallel(n_jobs=jobs, return_as="generator")(
-        delayed(_pairs_of)(trace, policy, per_trace[trace.name], overhead_limit) for trace, policy in tasks)
+    results = Parallel(n_jobs=execution.jobs, return_as="generator")(
+        delayed(_pairs_of)(trace, policy, per_trace[trace.name], semantics) for trace, policy in tasks)
     rows = [row for rows in tqdm(results, total=len(tasks), desc="inclusion census", unit="config",
-                                 disable=not progress) for row in rows]
+                                 disable=not execution.progress) for row in rows]
     all_ratios = tuple(sorted({r for ratio_list in per_trace.values() for r in ratio_list}))
     return InclusionCensus(ratios=all_ratios, pairs=pd.DataFrame(rows, columns=PAIR_COLUMNS))
 
 
-def _pairs_of(trace: Trace, policy: Policy, ratios: list[float], overhead_limit: float) -> list[dict]:
+def _pairs_of(trace: Trace, policy: Policy, ratios: list[float], semantics: Semantics) -> list[dict]:
     rows = []
     for small, large in zip(ratios, ratios[1:]):
         if budget_for(trace, small) >= budget_for(trace, large):
             continue
-        result = inclusion(trace, policy, ratio_small=small, ratio_large=large, overhead_limit=overhead_limit)
+        result = inclusion(trace, policy, ratio_small=small, ratio_large=large, semantics=semantics)
         rows.append({
             "trace": trace.name, "policy": policy.label, "ratio_small": small, "ratio_large": large,
             "budget_small": result.budget_small, "budget_large": result.budget_large,

@@ -15,15 +15,15 @@ first one that chose the withheld storage (``identical_decisions``).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import pandas as pd
 
 from ..policies import get_policy
-from ..runtime import DEFAULT_OVERHEAD_LIMIT, FLAT, RESERVED, Intervention, RunResult, memory_spec, simulate
+from ..runtime import FLAT, REFERENCE, RESERVED, Intervention, RunResult, Semantics, refuse_loose, simulate
 from ..sweep.cache import default_cache_dir, policy_fingerprint
 from ..sweep.engine import RunSpec, run_many
+from ..sweep.execution import SERIAL, Execution
 from ..sweep.tables import TableCache
 from ..trace.model import Trace
 from .divergence import identical_evictions
@@ -81,26 +81,24 @@ TABLE_COLUMNS = ["storage_id", "storage", "size", "times_evicted", "first_evicte
 
 
 def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = None, budget_bytes: int | None = None,
-                         overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, jobs: int = 1, backend: str = "loky",
-                         client=None, progress: bool = True, cache: bool | str | os.PathLike = False,
-                         storages: list[str] | None = None, memory="flat", memory_options: dict | None = None,
-                         enforce: str = RESERVED, device_capacity=None, **policy_params) -> InterventionSearch:
+                         storages: list[str] | None = None, semantics: Semantics = REFERENCE,
+                         execution: Execution = SERIAL.uncached, **policy_params) -> InterventionSearch:
     """Withhold each storage the failing run evicted, one at a time; see the module doc.
 
-    Budget and policy arguments are those of :func:`~dtrlab.runtime.simulate`;
-    ``jobs``, ``backend`` and ``client`` those of
-    :func:`~dtrlab.sweep.engine.run_many`. ``cache`` (True: the default sweep cache
-    directory, or a directory) reuses the table of an earlier identical search, or a
-    shipped one (:class:`~dtrlab.sweep.tables.TableCache`); the base run is always
-    simulated. ``storages`` restricts the search to these evicted storages (names),
-    e.g. to recompute a sample of a cached table. ``memory``, ``memory_options``,
-    ``enforce`` and ``device_capacity`` pick the memory model and semantics of every run,
-    as in :func:`~dtrlab.runtime.simulate`.
+    Budget, policy and ``semantics`` arguments are those of :func:`~dtrlab.runtime.simulate`;
+    ``execution`` that of :func:`~dtrlab.sweep.engine.run_many`, whose ``cache`` (False by
+    default here; True: the default sweep cache directory, or a directory) reuses the table
+    of an earlier identical search, or a shipped one (:class:`~dtrlab.sweep.tables.TableCache`);
+    the base run is always simulated. ``storages`` restricts the search to these evicted
+    storages (names), e.g. to recompute a sample of a cached table.
     """
+    refuse_loose(policy_params)
+    refuse_loose(policy_params, Execution, "execution")
     policy = get_policy(policy, **policy_params)
-    memory, memory_options = memory_spec(memory, memory_options, enforce)
-    base = simulate(trace, policy, ratio=ratio, budget_bytes=budget_bytes, overhead_limit=overhead_limit,
-                    memory=memory, memory_options=memory_options, enforce=enforce, device_capacity=device_capacity)
+    semantics = semantics.normalized(policy)
+    memory, memory_options, enforce = semantics.memory, semantics.options, semantics.enforce
+    overhead_limit, cache = semantics.overhead_limit, execution.cache
+    base = simulate(trace, policy, ratio=ratio, budget_bytes=budget_bytes, semantics=semantics)
     if base.passed:
         raise ValueError(f"{trace.name} passes under {policy.label} at {base.budget_bytes:,} bytes; the search "
                          "explains failures, so give a failing budget (e.g. a hole found by a sweep)")
@@ -129,11 +127,9 @@ def single_tensor_search(trace: Trace, policy="dtr", *, ratio: float | None = No
             raise ValueError(f"{', '.join(unknown[:5])}: not evicted by the base run; the evicted storages are "
                              f"{', '.join(list(first)[:5])}, ...")
     storages = [name for name in first if storages is None or name in storages]
-    options = tuple(sorted(memory_options.items()))
-    specs = [RunSpec(base.budget_bytes, policy, overhead_limit, Intervention(withhold=frozenset({index[name]})),
-                     ratio, memory, options, enforce, base.device_capacity) for name in storages]
-    runs = run_many(trace, specs, jobs=jobs, backend=backend, client=client, progress=progress,
-                    desc=f"withhold each of {len(specs)} storages")
+    specs = [RunSpec(base.budget_bytes, policy, semantics, Intervention(withhold=frozenset({index[name]})), ratio)
+             for name in storages]
+    runs = run_many(trace, specs, execution=execution, desc=f"withhold each of {len(specs)} storages")
     rows = []
     for name, run in zip(storages, runs):
         failure = run.failure

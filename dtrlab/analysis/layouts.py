@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..policies import get_policy
-from ..runtime import DEFAULT_OVERHEAD_LIMIT, Failure, OutOfMemory, Simulator, Thrash, baseline, budget_for
+from ..runtime import Failure, OutOfMemory, Semantics, Simulator, Thrash, baseline, budget_for, check_semantics
 from ..runtime.run import memory_model
 from ..trace.model import Trace
+from .address_sensitivity import CACHING
 
 #: Columns of :attr:`MemoryLayouts.blocks`.
 BLOCK_COLUMNS = ["step", "segment", "pool", "address", "size", "requested", "block_id", "storage", "state"]
@@ -42,11 +43,11 @@ class MemoryLayouts:
 
 
 def record_layouts(trace: Trace, policy="dtr", *, ratio: float | None = None, budget_bytes: int | None = None,
-                   memory="caching", memory_options: dict | None = None, start: int = 0, stop: int | None = None,
-                   every: int = 1, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, **policy_params) -> MemoryLayouts:
+                   semantics: Semantics = CACHING, start: int = 0, stop: int | None = None, every: int = 1,
+                   **policy_params) -> MemoryLayouts:
     """Replay ``trace`` and record the memory layout after every ``every``-th step of ``[start, stop)``.
 
-    Budget, policy and memory arguments are those of :func:`~dtrlab.runtime.simulate`
+    Budget, policy and ``semantics`` arguments are those of :func:`~dtrlab.runtime.simulate`
     (the memory model must not be ``flat`` without options: flat keeps no blocks).
     """
     if (ratio is None) == (budget_bytes is None):
@@ -54,12 +55,13 @@ def record_layouts(trace: Trace, policy="dtr", *, ratio: float | None = None, bu
     if every < 1 or start < 0:
         raise ValueError(f"every must be >= 1 and start >= 0, got every={every}, start={start}")
     budget = budget_for(trace, ratio) if budget_bytes is None else budget_bytes
-    model = memory_model(memory, budget, memory_options)
-    if model is None:
-        raise ValueError("the flat byte counter keeps no blocks; record layouts under memory='caching' (or 'aligned', "
-                         "or a FlatModel instance)")
     policy = get_policy(policy, **policy_params)
-    sim = Simulator(trace, policy, budget, baseline(trace).model_compute * (overhead_limit - 1), memory_model=model)
+    model = memory_model(semantics, budget, check_semantics(semantics.enforce, semantics.device_capacity, policy))
+    if model is None:
+        raise ValueError("the flat byte counter keeps no blocks; record layouts under Semantics(memory='caching') (or "
+                         "'aligned', or a FlatModel instance)")
+    sim = Simulator(trace, policy, budget, baseline(trace).model_compute * (semantics.overhead_limit - 1),
+                    memory_model=model, enforce=semantics.enforce)
     stop = len(trace.schedule) if stop is None else stop
     rows: list[tuple] = []
     names = trace.tensor_names

@@ -23,7 +23,7 @@ failing samples' runs without a limit: a run at the sweep's limit that passed or
 of memory is that run (it never reached the limit); one that thrashed is simulated
 again without a limit (through :func:`~dtrlab.sweep.sweep` and its cache).
 
-The shipped tables (``results/shipped/anatomy/``, written by ``scripts/ship_anatomy.py``)
+The shipped tables (``results/shipped/anatomy/``, written by ``dtrlab ship anatomy``)
 are read back by :func:`read_anatomy_table`, which checks them against the bundle's
 ``MANIFEST.json`` first.
 """
@@ -40,8 +40,8 @@ import pandas as pd
 from ..integrity import IntegrityError, verify_in_manifest
 from ..memory.device import device_capacity as parse_device_capacity
 from ..policies import get_policy
-from ..runtime import ALLOCATED, RESERVED
-from ..sweep import sweep
+from ..runtime import ALLOCATED, REFERENCE, RESERVED, Semantics
+from ..sweep import SERIAL, Execution, sweep
 from ..sweep.budget_sweep import resolve_trace
 from ..sweep.shipped import DEFAULT_SHIPPED_DIR
 from ..trace.model import Trace
@@ -59,7 +59,7 @@ TABLE_COLUMNS = ["trace", "policy", "memory", "limit", "sweep_limit", "samples",
 #: Columns of :attr:`LimitCensus.samples`, one row per (trace, policy, memory, limit, budget).
 SAMPLE_COLUMNS = ["trace", "policy", "memory", "limit", "ratio", "budget_bytes", "status", "sweep_status",
                   "overhead", "remat_compute", "baseline_compute", "needed_limit"]
-#: Where the shipped census lies (``scripts/ship_anatomy.py`` writes it).
+#: Where the shipped census lies (``dtrlab ship anatomy`` writes it).
 SHIPPED_ANATOMY = DEFAULT_SHIPPED_DIR / "anatomy"
 
 
@@ -77,18 +77,22 @@ class LimitCensus:
 
 def limit_census(traces: dict[str, Trace], policies=("dtr",), memories=("flat",), limits=DEFAULT_LIMITS, *,
                  ratios="0.05:1.0:0.005", refine: bool = True, probes: int = 8, resolution: int | None = None,
-                 enforce: str = RESERVED, device_capacity=None, jobs: int = 1, cache=True,
-                 progress: bool = True) -> LimitCensus:
+                 semantics: Semantics = REFERENCE, execution: Execution = SERIAL) -> LimitCensus:
     """The census of every trace under every policy and memory model at every limit of ``limits``.
 
     Each (trace, policy, memory) is swept once on ``ratios`` at ``max(limits)`` and every
     limit's census derived from it (monotone: swept at each limit); with ``refine``, each
     limit's census is refined (``probes`` budgets in the gaps beside each suspicious
     sample, then bisection to ``resolution`` bytes, default
-    :func:`~dtrlab.analysis.holes.default_resolution`). ``enforce`` and ``device_capacity``: the
-    runtime semantics, as in :func:`~dtrlab.sweep.sweep` (``"allocated"``: every limit swept
-    directly, rows labelled ``MODEL/allocated`` or ``MODEL/allocated(DEVICE)``). See the module docstring.
+    :func:`~dtrlab.analysis.holes.default_resolution`). ``semantics`` gives the runtime semantics
+    (``enforce``, ``device_capacity``), as in :func:`~dtrlab.sweep.sweep`
+    (``"allocated"``: every limit swept directly, rows labelled ``MODEL/allocated`` or
+    ``MODEL/allocated(DEVICE)``); its memory model and limit are the axes ``memories`` and
+    ``limits``. ``execution`` is every sweep's. See the module docstring.
     """
+    semantics.require_default(("memory", "memory_options", "overhead_limit"),
+                              "the census's memories= (model names) and limits= set")
+    enforce = semantics.enforce
     limits = sorted({float(limit) for limit in limits})
     if not limits or limits[0] < 1:
         raise ValueError(f"limits must be overhead limits >= 1 (math.inf: no limit), e.g. {DEFAULT_LIMITS}; "
@@ -97,9 +101,6 @@ def limit_census(traces: dict[str, Trace], policies=("dtr",), memories=("flat",)
         raise ValueError("no traces to census; pass a directory of logs such as ../shared/dtr-logs or traces/")
     if enforce not in (RESERVED, ALLOCATED):
         raise ValueError(f"enforce must be {RESERVED!r} or {ALLOCATED!r}, got {enforce!r}")
-    options = dict(jobs=jobs, cache=cache, progress=progress)
-    if enforce == ALLOCATED:  # reserved runs keep the sweep's default arguments (and so their cache keys)
-        options.update(enforce=ALLOCATED, device_capacity=device_capacity)
     tables, holes, samples = [], [], []
     for name, trace in traces.items():
         trace = resolve_trace(trace)
@@ -107,10 +108,10 @@ def limit_census(traces: dict[str, Trace], policies=("dtr",), memories=("flat",)
             for memory in memories:
                 blind = get_policy(policy).name not in LIMIT_READERS
                 direct = not blind or enforce == ALLOCATED
-                censuses = _direct_censuses(trace, policy, memory, limits, ratios, refine, probes, resolution,
-                                            options, blind) if direct else \
-                    _derived_censuses(trace, policy, memory, limits, ratios, refine, probes, resolution, options)
-                label = _memory_label(memory, enforce, device_capacity)
+                run = dict(trace=trace, policy=policy, semantics=semantics.with_(memory=memory), execution=execution)
+                censuses = _direct_censuses(run, limits, ratios, refine, probes, resolution, blind) if direct else \
+                    _derived_censuses(run, limits, ratios, refine, probes, resolution)
+                label = _memory_label(memory, enforce, semantics.device_capacity)
                 for limit, (census, anatomy) in censuses.items():
                     config = {"trace": name, "policy": census.policy, "memory": label, "limit": limit}
                     tables.append({**config, **_summary(census, anatomy, limit if direct else limits[-1])})
@@ -129,11 +130,16 @@ def _memory_label(memory: str, enforce: str, device) -> str:
     return f"{memory}/{ALLOCATED}" if device == parse_device_capacity(None) else f"{memory}/{ALLOCATED}({device.label})"
 
 
-def _derived_censuses(trace, policy, memory, limits, ratios, refine, probes, resolution, options) -> dict:
-    """Every limit's (census, anatomy) from runs at the largest limit only."""
-    top = limits[-1]
-    run = dict(trace=trace, policy=policy, memory=memory, **options)
-    frames = [sweep(ratios=ratios, overhead_limit=top, **run)]
+def _at_limit(run: dict, limit: float) -> dict:
+    """The sweep keywords ``run`` (trace, policy, semantics, execution) at overhead limit ``limit``."""
+    return {**run, "semantics": run["semantics"].with_(overhead_limit=limit)}
+
+
+def _derived_censuses(run, limits, ratios, refine, probes, resolution) -> dict:
+    """Every limit's (census, anatomy) from runs at the largest limit only (``run``: the sweep's keywords)."""
+    top = _at_limit(run, limits[-1])
+    trace = run["trace"]
+    frames = [sweep(ratios=ratios, **top)]
 
     def runs() -> pd.DataFrame:
         """Every run so far at the sweep's limit, one per budget, by budget."""
@@ -141,7 +147,7 @@ def _derived_censuses(trace, policy, memory, limits, ratios, refine, probes, res
         return frame.sort_values("budget_bytes", kind="stable").reset_index(drop=True)
 
     def simulate_at(limit: float, budgets: list[int]) -> pd.DataFrame:
-        frames.append(sweep(budgets=sorted(set(budgets)), overhead_limit=top, **run))
+        frames.append(sweep(budgets=sorted(set(budgets)), **top))
         return outcomes_at(frames[-1], [limit])
 
     result = {}
@@ -183,23 +189,22 @@ def _unlimited(census, own: pd.DataFrame, run: dict) -> pd.DataFrame:
         inside |= (budgets >= low) & (budgets <= high)
     failing = own[inside]
     thrashed = failing["status"] == "thrash"
-    again = [sweep(budgets=failing.loc[thrashed, "budget_bytes"].tolist(), overhead_limit=math.inf, **run)] \
+    again = [sweep(budgets=failing.loc[thrashed, "budget_bytes"].tolist(), **_at_limit(run, math.inf))] \
         if thrashed.any() else []
     frame = pd.concat([failing[~thrashed], *again], ignore_index=True)
     return frame[["budget_bytes", "status", "remat_compute"]].assign(overhead_limit=math.inf)
 
 
-def _direct_censuses(trace, policy, memory, limits, ratios, refine, probes, resolution, options,
-                     anatomy: bool) -> dict:
+def _direct_censuses(run, limits, ratios, refine, probes, resolution, anatomy: bool) -> dict:
     """Every limit's (census, anatomy) from sweeps at that limit: for policies that read the limit (no
     anatomy) and for every policy under ``enforce="allocated"`` (with ``anatomy``: see the module docstring)."""
-    result, run = {}, dict(trace=trace, policy=policy, memory=memory, **options)
+    result = {}
     for limit in limits:
-        frame = sweep(ratios=ratios, overhead_limit=limit, **run)
+        frame = sweep(ratios=ratios, **_at_limit(run, limit))
         census = find_holes(frame)
         if refine:
-            census = refine_holes(trace, frame, policy, probes=probes, resolution=resolution, memory=memory,
-                                  **options).refined
+            census = refine_holes(run["trace"], frame, run["policy"], probes=probes, resolution=resolution,
+                                  execution=run["execution"]).refined
         result[limit] = (census, hole_anatomy(census, _unlimited(census, census.samples, run)) if anatomy else None)
     return result
 
@@ -236,12 +241,12 @@ def read_anatomy_table(name: str, directory: str | os.PathLike | None = None) ->
     raises :class:`~dtrlab.integrity.IntegrityError` (one line: the file, why, how to mend it)."""
     path = Path(directory or SHIPPED_ANATOMY) / name
     if not path.is_file():
-        raise FileNotFoundError(f"no shipped anatomy table {path} (scripts/ship_anatomy.py writes it)")
+        raise FileNotFoundError(f"no shipped anatomy table {path} (dtrlab ship anatomy writes it)")
     bundle = DEFAULT_SHIPPED_DIR.resolve()
     root = bundle if path.resolve().is_relative_to(bundle) else path.parent
     try:
         verify_in_manifest(path, root)
     except (IntegrityError, FileNotFoundError) as exc:  # the latter: no manifest
         raise IntegrityError(f"refusing the shipped anatomy table {path}: {exc} (regenerate it with "
-                             "scripts/ship_anatomy.py, or restore it with git)") from None
+                             "dtrlab ship anatomy, or restore it with git)") from None
     return pd.read_csv(path)

@@ -8,14 +8,13 @@ measured with :func:`dtrlab.analysis.holes.find_holes`.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import pandas as pd
 
 from ..policies import VARIANTS, Policy, get_policy
-from ..runtime import DEFAULT_OVERHEAD_LIMIT, RESERVED
-from ..sweep import sweep
+from ..runtime import REFERENCE, Semantics
+from ..sweep import SERIAL, Execution, sweep
 from ..trace.model import Trace
 from .holes import HoleCensus, find_holes, refine_holes
 
@@ -52,16 +51,13 @@ class VariantCensus:
 
 
 def variant_census(traces: Trace | list[Trace] | dict[str, Trace], policies=DEFAULT_POLICIES, *,
-                   ratios="0.05:1.0:0.01", jobs: int = 1, backend: str = "loky", client=None,
-                   overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, cache: bool | str | os.PathLike = True,
-                   progress: bool = True, memory="flat", memory_options: dict | None = None,
-                   enforce: str = RESERVED, device_capacity=None, refine: bool = False) -> VariantCensus:
+                   ratios="0.05:1.0:0.01", semantics: Semantics = REFERENCE, execution: Execution = SERIAL,
+                   refine: bool = False) -> VariantCensus:
     """Sweep every policy over every trace at ``ratios`` and tabulate their holes.
 
     ``policies`` are registered names, classes or instances (a policy defined in a
-    notebook cell works); ``ratios``, ``jobs``, ``backend``, ``client`` and ``cache``
-    are as in :func:`dtrlab.sweep.sweep`, and so are ``memory``, ``memory_options``,
-    ``enforce`` and ``device_capacity`` (one memory model and semantics for every run).
+    notebook cell works); ``ratios``, ``semantics`` (one memory model, runtime semantics and
+    overhead limit for every run) and ``execution`` are as in :func:`dtrlab.sweep.sweep`.
     ``refine`` refines each sweep as :func:`refine_holes` does with its defaults (probes
     beside suspicious samples, every pass/fail edge bisected to ``default_resolution``):
     holes narrower than the grid's step are then found where a suspicious sample points at
@@ -86,12 +82,10 @@ def variant_census(traces: Trace | list[Trace] | dict[str, Trace], policies=DEFA
     frames, censuses, grid_overheads = [], {}, {}
     for trace in traces:
         for policy in policies:
-            frame = sweep(trace, policy, ratios=ratios, jobs=jobs, backend=backend, client=client,
-                          overhead_limit=overhead_limit, cache=cache, progress=progress, memory=memory,
-                          memory_options=memory_options, enforce=enforce, device_capacity=device_capacity)
+            frame = sweep(trace, policy, ratios=ratios, semantics=semantics, execution=execution)
             grid_overheads[trace.name, policy.label] = _mean_pass_overhead(frame)
-            census = refine_holes(trace, frame, policy, jobs=jobs, backend=backend, client=client, cache=cache,
-                                  progress=False).refined if refine else find_holes(frame)
+            census = refine_holes(trace, frame, policy, execution=execution.with_(progress=False)).refined \
+                if refine else find_holes(frame)
             frames.append(census.samples)
             censuses[trace.name, policy.label] = census
     samples = pd.concat(frames, ignore_index=True)

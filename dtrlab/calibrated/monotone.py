@@ -31,7 +31,7 @@ import copy
 from dataclasses import dataclass
 
 from ..policies.base import Policy, get_policy, register
-from ..runtime import Simulator, baseline, budget_for, simulate
+from ..runtime import REFERENCE, Semantics, Simulator, baseline, budget_for, simulate
 
 DEFAULT_CALIBRATION = "0.05:1.0:0.01"
 
@@ -80,7 +80,8 @@ def calibrate(trace, base: Policy, calibration, remat_limit: float) -> tuple[Cal
             if budget in cached:
                 status, clock = cached[budget]
             elif overhead_limit:  # simulate() takes the compiled core when it can
-                result = simulate(trace, copy.deepcopy(base), budget_bytes=budget, overhead_limit=overhead_limit)
+                result = simulate(trace, copy.deepcopy(base), budget_bytes=budget,
+                                  semantics=Semantics(overhead_limit=overhead_limit))
                 status, clock = result.status, result.clock
             else:
                 sim = Simulator(trace, copy.deepcopy(base), budget, remat_limit)
@@ -104,7 +105,7 @@ def _cached_runs(trace, base: Policy, overhead_limit: float) -> dict[int, tuple[
     from ..sweep import SweepCache, default_cache_dir  # on use, as in calibration_ratios
 
     try:
-        frame = SweepCache(default_cache_dir(), trace, base, overhead_limit).load()
+        frame = SweepCache(default_cache_dir(), trace, base, Semantics(overhead_limit=overhead_limit)).load()
     except OSError:  # another process compacting the same entry; simulate instead
         return {}
     if frame.empty:
@@ -169,14 +170,17 @@ class Monotone(Policy):
         self.__init__(**params)
 
 
-def monotone_envelope(trace, base="dtr", calibration=DEFAULT_CALIBRATION, overhead_limit: float = 2.0):
-    """The calibration table of ``monotone(base)`` on ``trace``: per calibration budget, the base's
-    status and overhead, and the cap the wrapper uses from that budget up to the next one
-    (``cap_ratio``, ``monotone_overhead``; NaN below the first passing budget)."""
+def monotone_envelope(trace, base="dtr", calibration=DEFAULT_CALIBRATION, semantics: Semantics = REFERENCE):
+    """The calibration table of ``monotone(base)`` on ``trace`` at ``semantics``' overhead limit (flat
+    memory, as calibration runs): per calibration budget, the base's status and overhead, and the cap
+    the wrapper uses from that budget up to the next one (``cap_ratio``, ``monotone_overhead``; NaN
+    below the first passing budget)."""
     import pandas as pd
 
+    semantics.require_default(("memory", "memory_options", "enforce", "device_capacity"),
+                              "calibration runs under flat memory, so the envelope")
     base = get_policy(base)
-    remat_limit = baseline(trace).model_compute * (overhead_limit - 1)
+    remat_limit = baseline(trace).model_compute * (semantics.overhead_limit - 1)
     points = calibrate(trace, base, calibration, remat_limit)
     compute = baseline(trace).model_compute
     rows = []

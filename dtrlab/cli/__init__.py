@@ -27,7 +27,9 @@ from ..trace import TraceFormatError
 from .common import Parser
 
 COMMANDS = ["info", "run", "capture", "explain", "variants", "sweep", "holes", "census", "search", "frontier", "execute",
-            "knob"]
+            "figures", "ship"]
+COMMANDS.append("check")
+COMMANDS.append("knob")
 
 #: Failures that come from the input (files, options, logs, storages) rather than from
 #: a bug: a ValueError (TraceFormatError, IntegrityError, ...), a TypeError from a

@@ -54,6 +54,7 @@ def capture_parser() -> Parser:
     parser.add_argument("--real", action="store_true", help="real CPU tensors instead of the meta device")
     parser.add_argument("--repeats", type=positive_int, default=5, help="timing repeats per operator (cost=time)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an unexpected error")
     return parser
 
@@ -70,17 +71,18 @@ def run(args) -> int:
             from None
     options = capture_parser().parse_args(args.arguments)
     args.debug = args.debug or options.debug
-    from ..trace.capture import _versions, capture  # imports torch._dynamo: after --help and usage errors
+    from ..trace.capture import capture, package_versions  # imports torch._dynamo: after --help and usage errors
 
     sizes = {key: getattr(options, key) for key in SIZE_KEYS}
     recording = capture(options.model, real=options.real, cost=options.cost, repeats=options.repeats,
                         batch=options.batch, seq=options.seq, image=options.image, seed=options.seed,
+                        progress=not options.quiet,
                         dtype=getattr(torch, options.dtype) if options.dtype else None, **sizes)
     recording.write(options.out)
     fraction = recording.pinned_fraction
     summary = {"model": options.model, "batch": recording.meta["batch"], "out": options.out,
                "peak_live_bytes": recording.peak_live_bytes, "pinned_bytes": recording.pinned_bytes,
-               "pinned_fraction": round(fraction, 4), "versions": _versions(), **recording.meta}
+               "pinned_fraction": round(fraction, 4), "versions": package_versions(), **recording.meta}
     print(json.dumps(summary))
     if fraction > PINNED_WARNING:
         print(f"dtrlab capture: warning: {fraction:.0%} of the peak ({recording.pinned_bytes:,} of "

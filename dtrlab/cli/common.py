@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..memory import available_memory_models
-from ..policies import available_policies
+from ..policies import available_policies, get_policy
 from ..suggest import did_you_mean
 from ..trace import Trace, load
 
@@ -66,6 +66,31 @@ def overhead_limit(text: str) -> float:
     if not value >= 1:
         raise argparse.ArgumentTypeError(f"must be >= 1 (2.0 allows as much recompute as compute), got {text!r}")
     return value
+
+
+#: The words ``--overhead-limit`` takes for no limit (where a command allows it).
+NO_LIMIT = ("none", "inf", "infinity")
+
+
+def overhead_limit_or_none(text: str) -> float:
+    """:func:`overhead_limit`, or ``none``/``inf`` for no limit (``math.inf``: a run ends by passing or
+    running out of memory; see :func:`check_no_limit`)."""
+    if text.strip().lower() in NO_LIMIT:
+        return math.inf
+    return overhead_limit(text)
+
+
+def check_no_limit(limit: float, policy: str, params: dict | None = None) -> None:
+    """Refuse ``--overhead-limit none`` for a policy that reads the limit to decide (its outcome at no
+    limit is not what the census axis derives; dtrlab.analysis.anatomy.check_limit_blind)."""
+    if not math.isinf(limit):
+        return
+    from ..analysis.anatomy import check_limit_blind  # pandas: only when there is no limit
+
+    try:
+        check_limit_blind(get_policy(policy, **(params or {})).name)
+    except ValueError as exc:
+        raise ValueError(f"--overhead-limit none: {exc}") from None
 
 
 def positive_int(text: str) -> int:
@@ -153,14 +178,14 @@ def load_traces(paths: list[str]) -> list[Trace]:
     return traces
 
 
-def add_single_run_arguments(parser: argparse.ArgumentParser) -> None:
+def add_single_run_arguments(parser: argparse.ArgumentParser, unlimited: bool = False) -> None:
     """LOG and one budget (--ratio or --budget), for commands about a single run."""
     parser.add_argument("log", metavar="LOG", help="log file (or a directory/zip holding exactly one log)")
     budget = parser.add_mutually_exclusive_group(required=True)
     budget.add_argument("--ratio", type=positive_float,
                         help="budget as a fraction of the unbounded peak (simrd's int(peak*ratio))")
     budget.add_argument("--budget", type=nonnegative_int, metavar="BYTES", help="budget in bytes")
-    add_policy_arguments(parser)
+    add_policy_arguments(parser, unlimited)
 
 
 def load_single_trace(path: str) -> Trace:
@@ -170,13 +195,15 @@ def load_single_trace(path: str) -> Trace:
     return traces[0]
 
 
-def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+def add_policy_arguments(parser: argparse.ArgumentParser, unlimited: bool = False) -> None:
+    """--policy, --param, --overhead-limit (with ``unlimited``, ``none`` too) and the memory options."""
     parser.add_argument("--policy", default="dtr",
                         help=f"eviction policy (default dtr; available: {', '.join(available_policies())})")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="policy parameter, e.g. --param seed=3 (repeatable; values are parsed as JSON)")
-    parser.add_argument("--overhead-limit", type=overhead_limit, default=2.0,
-                        help="thrash once total compute exceeds this multiple of the baseline (default 2.0)")
+    parser.add_argument("--overhead-limit", type=overhead_limit_or_none if unlimited else overhead_limit, default=2.0,
+                        help="thrash once total compute exceeds this multiple of the baseline (default 2.0)" +
+                        ("; none (or inf): no limit, for policies that do not read it" if unlimited else ""))
     add_memory_arguments(parser)
 
 
@@ -195,22 +222,33 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
                              "preset such as A100-80GB; default unlimited)")
 
 
-def memory_arguments(args) -> dict:
-    """``memory=`` and ``memory_options=`` for simulate/sweep, checked now: an unknown model or
-    option is an error that lists the valid ones."""
-    from ..runtime import memory_spec
+def semantics_argument(args):
+    """The :class:`~dtrlab.runtime.semantics.Semantics` of ``--memory``, ``--memory-option``, ``--enforce``,
+    ``--device-capacity`` and ``--overhead-limit`` (those the command has), checked now: an unknown
+    model or option is an error that lists the valid ones."""
+    from ..runtime import DEFAULT_OVERHEAD_LIMIT, Semantics
 
-    from ..runtime import check_semantics
+    if getattr(args, "device_capacity", None) is not None and getattr(args, "enforce", "reserved") == "reserved":
+        raise ValueError("--device-capacity applies to --enforce allocated only")
+    semantics = Semantics(memory=getattr(args, "memory", "flat"),
+                          memory_options=key_values(getattr(args, "memory_option", []), "--memory-option"),
+                          enforce=getattr(args, "enforce", "reserved"),
+                          device_capacity=getattr(args, "device_capacity", None),
+                          overhead_limit=getattr(args, "overhead_limit", DEFAULT_OVERHEAD_LIMIT))
+    return semantics.normalized()
 
-    options = key_values(args.memory_option, "--memory-option")
-    memory_spec(args.memory, options, args.enforce)
-    if args.enforce == "reserved":  # the default adds no argument, so commands without semantics keep working
-        if args.device_capacity is not None:
-            raise ValueError("--device-capacity applies to --enforce allocated only")
-        return {"memory": args.memory, "memory_options": options}
-    device = args.device_capacity
-    check_semantics(args.enforce, device)
-    return {"memory": args.memory, "memory_options": options, "enforce": args.enforce, "device_capacity": device}
+
+def execution_argument(args):
+    """The :class:`~dtrlab.sweep.execution.Execution` of ``--jobs``, ``--backend``, ``--scheduler``,
+    ``--cache``/``--no-cache`` and ``--quiet`` (those the command has); a ``--scheduler`` that does
+    not answer fails now (:func:`check_scheduler`)."""
+    from ..sweep.execution import Execution
+
+    backend, scheduler = getattr(args, "backend", "loky"), getattr(args, "scheduler", None)
+    check_scheduler(scheduler, backend)
+    return Execution(jobs=getattr(args, "jobs", 1), backend="dask" if scheduler else backend, client=scheduler,
+                     cache=False if getattr(args, "no_cache", False) else (getattr(args, "cache", None) or True),
+                     progress=not getattr(args, "quiet", False))
 
 
 def policy_params(pairs: list[str]) -> dict:

@@ -7,7 +7,7 @@ import sys
 
 from ..trace.sizes import SIZE_KEYS
 from .capture import add_model_size_arguments
-from .common import add_policy_arguments, memory_arguments, nonnegative_int, policy_params, positive_float
+from .common import add_policy_arguments, nonnegative_int, policy_params, positive_float, semantics_argument
 
 
 def register(subparsers) -> None:
@@ -54,10 +54,9 @@ def run(args) -> int:
     try:
         result = run_step(args.model, ratio=args.ratio, budget_bytes=args.budget,
                           policy=get_policy(args.policy, **policy_params(args.param)),
-                          overhead_limit=args.overhead_limit, cost=args.cost, device=args.device,
+                          semantics=semantics_argument(args), cost=args.cost, device=args.device,
                           real=args.real, optimizer=args.optimizer, cap_allocator=args.cap_allocator,
-                          batch=args.batch, seq=args.seq, image=args.image, seed=args.seed, **sizes,
-                          **memory_arguments(args))
+                          batch=args.batch, seq=args.seq, image=args.image, seed=args.seed, **sizes)
     except ExecutionError as exc:
         print(f"dtrlab execute: error: {exc}", file=sys.stderr)
         return 2

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .common import (add_single_run_arguments, check_scheduler, jobs_count, load_single_trace, memory_arguments,
-                     output_file, policy_params, print_table)
+from .common import (add_single_run_arguments, execution_argument, jobs_count, load_single_trace, output_file,
+                     policy_params, print_table, semantics_argument)
 
 
 def register(subparsers) -> None:
@@ -18,6 +18,7 @@ def register(subparsers) -> None:
                         help="list every withheld storage, not only those that change the outcome")
     parser.add_argument("--save", metavar="PATH", type=output_file,
                         help="write the whole table to PATH (.parquet or .csv)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=explain)
 
 
@@ -29,10 +30,10 @@ def explain(args) -> int:
     if args.save and not args.save.endswith((".parquet", ".csv")):
         raise ValueError(f"--save writes .parquet or .csv files, got {args.save}")
     params = policy_params(args.param)
-    memory = memory_arguments(args)
-    check_scheduler(args.scheduler, args.backend)
-    run = record(trace, args.policy, ratio=args.ratio, budget_bytes=args.budget, overhead_limit=args.overhead_limit,
-                 candidate_scores=False, **memory, **params)
+    semantics = semantics_argument(args)
+    execution = execution_argument(args).uncached  # explain's search is not cached
+    run = record(trace, args.policy, ratio=args.ratio, budget_bytes=args.budget, semantics=semantics,
+                 candidate_scores=False, **params)
     result = run.result
     overhead = f"overhead {result.overhead:.4f}, " if result.passed else ""  # a failed run has none
     print(f"{trace.name} under {result.policy} at {result.budget_bytes:,} bytes: {result.status} "
@@ -45,9 +46,8 @@ def explain(args) -> int:
     width = max(map(len, failure))
     for key, value in failure.items():
         print(f"  {key.ljust(width)}  {value}")
-    search = single_tensor_search(trace, args.policy, budget_bytes=result.budget_bytes,
-                                  overhead_limit=args.overhead_limit, jobs=args.jobs, backend=args.backend,
-                                  client=args.scheduler, **memory, **params)
+    search = single_tensor_search(trace, args.policy, budget_bytes=result.budget_bytes, semantics=semantics,
+                                  execution=execution, **params)
     table = search.table
     rescues = search.rescues
     print(f"\nwithholding each of the {len(table)} evicted storages: {len(rescues)} rescue the run, "

@@ -78,6 +78,7 @@ def register(subparsers) -> None:
     advanced = parser.add_argument_group("advanced (solver settings; also fields of --plan FILE)")
     for flag, name, keywords in ADVANCED:
         advanced.add_argument(flag, dest=name, default=None, **keywords)
+    parser.add_argument("--quiet", action="store_true", help="no progress bar and no line per solve")
     parser.set_defaults(handler=run)
 
 
@@ -170,7 +171,15 @@ def run(args) -> int:
                          "--resume continues it (or delete that directory to start over)")
     print(f"scope: {SCOPE_NOTE}", flush=True)
 
+    from tqdm.auto import tqdm
+
+    # The number of solves is adaptive (bisection, probes), so the bar counts them and their rate, with no total.
+    bar = tqdm(desc=f"frontier {trace.name}", unit="solve", disable=args.quiet)
+
     def progress(row):
+        bar.update()
+        if args.quiet:
+            return
         detail = ""
         if row["kind"] == "policy":
             detail = f", {row['solver']} passes (overhead {row['overhead']:.3f})"
@@ -181,8 +190,8 @@ def run(args) -> int:
             detail = f", recompute {row['remat_compute']:g}"
         if row["replay_passed"] is not None and row["kind"] != "policy":
             detail += f", replay {'pass' if row['replay_passed'] else 'FAIL ' + row['disagreement']}"
-        print(f"  {row['kind']:7} {row['solver'] or '':8} ratio {row['ratio']:.4f}: {row['status']}{detail} "
-              f"({row['solve_seconds'] or 0:.1f}s)", flush=True)
+        bar.write(f"  {row['kind']:7} {row['solver'] or '':8} ratio {row['ratio']:.4f}: {row['status']}{detail} "
+                  f"({row['solve_seconds'] or 0:.1f}s)")
 
     import warnings
 
@@ -195,6 +204,8 @@ def run(args) -> int:
             print(f"{len(journal.entries())} finished solves are kept in {journal.directory}; the same command "
                   "with --resume continues", file=sys.stderr)
             raise
+        finally:
+            bar.close()
     write_frontier(frontier, out)
     journal.clear()
     rows = frontier.rows[frontier.rows.kind.isin(["sample", "relax"])]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .common import jobs_count, load_traces, output_file, positive_float, positive_int, print_table, ratio_grid
+from .common import (execution_argument, jobs_count, load_traces, output_file, positive_float, positive_int,
+                     print_table, ratio_grid)
 
 
 def register(subparsers) -> None:
@@ -24,6 +25,7 @@ def register(subparsers) -> None:
     parser.add_argument("--export", metavar="PATH", type=output_file,
                         help="write the best Pareto policies as a searched-policies JSON file to PATH")
     parser.add_argument("--top", type=positive_int, default=3, help="how many policies --export writes (default 3)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (trials done, with an estimate of the time left under --trials)")
     parser.set_defaults(handler=search)
 
 
@@ -34,7 +36,7 @@ def search(args) -> int:
         raise ValueError("give a budget: --trials N (total finished trials) and/or --time SECONDS")
     ratios = ratio_grid(args.ratios)
     result = run_search(load_traces(args.logs), args.storage, study_name=args.study, n_trials=args.trials,
-                        timeout=args.time, ratios=ratios, jobs=args.jobs, cache=not args.no_cache, seed=args.seed)
+                        timeout=args.time, ratios=ratios, seed=args.seed, execution=execution_argument(args))
     print(f"\n{result.ran} trials run in {result.seconds:.0f} s ({result.retried} interrupted trials retried); "
           f"{result.completed} completed in {args.storage}")
     print("\nPareto front (holes, mean threshold ratio, mean overhead of passing samples):")

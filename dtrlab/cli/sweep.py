@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import (add_policy_arguments, check_scheduler, jobs_count, load_traces, memory_arguments, output_file,
-                     policy_params, print_table, ratio_grid)
+from .common import (add_policy_arguments, check_no_limit, execution_argument, jobs_count, load_traces, output_file, policy_params,
+                     print_table, ratio_grid, semantics_argument)
 
 
 def add_sweep_arguments(parser) -> None:
@@ -25,18 +25,20 @@ def add_sweep_arguments(parser) -> None:
 
 
 def sweep_options(args) -> dict:
-    """Keyword arguments for :func:`dtrlab.sweep.sweep` from the shared options."""
-    check_scheduler(args.scheduler, args.backend)
-    return dict(ratios=ratio_grid(args.ratios), jobs=args.jobs, backend="dask" if args.scheduler else args.backend,
-                client=args.scheduler, overhead_limit=args.overhead_limit,
-                cache=False if args.no_cache else (args.cache or True), progress=not args.quiet,
-                **memory_arguments(args), **policy_params(args.param))
+    """``ratios``, ``policy`` (the instance, with its ``--param``), ``semantics`` and ``execution`` for
+    :func:`dtrlab.sweep.sweep` (and the census) from the shared options."""
+    from ..policies import get_policy
+
+    execution = execution_argument(args)
+    check_no_limit(args.overhead_limit, args.policy, policy_params(args.param))
+    return dict(ratios=ratio_grid(args.ratios), policy=get_policy(args.policy, **policy_params(args.param)),
+                semantics=semantics_argument(args), execution=execution)
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("sweep", help="simulate many budgets of each trace; write a parquet frame")
     parser.add_argument("logs", nargs="+", metavar="LOG", help="log file, directory of logs, or logs.zip")
-    add_policy_arguments(parser)
+    add_policy_arguments(parser, unlimited=True)
     add_sweep_arguments(parser)
     parser.add_argument("--out", metavar="PARQUET", type=output_file,
                         help="write all rows here (one row per trace and budget)")
@@ -50,7 +52,7 @@ def run(args) -> int:
     from ..sweep import sweep
 
     options = sweep_options(args)
-    frame = pd.concat([sweep(trace, args.policy, **options) for trace in load_traces(args.logs)],
+    frame = pd.concat([sweep(trace, **options) for trace in load_traces(args.logs)],
                       ignore_index=True)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .common import (add_memory_arguments, check_scheduler, jobs_count, load_traces, memory_arguments, output_file,
-                     overhead_limit, print_table, ratio_grid)
+from .common import (add_memory_arguments, execution_argument, jobs_count, load_traces, output_file, overhead_limit,
+                     print_table, ratio_grid, semantics_argument)
 
 
 def register(subparsers) -> None:
@@ -28,6 +28,7 @@ def register(subparsers) -> None:
     parser.add_argument("--save-samples", metavar="PATH", type=output_file,
                         help="write every sweep row to PATH (.parquet or .csv)")
     add_memory_arguments(parser)
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=variants)
 
 
@@ -42,10 +43,9 @@ def variants(args) -> int:
     if not policies:
         raise ValueError(f"--policies {args.policies!r} names no policy; give names such as dtr,twophase")
     ratios = ratio_grid(args.ratios)
-    check_scheduler(args.scheduler, args.backend)
-    census = variant_census(load_traces(args.logs), policies, ratios=ratios, jobs=args.jobs, backend=args.backend,
-                            client=args.scheduler, overhead_limit=args.overhead_limit, cache=not args.no_cache,
-                            **memory_arguments(args))
+    execution = execution_argument(args)
+    census = variant_census(load_traces(args.logs), policies, ratios=ratios, semantics=semantics_argument(args),
+                            execution=execution)
     table = census.table
     print(f"{len(census.ratios)} ratios from {min(census.ratios):.6g} to {max(census.ratios):.6g}")
     for trace, rows in table.groupby("trace", sort=False):

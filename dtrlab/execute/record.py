@@ -32,8 +32,7 @@ import torch
 
 from ..integrity import IntegrityError, atomic_write_json, read_json, verify_in_manifest
 from ..policies import get_policy
-from ..runtime import (DEFAULT_OVERHEAD_LIMIT, FLAT, RESERVED, SIMULATOR_VERSION, Failure, RunResult,
-                       check_semantics, memory_spec)
+from ..runtime import REFERENCE, SIMULATOR_VERSION, Failure, RunResult, Semantics
 from ..version import __version__
 from .runtime import Recomputation
 from .step import CapturedStep, ExecuteResult, run_step
@@ -43,17 +42,15 @@ RECORD_FORMAT = "dtrlab-execute-record-1"
 SHIPPED_SUBDIR = "execute"
 
 
-def record_key(step: CapturedStep, budget_bytes: int, *, policy="dtr", memory=FLAT, memory_options=None,
-               enforce: str = RESERVED, device_capacity=None,
-               overhead_limit: float = DEFAULT_OVERHEAD_LIMIT) -> dict:
-    """Everything that determines ``run_step(step, budget_bytes=..., **options)``'s record, normalized."""
+def record_key(step: CapturedStep, budget_bytes: int, *, policy="dtr", semantics: Semantics = REFERENCE) -> dict:
+    """Everything that determines ``run_step(step, budget_bytes=..., policy=, semantics=)``'s record, normalized."""
     policy = get_policy(policy)
-    capacity = check_semantics(enforce, device_capacity, policy)
-    memory, memory_options = memory_spec(memory, memory_options, enforce)
+    semantics = semantics.normalized(policy)
     key = {"source": step.source, "build_options": step.build_options, "cost": step.cost, "device": step.device,
             "optimizer": step.optimizer, "trace_hash": step.trace.content_hash, "budget_bytes": int(budget_bytes),
-            "policy": policy.label, "memory": memory, "memory_options": memory_options, "enforce": enforce,
-            "device_capacity": None if capacity is None else capacity.label, "overhead_limit": overhead_limit,
+            "policy": policy.label, "memory": semantics.memory, "memory_options": semantics.options,
+            "enforce": semantics.enforce, "device_capacity": semantics.device_capacity,
+            "overhead_limit": semantics.overhead_limit,
             "torch": torch.__version__, "dtrlab": __version__, "simulator_version": SIMULATOR_VERSION}
     return json.loads(json.dumps(key))  # as a stored record reads it back (tuples become lists)
 
@@ -129,12 +126,11 @@ def load_shipped(bundle: str | os.PathLike, key: dict) -> tuple[ExecuteResult, d
 
 
 def run_or_load(step: CapturedStep, budget_bytes: int, *, bundle: str | os.PathLike | None,
-                save_to: str | os.PathLike | None = None, **options) -> ExecuteResult:
+                save_to: str | os.PathLike | None = None, policy="dtr",
+                semantics: Semantics = REFERENCE) -> ExecuteResult:
     """The shipped record of this run from ``bundle`` (:func:`load_shipped`), else ``run_step`` for real,
-    with a one-line message either way; a real run's record is written to ``save_to`` when given.
-    ``options`` are :func:`record_key`'s (policy, memory, memory_options, enforce, device_capacity,
-    overhead_limit)."""
-    key = record_key(step, budget_bytes, **options)
+    with a one-line message either way; a real run's record is written to ``save_to`` when given."""
+    key = record_key(step, budget_bytes, policy=policy, semantics=semantics)
     shipped = None if bundle is None else load_shipped(bundle, key)
     if shipped is not None:
         result, made_on = shipped
@@ -142,7 +138,7 @@ def run_or_load(step: CapturedStep, budget_bytes: int, *, bundle: str | os.PathL
               f"{made_on['machine']} with {made_on['cpus']} CPUs, {made_on['date']})")
         return result
     print(f"{budget_bytes:,} B: executing {step.source} for real (no shipped record of this run) ...", flush=True)
-    result = run_step(step, budget_bytes=budget_bytes, **options)
+    result = run_step(step, budget_bytes=budget_bytes, policy=policy, semantics=semantics)
     print(f"{budget_bytes:,} B: {result.status} in {result.wall_seconds:.1f} s", flush=True)
     if save_to is not None:
         save_record(save_to, result, key)

@@ -1,7 +1,7 @@
 """The lockstep runtime: dtrlab's simulator decides, real tensors follow.
 
 One training step runs for real under :class:`Executor`, a subclass of the capture's
-recorder (:class:`dtrlab.trace.capture._Recorder`): the real step goes through the very
+recorder (:class:`dtrlab.trace.capture.Recorder`): the real step goes through the very
 dispatch code that recorded its trace, so every log line it emits is compared with the
 captured trace's line at the same position. A different operator, argument, size, cost or
 release order stops the step with :class:`Divergence` naming the operator and the line.
@@ -43,7 +43,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..runtime.simulator import Simulator
-from ..trace.capture import _Recorder
+from ..trace.capture import Recorder
 from ..trace.model import COMPUTE, Trace
 
 
@@ -126,7 +126,7 @@ class LockstepSimulator(Simulator):
         super()._compute(t, op, rematerialize)
 
 
-class Executor(_Recorder):
+class Executor(Recorder):
     """The capture's recorder, executing the step while it checks it against the captured trace."""
 
     def __init__(self, cost: str, repeats: int, *, trace: Trace, expected_lines: list[dict], make_simulator):

@@ -20,9 +20,8 @@ from typing import NamedTuple
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ..memory import MemoryModel
 from ..policies import Policy, get_policy
-from ..runtime import DEFAULT_OVERHEAD_LIMIT, FLAT, RESERVED, RunResult, baseline, budget_for, check_semantics
+from ..runtime import REFERENCE, RESERVED, RunResult, Semantics, baseline, budget_for, check_semantics, refuse_loose
 from ..runtime.run import memory_metrics, memory_model
 from ..runtime.simulator import OutOfMemory, Thrash
 from ..trace.capture import record
@@ -169,19 +168,18 @@ def minimum_budget(trace: Trace) -> MinimumBudget:
 
 
 def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_bytes: int | None = None,
-             policy: str | Policy = "dtr", memory: str | MemoryModel = FLAT, memory_options: dict | None = None,
-             enforce: str = RESERVED, device_capacity=None, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
-             cost: str = "flops", device: str = "cpu", real: bool = False, optimizer: str | None = None,
-             cap_allocator: bool = False, **build_options) -> ExecuteResult:
+             policy: str | Policy = "dtr", semantics: Semantics = REFERENCE, cap_allocator: bool = False,
+             **capture_options) -> ExecuteResult:
     """Execute one training step of ``step`` (a model source or a :class:`CapturedStep`) under a budget.
 
     Give exactly one of ``ratio`` (of the captured trace's unbounded peak, ``int(peak * ratio)`` as
     in simulate) or ``budget_bytes``; ``budget_bytes=None`` with ``ratio=None`` is an error, use
-    ``ratio=1.0`` for an unbudgeted step. Evictions are decided by ``policy`` under ``memory``
-    (the simulator's memory model; ``flat`` counts storage bytes as simrd does) and ``enforce``
-    / ``device_capacity`` (the runtime semantics, as in :func:`dtrlab.simulate`). ``real`` captures a
-    model source with real CPU tensors instead of meta ones and ``optimizer`` ends the step with
-    an optimizer's update (see :func:`capture_step`; a captured step brings its own). On CUDA,
+    ``ratio=1.0`` for an unbudgeted step. Evictions are decided by ``policy`` under ``semantics``
+    (the simulator's memory model, runtime semantics and overhead limit, as in
+    :func:`dtrlab.simulate`; flat memory counts storage bytes as simrd does). A model source is
+    captured with ``capture_options`` (those of :func:`capture_step`: ``cost``, ``device``, ``real``
+    for real CPU tensors instead of meta ones, ``optimizer`` to end the step with an optimizer's
+    update, and the model's build options; a captured step brings its own). On CUDA,
     ``cap_allocator`` also caps the real caching allocator at the budget
     (``set_per_process_memory_fraction``); its peaks are reported either way.
 
@@ -189,8 +187,13 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
     (:class:`~dtrlab.execute.runtime.Divergence`, :class:`~dtrlab.execute.runtime.UnsupportedOperator`)
     when the real step cannot follow the simulator.
     """
-    captured = step if isinstance(step, CapturedStep) else capture_step(
-        step, cost=cost, device=device, real=real, optimizer=optimizer, **build_options)
+    refuse_loose(capture_options)
+    if isinstance(step, CapturedStep):
+        if capture_options:
+            raise TypeError(f"{', '.join(capture_options)}: capture options go with a model source, not a CapturedStep")
+        captured = step
+    else:
+        captured = capture_step(step, **capture_options)
     trace = captured.trace
     if (ratio is None) == (budget_bytes is None):
         raise ValueError("give exactly one of ratio= (e.g. 0.5) or budget_bytes= (e.g. 2_000_000_000)")
@@ -200,11 +203,10 @@ def run_step(step: str | CapturedStep, *, ratio: float | None = None, budget_byt
         raise BudgetBelowMinimum(
             f"{captured.source}: budget {budget} B is below the step's minimum of {minimum.bytes} B (operator "
             f"{minimum.operator}, {minimum.name}: the constants so far, its arguments and its outputs at once)")
-    if not overhead_limit >= 1:
-        raise ValueError(f"overhead_limit must be >= 1, got {overhead_limit}")
     policy = get_policy(policy)
-    device_spec = check_semantics(enforce, device_capacity, policy)
-    model = memory_model(memory, budget, memory_options, enforce, device_spec)
+    enforce, overhead_limit = semantics.enforce, semantics.overhead_limit
+    device_spec = check_semantics(enforce, semantics.device_capacity, policy)
+    model = memory_model(semantics, budget, device_spec)
     base = baseline(trace)
     remat_limit = base.model_compute * (overhead_limit - 1)
 
@@ -298,8 +300,8 @@ def _optimizer(name: str | None, module: torch.nn.Module) -> torch.optim.Optimiz
 
 
 def _sum_outputs(output) -> torch.Tensor:
-    from ..trace.capture import _default_loss
-    return _default_loss(output)
+    from ..trace.capture import default_loss
+    return default_loss(output)
 
 
 def _storage_size(trace: Trace, s: int) -> int:

@@ -4,6 +4,7 @@ the caching allocator's ``kMinBlockSize``), so many small tensors cost what they
 from __future__ import annotations
 
 from .base import check_int, register_memory_model
+from .core_args import byte_counting_args
 from .flat import ByteCountingModel
 
 DEFAULT_GRANULARITY = 512
@@ -17,3 +18,7 @@ def _granularity(key, value):
 class AlignedModel(ByteCountingModel):
     name = "aligned"
     option_specs = {"granularity": (DEFAULT_GRANULARITY, _granularity)}
+
+    def core_args(self) -> tuple | None:
+        # A subclass may change a rule the C counter hard-codes.
+        return byte_counting_args(self.capacity_bytes, self._granularity) if type(self) is AlignedModel else None

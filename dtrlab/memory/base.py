@@ -120,6 +120,11 @@ class MemoryModel:
     def stats(self) -> MemoryStats:
         raise NotImplementedError
 
+    def core_args(self) -> tuple | None:
+        """The compiled twin's arguments for this instance (:mod:`dtrlab.memory.core_args`), or None
+        where the C code does not model it: then a run takes the Python simulator."""
+        return None
+
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self._options.items())
         return f"{type(self).__name__}(capacity_bytes={self.capacity_bytes}{', ' if opts else ''}{opts})"

@@ -45,6 +45,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 
 from .base import MemoryModel, MemoryStats, Segment, Block, check_bool, check_int, register_memory_model
+from .core_args import MAX_BYTES, MAX_DIVISIONS, MEM_CACHING, NO_SPLIT
 
 MiB = 1 << 20
 K_MIN_BLOCK_SIZE = 512  # kMinBlockSize: every size rounds up to a multiple of this
@@ -566,6 +567,18 @@ class CachingModel(MemoryModel):
         return MemoryStats(allocated_bytes=self._allocated, reserved_bytes=self._reserved,
                            peak_allocated_bytes=self._peak_allocated, peak_reserved_bytes=self._peak_reserved,
                            largest_free_block=largest, segments=segments)
+
+    def core_args(self) -> tuple | None:
+        # A subclass may change a rule the C model hard-codes.
+        if type(self) is not CachingModel or self.capacity_bytes > MAX_BYTES or max(self._divisions) > MAX_DIVISIONS:
+            return None
+        opts = self._options
+        max_split = opts["max_split_size"]
+        if max_split is not None and max_split > MAX_BYTES:
+            return None
+        return (MEM_CACHING, self.capacity_bytes, 1, opts["expandable_segments"],
+                NO_SPLIT if max_split is None else max_split, tuple(self._divisions),
+                self._check_before_mapping, self._reuse_addresses)
 
     def block_of(self, block_id: int) -> Block | None:
         """The block ``block_id`` holds (None for a 0-byte request); a ``KeyError`` if it holds none."""

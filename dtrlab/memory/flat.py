@@ -10,6 +10,7 @@ real addresses.
 from __future__ import annotations
 
 from .base import MemoryModel, MemoryStats, Segment, Block, register_memory_model
+from .core_args import byte_counting_args
 
 
 class ByteCountingModel(MemoryModel):
@@ -64,3 +65,7 @@ class FlatModel(ByteCountingModel):
 
     name = "flat"
     option_specs = {}
+
+    def core_args(self) -> tuple | None:
+        # A subclass may change a rule the C counter hard-codes.
+        return byte_counting_args(self.capacity_bytes, 1) if type(self) is FlatModel else None

@@ -23,7 +23,15 @@ step after ``zero_grad(set_to_none=True)``).
 Modelled: the graphs torch's partitioner returns, in the order it returns them, run as
 aot_eager runs them. Not modelled: Inductor's joint-graph passes, fusion (its fused kernels
 do not materialise intermediates), reordering and buffer reuse, which change real peaks on
-a GPU (tests compare with aot_eager on the CPU; scripts/validate_allocator_cuda.py with CUDA).
+a GPU; kernels' internal temporaries (CPU ``native_dropout`` allocates a float noise tensor
+besides its outputs), which can only raise the real peak. tests/test_partition.py compares
+with aot_eager on the CPU (equal at knob 1, above by at most one tensor below it);
+scripts/validate_allocator_cuda.py's ``knob`` section with CUDA.
+
+Why the peak moves: :func:`peak_composition` splits the bytes live at the peak into
+constants, saved forward tensors, recomputed tensors and backward tensors;
+:func:`interventions` forces one node saved or recomputed at a time and reports the peak's
+change.
 """
 
 from __future__ import annotations
@@ -101,3 +109,43 @@ def interventions(joint: JointGraph, knob: float, nodes: list[str] | None = None
                      "saved_count": step.saved_count, "recomputed_count": step.recomputed_count,
                      "proxy_saved_bytes": step.proxy_saved_bytes})
     return rows
+
+
+def peak_composition(step: PartitionedStep) -> dict:
+    """What is live at the step's flat peak, in bytes by kind, and where the peak falls.
+
+    Kinds: ``constants`` (parameters, inputs, the tangent), ``forward`` (forward-graph
+    outputs still live: the saved tensors, and the loss), ``recomputed`` (tensors the
+    backward computed again from the forward's operators), ``backward`` (gradients and
+    the backward's other tensors). ``at``: the node whose output made the peak and
+    whether it ran in the forward or the backward; ``recomputed_nodes``: the recomputed
+    tensors live at the peak by node name (several transformer blocks' worth of them is
+    the mechanism of pytorch#193193: recomputation brought forward, all live at once).
+    """
+    trace = step.trace
+    names = trace.meta["node_names"]
+    recomputed = set(step.recomputed)
+    live: dict[int, int] = {}
+    best, best_live, best_event = -1, {}, None
+    for event in unbounded_events(trace):
+        if event.kind == "alloc":
+            live[event.block_id] = event.size
+            total = sum(live.values())
+            if total > best:
+                best, best_live, best_event = total, dict(live), event
+        else:
+            live.pop(event.block_id, None)
+    kinds = {"constants": 0, "forward": 0, "recomputed": 0, "backward": 0}
+    recomputed_live = {}
+    for block, size in best_live.items():
+        op_index = trace.tensor_op[block]
+        op, name = trace.operators[op_index], names[op_index]
+        kind = ("constants" if op.is_constant else "recomputed" if op.backward and name in recomputed
+                else "backward" if op.backward else "forward")
+        kinds[kind] += size
+        if kind == "recomputed":
+            recomputed_live[name] = recomputed_live.get(name, 0) + size
+    at_op = trace.tensor_op[best_event.block_id] if best_event is not None else 0
+    return {"flat_peak": best, **kinds, "at": names[at_op],
+            "phase": "backward" if trace.operators[at_op].backward else "forward",
+            "recomputed_nodes": recomputed_live}

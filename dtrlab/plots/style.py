@@ -119,7 +119,7 @@ def trace_set_name(traces_dir: str | Path) -> str:
 
 def figure_directory(traces_dir: str | Path, root: str | Path = "figures") -> Path:
     """Where the figures of the traces in ``traces_dir`` go: ``root/<trace set>/``, so that each set of
-    traces keeps its own figures (``scripts/make_figures.py`` and every notebook use it)."""
+    traces keeps its own figures (``dtrlab figures`` and every notebook use it)."""
     return Path(root) / trace_set_name(traces_dir)
 
 

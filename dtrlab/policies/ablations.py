@@ -11,9 +11,11 @@ all three factors is simrd's random policy. Registry names read
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
-from .base import ScorePolicy, register
+from .base import NotCompiled, ScorePolicy, register
 from .builtin import RandomStorage
+from .core_spec import Formula, runs_own
 
 # cost name -> (runtime feature it needs, simrd's class-name stem, readable name)
 COSTS = {
@@ -70,6 +72,18 @@ class Ablation(ScorePolicy):
     uses_size = True
     uses_staleness = True
 
+    def core_spec(self, build):
+        runs_own(self, Ablation, ("score", "choose", "start"))  # and score_of, below
+        formula = _FORMULAS.get(type(self).score_of)
+        if formula is None:
+            raise NotCompiled("defines its own score_of")
+        build.require(COSTS[formula.cost][0])
+        return formula.spec()
+
+
+#: Each registered ablation's score function, and the formula it computes.
+_FORMULAS: dict[Callable, Formula] = {}
+
 
 def _register_ablation(cost: str, size: bool, stale: bool) -> type:
     feature, stem, readable = COSTS[cost]
@@ -82,10 +96,12 @@ def _register_ablation(cost: str, size: bool, stale: bool) -> type:
     name = "ablation:" + "-".join([cost] + (["size"] if size else []) + (["stale"] if stale else []))
     simrd_name = stem + ("Size" if size else "") + ("Stale" if stale else "")
     description = f"simrd's {simrd_name}: {factors}"
+    score_of = _score_function(cost, size, stale)
+    _FORMULAS[score_of] = Formula(cost, use_size=size, use_stale=stale)
     cls = type(simrd_name, (Ablation,), {
         "name": name, "features": frozenset({feature} if feature else ()), "description": description,
         "__doc__": description + ".", "__module__": __name__, "cost": cost, "uses_size": size,
-        "uses_staleness": stale, "score_of": _score_function(cost, size, stale),
+        "uses_staleness": stale, "score_of": score_of,
     })
     aliases = [simrd_name] + ([name.replace("estar", "e*")] if cost == "estar" else [])
     return register(cls, aliases=aliases)

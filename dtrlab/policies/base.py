@@ -17,12 +17,18 @@ those: ``"e_star"`` (evicted neighbourhoods, simrd's regions) and ``"eq_class"``
 
 Policies are registered by name (:func:`register`) and built with parameters by
 :func:`get_policy`; a policy defined in a notebook cell works everywhere a name does.
+
+A policy runs on the compiled replay core when it describes itself to it:
+:meth:`Policy.core_spec` returns the spec tuple the core decodes
+(:mod:`dtrlab.policies.core_spec`, ``_policy_spec.h``), or raises :class:`NotCompiled`
+with the reason; every other policy runs on the Python simulator.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..suggest import did_you_mean
@@ -124,6 +130,17 @@ class Policy:
         """Return the storage ids (from ``candidates``) to evict now."""
         raise NotImplementedError
 
+    def core_spec(self, build: SpecBuild) -> tuple:
+        """This policy as the compiled core runs it: the spec tuple of ``_policy_spec.h``
+        (:mod:`dtrlab.policies.core_spec`), built through ``build`` (:class:`SpecBuild`).
+
+        Raise :class:`NotCompiled` with the reason where the core cannot run what this policy
+        runs. The spec must describe the code the reference would run: an implementation
+        checks that a subclass or the instance does not replace a method it describes
+        (:func:`~dtrlab.policies.core_spec.runs_own`). The default refuses.
+        """
+        raise NotCompiled("is a chooser policy the compiled core does not implement")
+
     def label_params(self) -> dict:
         """The parameters shown in :attr:`label`; a policy with many defaults can show only the changed ones."""
         return self.params
@@ -169,6 +186,39 @@ class ScorePolicy(Policy):
             if value == 0:
                 break
         return [best]
+
+    def core_spec(self, build: SpecBuild) -> tuple:
+        raise NotCompiled("has a score function the compiled core does not implement")
+
+
+class NotCompiled(Exception):
+    """Why the compiled core cannot run a policy; the message follows the policy's label
+    (``policy 'x' <message>``)."""
+
+
+@dataclass
+class SpecBuild:
+    """One build of a run's policy spec (:meth:`Policy.core_spec`), built afresh for every run.
+
+    ``top`` is the run's policy: the runtime maintains the features it declares.
+    ``generators`` holds the bound ``randrange`` of each random policy's generator, seeded for
+    this run, by the instance's id: one instance serving both phases of a twophase is one generator.
+    """
+
+    top: Policy
+    generators: dict[int, Callable] = field(default_factory=dict)
+
+    def spec_of(self, policy) -> tuple:
+        """The spec of ``policy``, the run's policy or a part of it."""
+        if not isinstance(policy, Policy):
+            raise NotCompiled("is not a dtrlab Policy")
+        return policy.core_spec(self)
+
+    def require(self, feature: str | None) -> None:
+        """Refuse a score that reads ``feature`` unless the run's policy declares it: the reference
+        maintains only the declared features (and fails without them)."""
+        if feature is not None and feature not in frozenset(getattr(self.top, "features", ())):
+            raise NotCompiled(f"reads {feature} without declaring it in its features")
 
 
 _REGISTRY: dict[str, type[Policy]] = {}

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 import random
 
-from .base import Policy, ScorePolicy, register
+from .base import NotCompiled, Policy, ScorePolicy, SpecBuild, register
+from .core_spec import (P_DTR, P_DTR_EQ_CLASS, P_DTR_LOCAL, P_LARGEST_STORAGE, P_LRU, P_MSPS, P_RANDOM,
+                        POLICY_METHODS, runs_own)
 
 
 @register(aliases=["DTR", "h_dtr"])
@@ -26,6 +28,9 @@ class DTR(ScorePolicy):
             return (sim.compute_cost[s] + sim.region_compute[s] + sim.region_rev_compute[s]) / denominator
         return math.inf
 
+    def core_spec(self, build):
+        return _simrd_spec(self, DTR, build)
+
 
 @register(aliases=["DTREqClass"])
 class DTREqClass(ScorePolicy):
@@ -40,6 +45,9 @@ class DTREqClass(ScorePolicy):
             return sim.eq_class_compute(s) / denominator
         return math.inf
 
+    def core_spec(self, build):
+        return _simrd_spec(self, DTREqClass, build)
+
 
 @register(aliases=["DTRLocal"])
 class DTRLocal(ScorePolicy):
@@ -50,6 +58,9 @@ class DTRLocal(ScorePolicy):
     def score_of(self, sim, s):
         denominator = sim.size[s] * (sim.clock - sim.last_access[s])
         return sim.compute_cost[s] / denominator if denominator > 0 else math.inf
+
+    def core_spec(self, build):
+        return _simrd_spec(self, DTRLocal, build)
 
 
 @register(aliases=["MSPS"])
@@ -63,6 +74,9 @@ class MSPS(ScorePolicy):
         size = sim.size[s]
         return (sim.compute_cost[s] + sim.region_rev_compute[s]) / size if size > 0 else math.inf
 
+    def core_spec(self, build):
+        return _simrd_spec(self, MSPS, build)
+
 
 @register(aliases=["LRU"])
 class LRU(ScorePolicy):
@@ -72,6 +86,9 @@ class LRU(ScorePolicy):
 
     def score_of(self, sim, s):
         return sim.last_access[s]
+
+    def core_spec(self, build):
+        return _simrd_spec(self, LRU, build)
 
 
 @register(aliases=["LargestStorage", "largest"])
@@ -83,6 +100,9 @@ class LargestStorage(ScorePolicy):
     def score_of(self, sim, s):
         size = sim.size[s]
         return 1 / size if size > 0 else math.inf
+
+    def core_spec(self, build):
+        return _simrd_spec(self, LargestStorage, build)
 
 
 @register(aliases=["RandomStorage", "rand"])
@@ -109,3 +129,26 @@ class RandomStorage(Policy):
     def choose(self, sim, candidates):
         ordered = list(candidates)
         return [ordered[self._random.randrange(0, len(ordered))]]
+
+    def core_spec(self, build):
+        runs_own(self, RandomStorage, ("choose", "start"))
+        seed = self.params.get("seed")
+        if type(seed) is not int:
+            raise NotCompiled(f"has seed {seed!r}, not an int")
+        # The policy's own generator, seeded as start() seeds it: the same draws in the same order.
+        if id(self) not in build.generators:
+            build.generators[id(self)] = random.Random(seed).randrange
+        return (P_RANDOM, build.generators[id(self)])
+
+
+#: simrd's built-in policy classes and their codes in the compiled core (_policy_spec.h).
+POLICY_CODES = {DTR: P_DTR, DTREqClass: P_DTR_EQ_CLASS, DTRLocal: P_DTR_LOCAL, MSPS: P_MSPS, LRU: P_LRU,
+                LargestStorage: P_LARGEST_STORAGE, RandomStorage: P_RANDOM}
+
+
+def _simrd_spec(policy: ScorePolicy, owner: type[ScorePolicy], build: SpecBuild) -> tuple:
+    """A built-in score: the core computes ``owner.score_of`` by its code."""
+    runs_own(policy, owner, POLICY_METHODS)
+    for feature in owner.features:
+        build.require(feature)
+    return (POLICY_CODES[owner], None)

@@ -34,7 +34,8 @@ from __future__ import annotations
 import math
 
 from .ablations import COSTS, cost_function, cost_key
-from .base import Policy, register
+from .base import NotCompiled, Policy, register
+from .core_spec import COST_CODES, P_COOP, P_DTR_FIT, runs_own
 
 SMALL_POOL_LIMIT = 1 << 20  # the caching model's kSmallSize: larger rounded requests use the large pool
 
@@ -50,6 +51,9 @@ class AddressAware(Policy):
             name = "flat" if model is None else model.name
             raise ValueError(f"policy {self.name!r} evicts by block address and needs an address-aware memory "
                              f"model such as memory='caching'; the {name!r} model only counts bytes")
+
+    def core_spec(self, build):
+        raise NotCompiled("is an address-aware policy the compiled core does not implement")
 
 
 def request_pool(model, size: int) -> str | None:
@@ -130,6 +134,17 @@ class Coop(AddressAware):
     def label_params(self):
         return {k: v for k, v in self.params.items() if v != self.parameters()[k]}
 
+    def core_spec(self, build):
+        runs_own(self, Coop, ("choose", "start", "cost_of", "_block_cost"))
+        try:
+            cost = cost_key(self.params.get("cost"))  # what start() reads
+        except (AttributeError, ValueError):
+            cost = None
+        if cost not in ("estar", "eqclass", "local"):
+            raise NotCompiled(f"has cost {self.params.get('cost')!r}, not a recompute cost")
+        build.require(COSTS[cost][0])
+        return (P_COOP, None, COST_CODES[cost])
+
 
 def _cheapest_window(blocks, costs, need: int):
     """(cost, first, last) of the least-cost run of unbroken blocks with >= ``need`` bytes and at
@@ -192,3 +207,8 @@ class DTRFit(AddressAware):
             if key == (0, 0):
                 break
         return [best]
+
+    def core_spec(self, build):
+        runs_own(self, DTRFit, ("choose", "start"))
+        build.require("e_star")
+        return (P_DTR_FIT, None)

@@ -18,6 +18,7 @@ means the parameters the search reported.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -52,7 +53,8 @@ class ScoreSearch(ScoreFamily):
             def score_of(sim, s):
                 return family_score(sim, s) * (1 + len(sim.evicted_neighbours(s))) ** d
 
-            self.score_of = score_of
+            self.score_of = self._core_score = score_of
+            self._core_formula = dataclasses.replace(self._core_formula, d=d)
 
 
 def policies_digest(policies: list[dict]) -> str:

@@ -12,7 +12,9 @@ maintains the union of the features both phases declare.
 
 from __future__ import annotations
 
-from .base import Policy, get_policy, register
+from .base import NotCompiled, Policy, SpecBuild, get_policy, register
+from .coop import AddressAware
+from .core_spec import P_TWOPHASE, runs_own
 
 
 @register(aliases=["TwoPhase", "two_phase"])
@@ -42,8 +44,20 @@ class TwoPhase(Policy):
             return self.phase1.choose(sim, isolated)
         return self.phase2.choose(sim, candidates)
 
+    def core_spec(self, build):
+        runs_own(self, TwoPhase, ("choose", "start"))
+        if self is not build.top:  # the core's twophase takes two single policies
+            raise NotCompiled("nests a twophase inside a twophase")
+        return (P_TWOPHASE, _phase_spec(self.phase1, build), _phase_spec(self.phase2, build))
+
     def label_params(self):
         # A phase given as an instance shows as its label.
         shown = {key: value if isinstance(value, str) else get_policy(value).label
                  for key, value in self.params.items()}
         return {key: value for key, value in shown.items() if value != self.parameters()[key]}
+
+
+def _phase_spec(phase, build: SpecBuild) -> tuple:
+    if isinstance(phase, AddressAware):
+        raise NotCompiled("has an address-aware phase (the runtime places first only for the policy itself)")
+    return build.spec_of(phase)

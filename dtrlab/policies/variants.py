@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 
 from .ablations import COSTS, cost_function, cost_key
-from .base import ScorePolicy, register
+from .base import NotCompiled, ScorePolicy, register
+from .core_spec import POLICY_METHODS, Formula, runs_own
 
 ARITHMETIC = ("exact", "float64")
 TIE_BREAKS = ("order", "storage_id")
@@ -59,8 +60,13 @@ class ScoreFamily(ScorePolicy):
                              "pass arithmetic='float64' for other exponents")
         feature = COSTS[p["cost"]][0]
         self.features = frozenset({feature} if feature else ())
-        self.score_of = _score_function(cost_function(p["cost"]), p["a"], p["b"], p["c"], p["stale_offset"],
-                                        p["arithmetic"] == "float64")
+        floating = p["arithmetic"] == "float64"
+        self.score_of = _score_function(cost_function(p["cost"]), p["a"], p["b"], p["c"], p["stale_offset"], floating)
+        # What the compiled core computes instead: the closure's own values, not self.params, which
+        # may be edited later (the label follows; the score does not).
+        self._core_score = self.score_of
+        self._core_formula = Formula(p["cost"], floating=floating, a=p["a"], b=p["b"], c=p["c"],
+                                     stale_offset=p["stale_offset"])
 
     def choose(self, sim, candidates):
         if self.params["tie_break"] == "order":
@@ -71,6 +77,14 @@ class ScoreFamily(ScorePolicy):
     def label_params(self):
         defaults = type(self).parameters()
         return {k: v for k, v in self.params.items() if v != defaults[k]}
+
+    def core_spec(self, build):
+        runs_own(self, ScoreFamily, POLICY_METHODS, set_by_init=("score_of",))
+        if vars(self).get("score_of") is not self._core_score:
+            raise NotCompiled("has a score function the compiled core does not implement")
+        build.require(COSTS[self._core_formula.cost][0])
+        # choose() reads the parameter at every call: anything but "order" takes min by (score, id).
+        return self._core_formula.spec(tie_by_id=self.params.get("tie_break") != "order")
 
     # The score function is a closure; rebuild it from the parameters when unpickled
     # (process pools send policies to workers).

@@ -8,6 +8,10 @@
  *
  * Python side: dtrlab/runtime/compiled.py flattens a Trace once into a CoreTrace
  * and calls replay(); it decides which runs may come here.
+ *
+ * Each layer owns its compiled form: the policies' (_policy_spec.h, _policy_core.h) lives in
+ * dtrlab/policies/ and the memory models' (_memory_core.h) in dtrlab/memory/ (setup.py's
+ * include_dirs); the runtime consumes the specs they build (core_spec(), core_args()).
  */
 #include "_regions_core.h"
 #include "_policy_spec.h"
@@ -786,7 +790,7 @@ static int sim_alloc(Sim *sim) {
                         sim->region_rev_compute);
 }
 
-/* Build sim->model from memory_spec.core_memory_args's tuple
+/* Build sim->model from the tuple of the Python model's core_args() (dtrlab/memory/core_args.py)
  * (kind, capacity, granularity, expandable, max_split, divisions, limit_before_mapping, reuse_addresses). */
 static int model_init(Sim *sim, PyObject *args) {
     int kind, expandable, limit_before_mapping, reuse_addresses;
@@ -821,7 +825,7 @@ static int model_init(Sim *sim, PyObject *args) {
 
 /* replay(trace, policy, budget, remat_limit, withhold, record_steps[, memory, enforce_allocated, place_first])
  *   -> (status, clock, model_compute, remat_compute, peak_memory, remats, evicted, failure, steps)
- * policy: the spec tuple of compiled_policies.policy_spec;
+ * policy: the spec tuple of dtrlab.policies.core_spec.policy_spec;
  * memory: None (simrd's byte counter) or the arguments of model_init; enforce_allocated: the
  * "allocated" semantics (else "reserved"); place_first: an address-aware policy (place before evicting).
  * status: 0 pass, 1 oom, 2 thrash; failure: None or (step, operator, tensor, requested, memory, candidates,

@@ -1,9 +1,10 @@
 """The compiled replay core (``_core.c``): which runs it can take, and how to run one.
 
-The core replays a whole trace in C for the policies that
-:mod:`~dtrlab.runtime.compiled_policies` encodes and the memory models that
-:mod:`~dtrlab.runtime.memory_spec` encodes (flat, aligned, caching; both budget
-semantics), decision for decision like :class:`~dtrlab.runtime.simulator.Simulator`
+The core replays a whole trace in C for the policies that describe themselves to it
+(:meth:`~dtrlab.policies.Policy.core_spec`, :mod:`dtrlab.policies.core_spec`) and the
+memory models that do (:meth:`~dtrlab.memory.MemoryModel.core_args`: flat, aligned,
+caching; both budget semantics), decision for decision like
+:class:`~dtrlab.runtime.simulator.Simulator`
 (the readable reference, which stays the only path for policies written in Python,
 user-registered memory models, recorders and step-by-step analyses).
 ``tests/test_compiled_core.py``, ``tests/test_compiled_policies.py`` and
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 
 from ..trace.model import Trace
 from ..memory import MemoryStats
-from .compiled_policies import POLICY_CODES, policy_reason, policy_spec  # noqa: F401 (POLICY_CODES: re-exported)
-from .memory_spec import core_memory_args
+from ..policies.builtin import POLICY_CODES  # noqa: F401 (re-exported)
+from ..policies.core_spec import policy_reason, policy_spec
 from .per_trace import cache_per_trace
 from .simulator import ALLOCATED, RESERVED, Failure, Intervention, remat_allowance
 
@@ -53,7 +54,7 @@ def unsupported_reason(trace: Trace, policy, intervention: Intervention | None =
         return "a recorder needs the step-by-step Python simulator"
     if intervention is not None and (intervention.pin or intervention.force_evict):
         return "timed pins and forced evictions run on the Python simulator"
-    if model is not None and core_memory_args(model) is None:
+    if model is not None and model.core_args() is None:
         return f"the {model.name!r} memory model ({type(model).__name__}) is not one the compiled core models"
     if getattr(policy, "address_aware", False) and (model is None or not model.address_aware):
         return f"policy {policy.label!r} needs an address-aware memory model (the Python simulator says why)"
@@ -156,7 +157,7 @@ def run(trace: Trace, policy, budget_bytes: float, remat_limit: float = math.inf
             if 0 <= s < trace.n_tensors:
                 flags[s] = 1
         withhold = flags
-    memory = None if model is None else core_memory_args(model)
+    memory = None if model is None else model.core_args()
     (status, clock, model_compute, remat_compute, peak, remats, evicted, failure, steps, memory_result,
      region_reads) = _core.replay(
         core_trace(trace).flat, policy_spec(policy), _exceeded_at(budget_bytes), _exceeded_at(remat_limit),

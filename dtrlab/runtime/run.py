@@ -7,14 +7,14 @@ import math
 from dataclasses import dataclass, field
 
 from ..memory import MEMORY_MODELS, MemoryModel, get_memory_model
-from ..memory.device import DeviceCapacity, device_capacity as parse_device_capacity
-from ..suggest import did_you_mean
+from ..memory.device import DeviceCapacity
 from ..policies import Policy, get_policy
 from ..trace.model import Trace
 from . import compiled
 from .baseline import baseline
-from .semantics import DEFAULT_OVERHEAD_LIMIT, FLAT, Semantics
-from .simulator import ALLOCATED, RESERVED, SEMANTICS, Failure, Intervention, Simulator
+from .semantics import (DEFAULT_OVERHEAD_LIMIT, FLAT, REFERENCE, Semantics, check_semantics, refuse_loose,
+                        semantics_options)
+from .simulator import ALLOCATED, RESERVED, Failure, Intervention, Simulator
 
 
 @dataclass(frozen=True)
@@ -103,10 +103,9 @@ def budget_for(trace: Trace, ratio: float) -> int:
 
 
 def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None = None,
-             budget_bytes: int | None = None, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
-             intervention: Intervention | None = None, recorder=None, regions: str = "auto",
-             memory: str | MemoryModel = FLAT, memory_options: dict | None = None, engine: str = "auto",
-             enforce: str = RESERVED, device_capacity=None, **policy_params) -> RunResult:
+             budget_bytes: int | None = None, semantics: Semantics = REFERENCE,
+             intervention: Intervention | None = None, recorder=None, regions: str = "auto", engine: str = "auto",
+             **policy_params) -> RunResult:
     """Replay ``trace`` under a memory budget with an eviction policy.
 
     Give exactly one of ``ratio`` (a fraction of the unbounded peak; the budget is
@@ -120,7 +119,7 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
     its capacity and ``memory_options``) or an unused :class:`~dtrlab.memory.MemoryModel`
     instance of that capacity. See docs/memory.md.
 
-    ``enforce`` is the runtime semantics under a memory model: ``"reserved"`` (the
+    ``semantics.enforce`` is the runtime semantics under a memory model: ``"reserved"`` (the
     default; the model's capacity is the budget and an allocation evicts until it is
     placed) or ``"allocated"`` (the DTR prototype: the budget limits allocated block
     bytes after each operator, the model's capacity is ``device_capacity``: bytes,
@@ -138,14 +137,17 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
         budget_bytes = budget_for(trace, ratio)
     elif budget_bytes < 0:
         raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
-    if not overhead_limit >= 1:
-        raise ValueError(f"overhead_limit must be >= 1 (2.0 allows as much recompute as compute), got {overhead_limit}")
+    refuse_loose(policy_params)
+    if not isinstance(semantics, Semantics):
+        raise TypeError(f"semantics must be a dtrlab.Semantics (e.g. Semantics(memory='caching')), got {semantics!r}")
+    enforce, overhead_limit = semantics.enforce, semantics.overhead_limit
     policy = get_policy(policy, **policy_params)
-    device = check_semantics(enforce, device_capacity, policy)
-    model = memory_model(memory, budget_bytes, memory_options, enforce, device)
+    device = check_semantics(enforce, semantics.device_capacity, policy)
+    model = memory_model(semantics, budget_bytes, device)
     base = baseline(trace)
     remat_limit = base.model_compute * (overhead_limit - 1)
-    if _use_compiled(engine, trace, policy, intervention, recorder, regions, model, isinstance(memory, MemoryModel)):
+    if _use_compiled(engine, trace, policy, intervention, recorder, regions, model,
+                     isinstance(semantics.memory, MemoryModel)):
         sim = compiled.run(trace, policy, budget_bytes, remat_limit, intervention, model=model, enforce=enforce)
         status = sim.status
         metrics = {} if model is None else memory_metrics(sim, model, sim.memory_stats)
@@ -164,23 +166,6 @@ def simulate(trace: Trace, policy: str | Policy = "dtr", *, ratio: float | None 
         overhead_limit=overhead_limit, failure=sim.failure, **metrics,
         **({} if enforce == RESERVED else {"enforce": enforce, "device_capacity": device.label}),
     )
-
-
-def check_semantics(enforce: str, device_capacity=None, policy: Policy | None = None) -> DeviceCapacity | None:
-    """The normalized device capacity of ``enforce="allocated"`` (None under ``"reserved"``, which
-    takes none); refuses an unknown semantics and policies that evict to place a block."""
-    if enforce not in SEMANTICS:
-        raise ValueError(f"unknown enforce {enforce!r}{did_you_mean(enforce, SEMANTICS)}; valid: "
-                         f"{', '.join(SEMANTICS)} (see docs/memory.md)")
-    if enforce == RESERVED:
-        if device_capacity is not None:
-            raise ValueError("device_capacity applies to enforce='allocated' only (under 'reserved' the budget is "
-                             "the device)")
-        return None
-    if policy is not None and getattr(policy, "address_aware", False):
-        raise ValueError(f"policy {policy.name!r} evicts to place a block, which enforce='allocated' never asks for "
-                         "(it evicts by allocated bytes after each operator); use enforce='reserved'")
-    return parse_device_capacity(device_capacity)
 
 
 def _use_compiled(engine: str, trace: Trace, policy: Policy, intervention, recorder, regions: str, model,
@@ -202,34 +187,6 @@ def _use_compiled(engine: str, trace: Trace, policy: Policy, intervention, recor
     return reason is None
 
 
-def memory_spec(memory: str | MemoryModel = FLAT, options: dict | None = None,
-                enforce: str = RESERVED) -> tuple[str, dict]:
-    """``(name, effective options)`` of a memory model given by name and options, or by instance.
-
-    Validates both (an unknown model or option is an error listing the valid ones);
-    the effective options have every default filled in, so that equal
-    configurations compare (and key caches) equal. Under ``enforce="allocated"`` the
-    defaults are that semantics' (:func:`semantics_options`).
-    """
-    if memory == FLAT and not options and enforce == RESERVED:
-        return FLAT, {}
-    if isinstance(memory, MemoryModel):
-        instance = get_memory_model(memory, None, **(options or {}))  # options with an instance are refused
-        memory, options = instance.name, instance.options()
-    model = get_memory_model(memory, 0, **semantics_options(memory, options, enforce))
-    return model.name, model.options()
-
-
-def semantics_options(memory: str, options: dict | None, enforce: str) -> dict:
-    """``options`` with the defaults of ``enforce``: under ``"allocated"`` the caching model checks
-    the device limit as PyTorch's ``alloc_block`` checks a per-process limit, with
-    ``get_allocation_size`` before mapping (``limit_check="allocation_size"``), unless given."""
-    options = dict(options or {})
-    if enforce == ALLOCATED and "limit_check" in MEMORY_MODELS.get(memory, MemoryModel).option_specs:
-        options.setdefault("limit_check", "allocation_size")
-    return options
-
-
 def memory_label(name: str, options: dict | None = None) -> str:
     """``caching`` or ``caching(expandable_segments=True)``: the name and the options that differ from
     the model's defaults, for tables and plots."""
@@ -238,15 +195,15 @@ def memory_label(name: str, options: dict | None = None) -> str:
     return name + ("(" + ", ".join(f"{k}={v!r}" for k, v in changed.items()) + ")" if changed else "")
 
 
-def memory_model(memory: str | MemoryModel, budget_bytes: int, options: dict | None = None,
-                 enforce: str = RESERVED, device: DeviceCapacity | None = None) -> MemoryModel | None:
-    """The model a run uses: None for ``"flat"`` without options under ``"reserved"`` (the byte
-    counter needs none). Its capacity is the budget under ``"reserved"``, the device
-    capacity under ``"allocated"``.
+def memory_model(semantics: Semantics, budget_bytes: int, device: DeviceCapacity | None = None) -> MemoryModel | None:
+    """The model a run under ``semantics`` uses: None for ``"flat"`` without options under ``"reserved"``
+    (the byte counter needs none). Its capacity is the budget under ``"reserved"``, the device
+    capacity (``device``: :func:`check_semantics`' result) under ``"allocated"``.
 
     A model instance is taken as is, but it must be unused, since a run leaves its
     blocks in it.
     """
+    memory, options, enforce = semantics.memory, semantics.options, semantics.enforce
     if memory == FLAT and not options and enforce == RESERVED:
         return None
     if enforce == ALLOCATED:

@@ -246,7 +246,7 @@ class Simulator:
             self._place_first = bool(getattr(policy, "address_aware", False))
         self.step = -1
         self.failure: Failure | None = None
-        self._pending: list[int] = []  # tensors being materialized, outermost first
+        self.pending: list[int] = []  # tensors being materialized, outermost first (recorders read it)
         self._actions = self._timed_actions()
         self._replay = None
         policy.start(self)
@@ -406,7 +406,7 @@ class Simulator:
         for p in parents:
             if defined[p]:
                 self.lock(storage[p])
-        self._pending.append(t)
+        self.pending.append(t)
         for p in undefined:
             if not defined[p]:  # a sibling's rematerialization may have defined it
                 self.materialize(p, True)
@@ -424,7 +424,7 @@ class Simulator:
             blocks = self._allocate_outputs(t, op)
             self._compute(t, op, rematerialize)
             self._evict_over_budget(t, op, blocks)
-        self._pending.pop()
+        self.pending.pop()
         for p in parents:
             self.unlock(storage[p])
         if self.remat_compute > self._remat_allowance:

@@ -16,12 +16,13 @@ lexicographically up to the grid's resolution (see its docstring).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import pandas as pd
 
 from ..analysis.variant_census import variant_census
+from ..runtime import REFERENCE, Semantics
+from ..sweep.execution import QUIET, Execution
 
 #: The search's ratio grid: 476 ratios, a step of 0.002.
 SEARCH_RATIOS = "0.05:1.0:0.002"
@@ -43,11 +44,11 @@ class Evaluation:
         return {"policy": self.policy, "holes": self.holes, "threshold": self.threshold, "overhead": self.overhead}
 
 
-def evaluate(policy, traces, *, ratios=SEARCH_RATIOS, jobs: int = 1, cache: bool | str | os.PathLike = True,
-             progress: bool = False, refine: bool = False) -> Evaluation:
-    """Sweep ``policy`` over ``traces`` and rank it by holes, threshold and overhead (``refine``: of the
-    refined census, see :func:`~dtrlab.analysis.variant_census.variant_census`)."""
-    census = variant_census(traces, [policy], ratios=ratios, jobs=jobs, cache=cache, progress=progress, refine=refine)
+def evaluate(policy, traces, *, ratios=SEARCH_RATIOS, semantics: Semantics = REFERENCE, execution: Execution = QUIET,
+             refine: bool = False) -> Evaluation:
+    """Sweep ``policy`` over ``traces`` under ``semantics`` and rank it by holes, threshold and overhead
+    (``refine``: of the refined census, see :func:`~dtrlab.analysis.variant_census.variant_census`)."""
+    census = variant_census(traces, [policy], ratios=ratios, semantics=semantics, execution=execution, refine=refine)
     return summarize(census.table)
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..policies.searched import POLICIES_FORMAT, POLICIES_VERSION, SHIPPED_POLICIES, policies_digest
+from ..runtime import REFERENCE, Semantics
+from ..sweep.execution import QUIET, Execution
 from .evaluate import SEARCH_RATIOS, evaluate
 
 #: Shipped search results of a source checkout (the study, its tables, the policies file).
@@ -38,19 +40,20 @@ def export_policies(study, path: str | os.PathLike = SHIPPED_POLICIES, top: int 
     return document
 
 
-def compare(policies, traces, *, ratios=SEARCH_RATIOS, jobs: int = 1, cache=True,
-            progress: bool = False, refine: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+def compare(policies, traces, *, ratios=SEARCH_RATIOS, semantics: Semantics = REFERENCE, execution: Execution = QUIET,
+            refine: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Holes, mean threshold and mean overhead of each policy over ``traces``.
 
     ``policies`` is a list, or a dict display name -> policy (a searched policy shown
     as ``searched_1`` but swept as its ``score_search`` parameters, whose sweeps the
     search has cached). Returns ``(summary, per_trace)``: one row per policy, and the
-    variant-census rows (one per trace and policy); ``refine``: of the refined censuses.
+    variant-census rows (one per trace and policy); ``semantics``, ``execution`` and ``refine`` as
+    in :func:`~dtrlab.search.evaluate.evaluate`.
     """
     named = policies.items() if isinstance(policies, dict) else [(None, p) for p in policies]
     rows, tables = [], []
     for name, policy in named:
-        result = evaluate(policy, traces, ratios=ratios, jobs=jobs, cache=cache, progress=progress, refine=refine)
+        result = evaluate(policy, traces, ratios=ratios, semantics=semantics, execution=execution, refine=refine)
         shown = name or result.policy
         rows.append({**result.as_dict(), "policy": shown, "traces": len(result.table)})
         tables.append(result.table.assign(policy=shown))

@@ -39,6 +39,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ..sweep.budget_sweep import parse_ratios
+from ..sweep.execution import SERIAL, Execution
 from .evaluate import SEARCH_RATIOS, evaluate, objective_value, summarize
 from .space import DTR_POINT, SPACE, make_policy, suggest
 
@@ -170,14 +171,14 @@ def _recover(study, path) -> int:
 
 
 def run_search(traces, storage: str | os.PathLike, *, study_name: str = "score_search", n_trials: int | None = 20,
-               timeout: float | None = None, ratios=SEARCH_RATIOS, jobs: int = 1,
-               cache: bool | str | os.PathLike = True, seed: int = 0, prune_margin: int | None = 2,
-               progress: bool = True) -> SearchResult:
+               timeout: float | None = None, ratios=SEARCH_RATIOS, seed: int = 0, prune_margin: int | None = 2,
+               execution: Execution = SERIAL) -> SearchResult:
     """Search the :data:`~dtrlab.search.space.SPACE` on ``traces`` until the study has
     ``n_trials`` finished (completed or pruned) trials or ``timeout`` seconds passed (at least one must be given).
 
-    Each trial sweeps one policy over every trace at ``ratios`` (cached, ``jobs``
-    processes) and is ranked by :func:`~dtrlab.search.evaluate.objective_value`.
+    Each trial sweeps one policy over every trace at ``ratios`` (where ``execution`` says; its
+    ``progress`` is the search's bar, not each sweep's) and is ranked by
+    :func:`~dtrlab.search.evaluate.objective_value`.
     Traces are evaluated shortest schedule first; with ``prune_margin`` a trial stops
     (state PRUNED, counted as finished) once its holes so far exceed the best
     completed trial's total by more than the margin: it cannot be best and its
@@ -195,8 +196,7 @@ def run_search(traces, storage: str | os.PathLike, *, study_name: str = "score_s
 
     with storage_lock(storage):
         try:
-            return _search(traces, storage, study_name, n_trials, timeout, ratios, jobs, cache, seed, prune_margin,
-                           progress)
+            return _search(traces, storage, study_name, n_trials, timeout, ratios, seed, prune_margin, execution)
         except sqlalchemy.exc.SQLAlchemyError as exc:  # a storage damaged where opening it did not look
             raise ValueError(f"{storage}: the Optuna storage failed ({_first_line(exc)}); give a new --storage") \
                 from None
@@ -229,8 +229,8 @@ def _check_same_question(study, storage, traces, ratios) -> None:
             study.set_user_attr(key, value)
 
 
-def _search(traces, storage, study_name, n_trials, timeout, ratios, jobs, cache, seed, prune_margin,
-            progress) -> SearchResult:
+def _search(traces, storage, study_name, n_trials, timeout, ratios, seed, prune_margin,
+            execution: Execution) -> SearchResult:
     optuna = _optuna()
     study = open_study(storage, study_name, seed)
     _check_same_question(study, storage, traces, ratios)
@@ -247,7 +247,7 @@ def _search(traces, storage, study_name, n_trials, timeout, ratios, jobs, cache,
         best_holes = min((t.user_attrs["holes"] for t in finished), default=None)
         tables = []
         for trace in traces:  # cheapest first, so that a hopeless trial stops early
-            tables.append(evaluate(policy, [trace], ratios=ratios, jobs=jobs, cache=cache).table)
+            tables.append(evaluate(policy, [trace], ratios=ratios, execution=execution.with_(progress=False)).table)
             holes = int(sum(table["holes"].sum() for table in tables))
             if prune_margin is not None and best_holes is not None and holes > best_holes + prune_margin:
                 trial.set_user_attr("holes_when_pruned", holes)
@@ -268,7 +268,7 @@ def _search(traces, storage, study_name, n_trials, timeout, ratios, jobs, cache,
     done_before = completed()
     target = n_trials if n_trials is not None else None
     bar = tqdm(total=target, initial=min(done_before, target or done_before), desc=f"search {study_name}",
-               unit="trial", disable=not progress)
+               unit="trial", disable=not execution.progress)
     try:
         while (target is None or completed() < target) and (timeout is None or time.monotonic() - started < timeout):
             study.optimize(objective, n_trials=1, catch=())

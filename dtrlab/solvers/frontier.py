@@ -38,8 +38,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..integrity import IntegrityError, atomic_write_bytes, quarantine, read_hashed, sha256_bytes, write_hashed
-from ..runtime import DEFAULT_OVERHEAD_LIMIT, baseline, simulate
+from ..runtime import DEFAULT_OVERHEAD_LIMIT, REFERENCE, Semantics, baseline, simulate
 from ..suggest import did_you_mean
+from ..sweep.execution import QUIET, Execution
 from ..trace.model import Trace
 from .problem import build_problem
 from .relax import (RELAX_METHODS, RelaxationTooLarge, RelaxResult, check_size, refuting_run, relaxation_problem,
@@ -541,7 +542,8 @@ class _Solving:
 
     def _add_dtr(self, row: dict) -> None:
         if self.plan.dtr:
-            run = simulate(self.trace, "dtr", budget_bytes=row["budget_bytes"], overhead_limit=self.plan.overhead_limit)
+            run = simulate(self.trace, "dtr", budget_bytes=row["budget_bytes"],
+                           semantics=Semantics(overhead_limit=self.plan.overhead_limit))
             row.update(dtr_status=run.status, dtr_clock=run.clock, dtr_overhead=run.overhead)
 
     def best_real(self) -> int | None:
@@ -583,7 +585,8 @@ def run_policies(run: _Solving) -> None:
     """Upper side, step 1: each policy's lowest passing budget on the plan's grid."""
     if run.plan.policies:
         for row in policy_rows(run.trace, run.plan.policies, run.plan.policy_grid(),
-                               overhead_limit=run.plan.overhead_limit, cache=run.cache):
+                               semantics=Semantics(overhead_limit=run.plan.overhead_limit),
+                               execution=QUIET.with_(cache=run.cache)):
             run.record(row)
 
 
@@ -593,7 +596,8 @@ def sampled_budgets(run: _Solving) -> list[tuple[int, float]]:
     plan, peak = run.plan, run.peak
     budgets = list(plan.budgets)
     if plan.holes:
-        budgets += hole_budgets(run.trace, plan.policy_grid(), overhead_limit=plan.overhead_limit, cache=run.cache)
+        budgets += hole_budgets(run.trace, plan.policy_grid(), semantics=Semantics(overhead_limit=plan.overhead_limit),
+                                execution=QUIET.with_(cache=run.cache))
     return sorted({(int(peak * r), r) for r in plan.ratios} | {(int(b), int(b) / peak) for b in budgets})
 
 
@@ -713,15 +717,14 @@ def prove_lower_side(run: _Solving, samples) -> None:
             hi = mid
 
 
-def policy_rows(trace: Trace, policies, ratios, *, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT,
-                cache=True, jobs: int = 1) -> list[dict]:
+def policy_rows(trace: Trace, policies, ratios, *, semantics: Semantics = REFERENCE,
+                execution: Execution = QUIET) -> list[dict]:
     """Each policy's lowest passing budget on the ``ratios`` grid (a real run: the upper side)."""
     from ..sweep import sweep
 
     rows = []
     for policy in policies:
-        frame = sweep(trace, policy, ratios=ratios, overhead_limit=overhead_limit, cache=cache, jobs=jobs,
-                      progress=False)
+        frame = sweep(trace, policy, ratios=ratios, semantics=semantics, execution=execution)
         passed = frame[frame.status == "pass"].sort_values("budget_bytes")
         if passed.empty:
             continue
@@ -734,13 +737,13 @@ def policy_rows(trace: Trace, policies, ratios, *, overhead_limit: float = DEFAU
     return rows
 
 
-def hole_budgets(trace: Trace, ratios, *, overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, cache=True) -> list[int]:
+def hole_budgets(trace: Trace, ratios, *, semantics: Semantics = REFERENCE, execution: Execution = QUIET) -> list[int]:
     """The failing budgets of DTR's holes when sweeping ``ratios``: the lowest failing
     sample of each hole (the census of :func:`dtrlab.analysis.holes.find_holes`)."""
     from ..analysis.holes import find_holes
     from ..sweep import sweep
 
-    frame = sweep(trace, "dtr", ratios=list(ratios), overhead_limit=overhead_limit, jobs=1, progress=False, cache=cache)
+    frame = sweep(trace, "dtr", ratios=list(ratios), semantics=semantics, execution=execution)
     return [int(b) for b in find_holes(frame).holes.fail_low_bytes]
 
 

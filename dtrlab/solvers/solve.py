@@ -77,8 +77,8 @@ def solve_optimal(trace: Trace | Problem, budget_bytes: int, *, overhead_limit: 
     remat_limit = problem.base_compute * (overhead_limit - 1)  # the simulator's, for the policy runs of the hints
     allowance = remat_allowance(remat_limit)  # the models': the same thrash check, in integers
     if solver == "interval":
-        return checked(problem, _solve_interval(problem, int(budget_bytes), remat_limit, allowance, time_limit_s,
-                                                workers, feasibility_only, copies, slots, hint, started, common))
+        return checked(problem, _solve_interval(problem, int(budget_bytes), remat_limit, workers, feasibility_only,
+                                                copies, slots, hint, started, common))
     model = build_model(problem, int(budget_bytes), allowance)
     sizes = dict(n_vars=model.n_vars, n_rows=len(model.rows))
     if model.infeasible:
@@ -181,10 +181,10 @@ def checked(problem: Problem, result: SolveResult) -> SolveResult:
                    message="solver fault: " + "; ".join(faults))
 
 
-def _solve_interval(problem: Problem, budget_bytes: int, remat_limit: float, allowance: int | None,
-                    time_limit_s: float, workers: int,
-                    feasibility_only: bool, copies: int, slots: int, hint, started: float,
-                    common: dict) -> SolveResult:
+def _solve_interval(problem: Problem, budget_bytes: int, remat_limit: float, workers: int, feasibility_only: bool,
+                    copies: int, slots: int, hint, started: float, common: dict) -> SolveResult:
+    """:func:`solve_optimal` with ``solver="interval"`` (``common``: the result's fields, with the time limit)."""
+    allowance, time_limit_s = remat_allowance(remat_limit), common["time_limit_s"]
     try:
         import ortools  # noqa: F401
     except ImportError as error:

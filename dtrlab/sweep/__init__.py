@@ -9,10 +9,11 @@ import types
 
 from .budget_sweep import COLUMNS, parse_ratios, sweep
 from .cache import SweepCache, default_cache_dir
-from .execution import SERIAL, Execution
+from .execution import QUIET, SERIAL, Execution
 from .engine import BACKENDS, RunSpec, iter_runs, run_many
 
-__all__ = ["BACKENDS", "COLUMNS", "Execution", "RunSpec", "SERIAL", "SweepCache", "default_cache_dir", "iter_runs", "parse_ratios",
+__all__ = ["BACKENDS", "COLUMNS", "Execution", "QUIET", "RunSpec", "SERIAL", "SweepCache", "default_cache_dir",
+           "iter_runs", "parse_ratios",
            "run_many", "sweep"]
 
 

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import os
 
 import pandas as pd
 
 from ..version import __version__
 from ..policies import Policy, get_policy
-from ..runtime import (DEFAULT_OVERHEAD_LIMIT, FLAT, RESERVED, SIMULATOR_VERSION, Intervention, RunResult, baseline,
-                       budget_for, check_semantics, memory_spec)
+from ..runtime import (FLAT, REFERENCE, SIMULATOR_VERSION, Intervention, RunResult, Semantics, baseline, budget_for,
+                       refuse_loose)
 from ..trace import Trace, load
 from .cache import SweepCache, default_cache_dir
 from .engine import RunSpec, iter_runs
+from .execution import SERIAL, Execution
 
 #: Results of runs under a memory model other than flat (empty under flat, whose
 #: cached rows predate them): see :class:`~dtrlab.runtime.RunResult`.
@@ -109,37 +109,34 @@ def _result_row(result: RunResult, seconds: float) -> dict:
 
 
 def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] = "dtr", *, ratios=None,
-          budgets=None, jobs: int = 1, backend: str = "loky", client=None,
-          overhead_limit: float = DEFAULT_OVERHEAD_LIMIT, intervention: Intervention | None = None,
-          memory="flat", memory_options: dict | None = None, cache: bool | str | os.PathLike = True,
-          progress: bool = True, enforce: str = RESERVED, device_capacity=None, **policy_params) -> pd.DataFrame:
+          budgets=None, semantics: Semantics = REFERENCE, execution: Execution = SERIAL,
+          intervention: Intervention | None = None, **policy_params) -> pd.DataFrame:
     """Simulate ``trace`` at many budgets; one DataFrame row per requested budget.
 
     Give ``ratios`` (a list or ``"start:stop:step"``; budgets are simrd's
-    ``int(peak * ratio)``) or ``budgets`` in bytes. ``jobs``/``backend``/``client``
-    are as in :func:`~dtrlab.sweep.run_many` (``jobs=2`` uses two local processes;
-    a Dask client or scheduler address runs on that cluster). ``cache`` is True (the
-    default directory, ``$DTRLAB_CACHE`` or ``~/.cache/dtrlab``), a directory, or
-    False; cached budgets are not simulated again, and results are stored as they
-    finish, so an interrupted sweep resumes where it stopped. ``memory`` and
-    ``memory_options`` pick the memory model as in :func:`~dtrlab.simulate` (a model
-    instance stands for its name and options: every run builds its own); ``enforce`` and
-    ``device_capacity`` pick the runtime semantics as there (columns ``enforce`` and
-    ``device_capacity``, the latter's label such as ``"1.25x"``; part of the cache key
-    unless ``enforce`` is the default, ``"reserved"``). ``overhead_limit=math.inf`` runs
-    without a thrash limit (cached under its own key): a run then finishes or runs out of
-    memory, and :func:`dtrlab.analysis.anatomy.outcomes_at` derives every limit from it.
+    ``int(peak * ratio)``) or ``budgets`` in bytes. ``semantics`` (a
+    :class:`~dtrlab.runtime.semantics.Semantics`) is every run's memory model, runtime
+    semantics and overhead limit, as in :func:`~dtrlab.simulate` (a model instance stands
+    for its name and options: every run builds its own; columns ``memory``,
+    ``memory_options``, ``enforce``, ``device_capacity`` (the latter's label such as
+    ``"1.25x"``) and ``overhead_limit``). ``overhead_limit=math.inf`` runs without a thrash
+    limit (cached under its own key): a run then finishes or runs out of memory, and
+    :func:`dtrlab.analysis.anatomy.outcomes_at` derives every limit from it.
+
+    ``execution`` (a :class:`~dtrlab.sweep.execution.Execution`) says where runs go, as in
+    :func:`~dtrlab.sweep.run_many` (``Execution(jobs=2)`` uses two local processes; a Dask
+    client or scheduler address runs on that cluster), and whether they are cached:
+    ``cache`` is True (the default directory, ``$DTRLAB_CACHE`` or ``~/.cache/dtrlab``), a
+    directory, or False; cached budgets are not simulated again, and results are stored as
+    they finish, so an interrupted sweep resumes where it stopped.
     """
+    refuse_loose(policy_params)
+    refuse_loose(policy_params, Execution, "execution")
     trace = resolve_trace(trace)
     policy = get_policy(policy, **policy_params)
-    device = check_semantics(enforce, device_capacity, policy)
-    device_label = None if device is None else device.label
-    memory, memory_options = memory_spec(memory, memory_options, enforce)
+    semantics = semantics.normalized(policy)
     if (ratios is None) == (budgets is None):
         raise ValueError("give exactly one of ratios= (e.g. '0.05:1.0:0.005' or [0.25, 0.5]) or budgets= (bytes)")
-    if not (isinstance(overhead_limit, numbers.Real) and overhead_limit >= 1):  # `>=` is False for nan
-        raise ValueError(f"overhead_limit must be a number >= 1 (2.0 allows as much recompute as compute; math.inf "
-                         f"is no limit), got {overhead_limit!r}")
     peak = baseline(trace).peak_memory
     if ratios is not None:
         ratio_list = parse_ratios(ratios)
@@ -156,9 +153,9 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
         ratio_list = [b / peak for b in budget_list]
 
     store = None
-    if cache is not False:
-        store = SweepCache(default_cache_dir() if cache is True else cache, trace, policy, overhead_limit,
-                           intervention, memory, memory_options, enforce, device_label)
+    if execution.cache is not False:
+        store = SweepCache(default_cache_dir() if execution.cache is True else execution.cache, trace, policy,
+                           semantics, intervention)
     cached = store.load() if store else pd.DataFrame(columns=_RESULT_COLUMNS)
     done = {row["budget_bytes"]: row for row in cached.to_dict("records")}
 
@@ -166,11 +163,8 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
     for budget, ratio in zip(budget_list, ratio_list):
         if budget not in done and budget not in todo:
             todo[budget] = ratio if ratios is not None else None
-    options = tuple(sorted(memory_options.items()))
-    specs = [RunSpec(b, policy, overhead_limit, intervention, r, memory, options, enforce, device_label)
-             for b, r in todo.items()]
-    for i, result, seconds in iter_runs(trace, specs, jobs=jobs, backend=backend, client=client,
-                                        progress=progress, desc=f"{trace.name} {policy.label}"):
+    specs = [RunSpec(b, policy, semantics, intervention, r) for b, r in todo.items()]
+    for i, result, seconds in iter_runs(trace, specs, execution=execution, desc=f"{trace.name} {policy.label}"):
         row = _result_row(result, seconds)
         done[result.budget_bytes] = row
         if store:
@@ -183,11 +177,11 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
     config = {"trace": trace.name, "trace_hash": trace.content_hash, "policy": policy.label,
               "policy_name": policy.name, "policy_params": json.dumps(policy.params, sort_keys=True, default=repr),
               "baseline_memory": peak, "baseline_compute": baseline(trace).model_compute,
-              "overhead_limit": float(overhead_limit),
+              "overhead_limit": float(semantics.overhead_limit),
               "withhold": json.dumps(sorted(intervention.withhold)) if intervention else "",
-              "dtrlab_version": __version__, "memory": memory,
-              "memory_options": json.dumps(memory_options, sort_keys=True) if memory_options else "",
-              "enforce": enforce, "device_capacity": device_label or ""}
+              "dtrlab_version": __version__, "memory": semantics.memory,
+              "memory_options": json.dumps(semantics.options, sort_keys=True) if semantics.memory_options else "",
+              "enforce": semantics.enforce, "device_capacity": semantics.device_capacity or ""}
     rows = [{**config, "ratio": r, **{c: done[b][c] for c in _RESULT_COLUMNS},
              **{c: done[b].get(c) for c in MEMORY_COLUMNS}} for b, r in zip(budget_list, ratio_list)]
     frame = pd.DataFrame(rows, columns=COLUMNS)

@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 
 from ..integrity import IntegrityError, atomic_write_json, quarantine, read_hashed, read_json, write_hashed
 from ..policies import Policy
-from ..runtime import SIMULATOR_VERSION, Intervention
+from ..runtime import REFERENCE, SIMULATOR_VERSION, Intervention, Semantics
 from ..trace.cache import CACHE_ENV, default_cache_dir  # noqa: F401  (one cache root for all)
 from ..trace.model import Trace
 from .shipped import shipped_rows
@@ -93,11 +93,14 @@ def config_key(key: dict) -> str:
 
 
 class SweepCache:
-    """The cached results of one (trace, policy, overhead limit, intervention)."""
+    """The cached results of one (trace, policy, semantics, intervention); ``semantics`` is keyed as
+    :meth:`~dtrlab.runtime.semantics.Semantics.normalized` gives it (the model's effective options, the
+    device capacity's label)."""
 
-    def __init__(self, root: str | os.PathLike, trace: Trace, policy: Policy, overhead_limit: float,
-                 intervention: Intervention | None = None, memory: str = "flat", memory_options: dict | None = None,
-                 enforce: str = "reserved", device_capacity: str | None = None):
+    def __init__(self, root: str | os.PathLike, trace: Trace, policy: Policy, semantics: Semantics = REFERENCE,
+                 intervention: Intervention | None = None):
+        semantics = semantics.normalized()
+        overhead_limit, memory, memory_options = semantics.overhead_limit, semantics.memory, semantics.options
         self.key = {
             "simulator_version": SIMULATOR_VERSION, "trace": trace.name, "trace_hash": trace.content_hash,
             # No limit (math.inf) is JSON's Infinity, which Python's json writes and reads back: its own key,
@@ -115,9 +118,9 @@ class SweepCache:
             self.key["memory"] = memory
             self.key["memory_options"] = dict(memory_options or {})
         # So does a runtime semantics other than the default "reserved" (with its device capacity's label).
-        if enforce != "reserved":
-            self.key["enforce"] = enforce
-            self.key["device_capacity"] = device_capacity
+        if semantics.enforce != "reserved":
+            self.key["enforce"] = semantics.enforce
+            self.key["device_capacity"] = semantics.device_capacity
         self.config_key = config_key(self.key)
         self.directory = Path(root) / f"sim-v{SIMULATOR_VERSION}" / trace.content_hash[:24] / self.config_key
         #: Set (with one warning) when the directory cannot be written: the sweep then runs uncached.

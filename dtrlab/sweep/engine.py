@@ -18,38 +18,33 @@ from dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from ..policies import Policy
-from ..runtime import DEFAULT_OVERHEAD_LIMIT, FLAT, RESERVED, Intervention, RunResult, simulate
+from ..runtime import REFERENCE, Intervention, RunResult, Semantics, simulate
 from ..trace.model import Trace
+from .execution import SERIAL, Execution
 
 BACKENDS = ("sequential", "loky", "dask")
+#: Seconds to wait for a Dask scheduler given by address (Dask itself waits 30 s): a dead one fails fast.
+SCHEDULER_TIMEOUT_S = 5
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One simulation to run: a budget and a policy instance (pickled by value).
-
-    ``memory`` names the memory model; ``memory_options`` are its options as sorted
-    ``(key, value)`` pairs (every run builds its own model from them). ``enforce`` and
-    ``device_capacity`` are the runtime semantics, as in :func:`~dtrlab.simulate`.
+    """One simulation to run: a budget and a policy instance (pickled by value), under ``semantics``
+    (every run builds its own memory model from it), as in :func:`~dtrlab.simulate`.
     """
 
     budget_bytes: int
     policy: Policy
-    overhead_limit: float = DEFAULT_OVERHEAD_LIMIT
+    semantics: Semantics = REFERENCE
     intervention: Intervention | None = None
     ratio: float | None = None
-    memory: str = FLAT
-    memory_options: tuple[tuple[str, object], ...] = ()
-    enforce: str = RESERVED
-    device_capacity: str | None = None
 
 
 def run_spec(trace: Trace, spec: RunSpec) -> tuple[RunResult, float]:
     """Simulate one spec; returns the result and its wall seconds."""
     started = time.perf_counter()
-    result = simulate(trace, spec.policy, budget_bytes=spec.budget_bytes, overhead_limit=spec.overhead_limit,
-                      intervention=spec.intervention, memory=spec.memory, memory_options=dict(spec.memory_options),
-                      enforce=spec.enforce, device_capacity=spec.device_capacity)
+    result = simulate(trace, spec.policy, budget_bytes=spec.budget_bytes, semantics=spec.semantics,
+                      intervention=spec.intervention)
     seconds = time.perf_counter() - started
     return dataclasses.replace(result, ratio=spec.ratio), seconds
 
@@ -80,22 +75,24 @@ def _jobs(jobs: int) -> int:
     return jobs
 
 
-def iter_runs(trace: Trace, specs: list[RunSpec], *, jobs: int = 1, backend: str = "loky", client=None,
-              progress: bool = True, desc: str | None = None) -> Iterator[tuple[int, RunResult, float]]:
-    """Yield ``(spec index, result, wall seconds)`` as runs finish (any order).
+def iter_runs(trace: Trace, specs: list[RunSpec], *, execution: Execution = SERIAL,
+              desc: str | None = None) -> Iterator[tuple[int, RunResult, float]]:
+    """Yield ``(spec index, result, wall seconds)`` as runs finish (any order), where ``execution``
+    says (its ``cache`` is not used here).
 
     The sweep cache consumes this to store each result as soon as it exists.
     """
+    backend, client = execution.backend, execution.client
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)} "
-                         "(dask needs client= a distributed.Client or a scheduler address)")
+                         "(dask needs Execution(client=) a distributed.Client or a scheduler address)")
     if client is not None and backend != "dask":
         backend = "dask"
     for spec in specs:
         if not isinstance(spec, RunSpec):
             raise TypeError(f"run_many takes a list of RunSpec, got {type(spec).__name__}")
-    jobs = _jobs(jobs)
-    bar = tqdm(total=len(specs), desc=desc or trace.name, unit="run", disable=not progress or not specs)
+    jobs = _jobs(execution.jobs)
+    bar = tqdm(total=len(specs), desc=desc or trace.name, unit="run", disable=not execution.progress or not specs)
     try:
         if backend == "dask":
             runs = _iter_dask(trace, specs, client)
@@ -132,11 +129,15 @@ def _iter_dask(trace: Trace, specs: list[RunSpec], client) -> Iterator[tuple[int
     from distributed import Client, as_completed
 
     if client is None:
-        raise ValueError("backend='dask' needs client= a distributed.Client or a scheduler address "
+        raise ValueError("backend='dask' needs Execution(client=) a distributed.Client or a scheduler address "
                          "such as 'tcp://127.0.0.1:8786'")
     own_client = isinstance(client, str)
     if own_client:
-        client = Client(client)
+        try:
+            client = Client(client, timeout=SCHEDULER_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            raise ValueError(f"no Dask scheduler answers at {client} within {SCHEDULER_TIMEOUT_S} s ({exc}); start "
+                             "one with `dask scheduler`, or run locally (Execution(jobs=N))") from None
     try:
         remote_trace = client.scatter(trace, broadcast=True, hash=False)
         futures = client.map(_run_on_dask, specs, trace=remote_trace, pure=False)
@@ -152,17 +153,17 @@ def _iter_dask(trace: Trace, specs: list[RunSpec], client) -> Iterator[tuple[int
             client.close()
 
 
-def run_many(trace: Trace, specs: list[RunSpec], *, jobs: int = 1, backend: str = "loky", client=None,
-             progress: bool = True, desc: str | None = None) -> list[RunResult]:
+def run_many(trace: Trace, specs: list[RunSpec], *, execution: Execution = SERIAL,
+             desc: str | None = None) -> list[RunResult]:
     """Run every spec on ``trace``; results come back in spec order.
 
-    ``backend``: ``"sequential"`` (this process), ``"loky"`` (``jobs`` local
+    ``execution.backend``: ``"sequential"`` (this process), ``"loky"`` (``jobs`` local
     processes through joblib's loky executor; ``jobs=1`` runs in this process) or
-    ``"dask"`` (``client`` is a ``distributed.Client`` or a scheduler address; giving
-    a client selects Dask). A tqdm bar shows progress unless ``progress=False``.
+    ``"dask"`` (``client`` is a ``distributed.Client`` or a scheduler address, which must
+    answer within :data:`SCHEDULER_TIMEOUT_S`; giving a client selects Dask). A tqdm bar
+    shows progress unless ``execution.progress`` is False; ``execution.cache`` is not used.
     """
     results: list[RunResult | None] = [None] * len(specs)
-    for i, result, _ in iter_runs(trace, specs, jobs=jobs, backend=backend, client=client, progress=progress,
-                                  desc=desc):
+    for i, result, _ in iter_runs(trace, specs, execution=execution, desc=desc):
         results[i] = result
     return results

@@ -35,3 +35,5 @@ class Execution:
 
 
 SERIAL = Execution()
+#: :data:`SERIAL` without a progress bar (for the many small sweeps inside an analysis).
+QUIET = Execution(progress=False)

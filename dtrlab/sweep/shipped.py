@@ -12,8 +12,8 @@ every configuration's full key and row columns. Analysis tables that are not swe
 cached, in ``results/shipped/<trace set>/tables/``.
 
 Checked, not trusted: the bundle's ``MANIFEST.json`` lists every file's sha256 and
-size (:func:`dtrlab.integrity.write_manifest`, written by ``scripts/ship_results.py``
-and ``python -m dtrlab.search.ship``). A file is read only if it matches its entry
+size (:func:`dtrlab.integrity.write_manifest`, written by ``dtrlab ship results``
+and ``dtrlab ship search``). A file is read only if it matches its entry
 (hashed once per process per (path, size, mtime)); an edited, truncated or unlisted
 file is ignored with a one-line warning and its rows are simulated, and a bundle
 without a valid manifest is not used at all. A row of a matching file is used only
@@ -21,7 +21,7 @@ if its simulator version is the running one and its trace hash and config key ar
 those asked for; anything else is recomputed. ``tests/test_shipped.py`` checks the
 manifest and recomputes a sample of the rows (a slow test all of them).
 ``DTRLAB_RECOMPUTE=1`` ignores the layer; ``DTRLAB_SHIPPED=DIR`` reads the bundle in
-DIR instead. ``scripts/ship_results.py`` regenerates it.
+DIR instead. ``dtrlab ship results`` regenerates it.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def _read_valid(path: Path) -> tuple[pd.DataFrame, dict]:
     missing = [c for c in INDEX_COLUMNS + ["simulator_version", "budget_bytes"] if c not in frame]
     if missing or "trace_hash" not in metadata:
         warnings.warn(f"ignoring {path}: not a shipped-results file (missing {missing or 'metadata'}); "
-                      "regenerate the bundle with scripts/ship_results.py", stacklevel=4)
+                      "regenerate the bundle with dtrlab ship results", stacklevel=4)
         return pd.DataFrame(columns=INDEX_COLUMNS), {}
     valid = (frame["simulator_version"] == SIMULATOR_VERSION) & (frame["trace_hash"] == metadata["trace_hash"])
     return frame[valid], metadata.get("configs", {})

@@ -13,6 +13,12 @@ API (stable; dtrlab.memory.partitioned and the knob census build on it)::
     joint = trace_joint("hf:llama", batch=1, seq=256, layers=4)   # once: dynamo + AOT autograd
     step = partition(joint, 0.05)                                  # per knob: torch's partitioner
     step.saved, step.recomputed, step.proxy_saved_bytes, step.trace
+    partition(joint, 0.05, force={"mm_3": "recompute"})            # one node forced (its hooks)
+
+    # dtrlab.memory.partitioned (the memory layer):
+    knob_peaks(joint, 0.05)     # {knob, flat_peak, allocated_peak, reserved_peak, proxy_saved_bytes, ...}
+    peak_composition(step)      # what is live at the peak: constants, saved, recomputed, backward
+    interventions(joint, 0.05)  # one row per node forced saved / recomputed: its peak delta
 
 * :func:`trace_joint` builds the model source (any ``dtrlab capture`` source: zoo,
   ``torchvision:``, ``hf:``, ``diffusers:``, ``module:function``) under a
@@ -25,7 +31,7 @@ API (stable; dtrlab.memory.partitioned and the knob census build on it)::
   ``min_cut_rematerialization_partition`` on the copy with the knob patched into
   ``torch._functorch.config`` (and the solver, optionally): no recompile. The forward and
   backward graphs it returns are run in order on meta tensors under the capture's recorder
-  (:class:`dtrlab.trace.capture._Recorder`, the code that records ``dtrlab capture``'s logs:
+  (:class:`dtrlab.trace.capture.Recorder`, the code that records ``dtrlab capture``'s logs:
   same operator names, sizes, aliasing, release points and cost models), run as aot_eager
   runs them (boxed calls: each graph frees its inputs and intermediates after their last
   use); saved tensors are handed from the forward's outputs to the backward, so a saved view
@@ -59,7 +65,7 @@ import torch
 import torch._dynamo  # noqa: F401
 from torch import fx, nn
 
-from .capture import _Recorder
+from .capture import Recorder
 from .model import Trace
 from .simrd_log import parse_lines
 
@@ -86,6 +92,8 @@ class JointGraph:
     desc: str = ""
     #: torch's ``estimate_runtime`` per (node name, estimator): a node's estimate does not depend on the knob.
     runtime_estimates: dict = field(default_factory=dict, compare=False, repr=False)
+    #: torch's ``solve_min_cut`` answers on this graph, by node names (see :func:`partition`'s ``reuse_min_cuts``).
+    min_cuts: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def node_count(self) -> int:
@@ -146,7 +154,7 @@ class PartitionedStep:
         """FLOPs of the backward's recomputed operators (capture's FLOP model, as in the trace)."""
         recomputed = set(self.recomputed)
         return sum(op.cost for op, name in zip(self.trace.operators, self.trace.meta["node_names"])
-                   if name in recomputed)
+                   if op.backward and name in recomputed)
 
 
 def check_knob(knob) -> float:
@@ -169,10 +177,12 @@ class _JointCaptured(Exception):
 
 
 def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None, image: int = 224,
-                dtype: torch.dtype | None = None, **sizes) -> JointGraph:
+                dtype: torch.dtype | None = None, device: str = "cpu", **sizes) -> JointGraph:
     """Trace ``source``'s training step once into the joint graph torch.compile would partition.
 
-    Build options are :func:`dtrlab.trace.models.build`'s. Raises ``ValueError`` (one line)
+    Build options are :func:`dtrlab.trace.models.build`'s. ``device``: the device the fake
+    tensors claim ("cpu"; "cuda" traces the kernels a GPU step picks, e.g. its flash
+    attention, with no GPU needed). Raises ``ValueError`` (one line)
     for an unknown source or a step dynamo cannot capture in one graph.
     """
     from torch._dynamo.backends.common import aot_autograd
@@ -183,12 +193,12 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
     check_torch_has_knob()
     options = {"batch": batch, "seq": seq, "image": image, "dtype": dtype, **sizes}
     with FakeTensorMode(allow_non_fake_inputs=True):
-        workload = build(source, device="cpu", **options)
+        workload = build(source, device=device, **options)
         if any(t.is_meta for t in (*workload.module.parameters(), *workload.module.buffers())):
             # A library that makes some tensors on the meta device itself (transformers' rotary
-            # frequencies): fake CPU tensors like the rest (values never matter here).
-            workload.module.to_empty(device="cpu")
-    step = _LossStep(workload.module, workload.loss_fn)
+            # frequencies): fake tensors on the device like the rest (values never matter here).
+            workload.module.to_empty(device=device)
+    step = LossStep(workload.module, workload.loss_fn)
     kept: dict = {}
 
     def keep_joint(joint_module, joint_inputs, **kwargs):
@@ -201,8 +211,9 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
         torch.compile(step, backend=backend, fullgraph=True, dynamic=False)(*workload.inputs)
     except Exception as exc:  # dynamo wraps what the backend raises
         if "graph_module" not in kept:
+            cause = getattr(exc, "inner_exception", None) or exc  # what the backend itself raised
             raise ModelSourceError(f"{source}: torch.compile cannot trace its training step in one graph: "
-                                   f"{type(exc).__name__}: {_first_line(exc)}") from exc
+                                   f"{type(cause).__name__}: {_first_line(cause)}") from exc
     finally:
         torch._dynamo.reset()
     graph_module = kept["graph_module"]
@@ -211,15 +222,15 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
         raise ModelSourceError(f"{source}: its joint graph has {len(tangents)} tangents; the step must return "
                                "one scalar loss")
     return JointGraph(
-        source=source, build_options=tuple(sorted((k, _option_value(v)) for k, v in options.items()
-                                                  if v is not None)),
+        source=source, build_options=tuple(sorted((k, _option_value(v))
+                                                  for k, v in {**options, "device": device}.items() if v is not None)),
         graph_module=graph_module, joint_inputs=tuple(kept["joint_inputs"]),
         num_fwd_outputs=kept["num_fwd_outputs"],
         static_lifetime_input_indices=tuple(kept.get("static_lifetime_input_indices") or ()),
         forward_nodes=_forward_nodes(graph_module.graph), torch_version=torch.__version__, desc=workload.desc)
 
 
-class _LossStep(nn.Module):
+class LossStep(nn.Module):
     """The model and its loss as one module: the step torch.compile traces returns the loss."""
 
     def __init__(self, module: nn.Module, loss_fn):
@@ -273,7 +284,8 @@ def partitioner_config(knob: float, solver: str | None = None) -> Iterator[None]
 
 
 def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
-              force: dict[str, str] | None = None, keep_graphs: bool = False) -> PartitionedStep:
+              force: dict[str, str] | None = None, keep_graphs: bool = False,
+              reuse_min_cuts: bool = True) -> PartitionedStep:
     """Call torch's ``min_cut_rematerialization_partition`` on a copy of ``joint`` at ``knob``.
 
     ``solver``: ``activation_memory_budget_solver`` (None: torch's configured one).
@@ -282,15 +294,27 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
     recomputed: the partitioner bans its recomputation) or ``MUST_RECOMPUTE`` (always
     recomputed in the backward), as selective activation checkpointing tags nodes.
     ``keep_graphs``: keep the forward and backward graph modules on the result.
+    ``reuse_min_cuts``: remember the answers of torch's ``solve_min_cut`` (a max-flow over
+    the graph, most of a partition's time) on ``joint``, by node names, under the forcing,
+    the cut's options, the nodes the knapsack let it recompute and the rest of the
+    partitioner's configuration. Three of its four calls per partition do not depend on
+    the knob at all; the fourth repeats whenever the knapsack's answer does. The answer is
+    torch's either way (tests/test_partition.py compares with ``reuse_min_cuts=False``).
     """
     import torch._functorch.config as functorch_config
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     check_torch_has_knob()
     knob = check_knob(knob)
-    graph_module = fx.GraphModule(joint.graph_module, copy.deepcopy(joint.graph_module.graph))
+    from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
+
+    # Lazy graph modules: Python code for the graphs is generated only if something runs them
+    # (the interpreter below does not), as torch.compile itself does while it partitions.
+    with _use_lazy_graph_module(True):
+        graph_module = _make_graph_module(joint.graph_module, copy.deepcopy(joint.graph_module.graph))
     forced = _apply_forcing(graph_module, force or {})
-    with partitioner_config(knob, solver):
+    reuse = _reused_min_cuts(joint, forced) if reuse_min_cuts else contextlib.nullcontext()
+    with partitioner_config(knob, solver), reuse, _use_lazy_graph_module(True):
         used_solver = functorch_config.activation_memory_budget_solver
         estimator = functorch_config.activation_memory_budget_runtime_estimator
         forward, backward = min_cut_rematerialization_partition(
@@ -307,6 +331,36 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
         proxy_saved_bytes=sum(s.nbytes for s in saved), proxy_recompute_runtime=proxy_runtime, trace=trace,
         recorded_peak_bytes=peak, forward_ops=forward_ops,
         forward=forward if keep_graphs else None, backward=backward if keep_graphs else None, forced=forced)
+
+
+@contextlib.contextmanager
+def _reused_min_cuts(joint: JointGraph, forced: tuple) -> Iterator[None]:
+    """torch's ``solve_min_cut``, answering again from ``joint.min_cuts`` what it answered before."""
+    import dataclasses
+
+    import torch._functorch.config as functorch_config
+    from torch._functorch import partitioners
+
+    solve_min_cut = partitioners.solve_min_cut
+    settings = functorch_config.get_config_copy()
+    for knob_setting in (KNOB, "activation_memory_budget_solver"):
+        settings.pop(knob_setting, None)
+    context = (forced, repr(sorted(settings.items())))
+
+    def remembered(joint_graph, node_info, min_cut_options, dont_ban=None):
+        key = (context, dataclasses.astuple(min_cut_options), frozenset(n.name for n in dont_ban or ()))
+        if key not in joint.min_cuts:
+            saved, banned = solve_min_cut(joint_graph, node_info, min_cut_options, dont_ban)
+            joint.min_cuts[key] = ([n.name for n in saved], [n.name for n in banned])
+        nodes = {node.name: node for node in joint_graph.nodes}
+        saved_names, banned_names = joint.min_cuts[key]
+        return [nodes[name] for name in saved_names], partitioners.OrderedSet(nodes[name] for name in banned_names)
+
+    partitioners.solve_min_cut = remembered
+    try:
+        yield
+    finally:
+        partitioners.solve_min_cut = solve_min_cut
 
 
 def _apply_forcing(graph_module: fx.GraphModule, force: dict[str, str]) -> tuple[tuple[str, str], ...]:
@@ -364,7 +418,7 @@ def placeholder_tensors(graph_module: fx.GraphModule, device: str) -> list[torch
 
 
 def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[torch.Tensor],
-               recorder: _Recorder, num_fwd_outputs: int = 1) -> None:
+               recorder: Recorder, num_fwd_outputs: int = 1) -> None:
     """Run the forward graph on ``primals`` then the backward on its saved outputs, under ``recorder``.
 
     Boxed runs, as aot_eager's compiled graphs run: each graph drops its inputs and every
@@ -373,7 +427,6 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
     outputs: new values of buffers the step updates), and so are ``primals`` (held by the caller, as
     a module holds its parameters).
     """
-    forward, backward = (_on_device(graph_module, primals[0].device) for graph_module in (forward, backward))
     output_names = [node.name if isinstance(node, fx.Node) else None
                     for node in forward.graph.find_nodes(op="output")[0].args[0]]
     backward_inputs = [node.name for node in backward.graph.find_nodes(op="placeholder")]
@@ -386,14 +439,16 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
     gc.disable()  # as in capture.record: collection at random points would move releases
     try:
         with recorder:
-            outputs = dict(zip(output_names, _NodeInterpreter(forward, recorder).boxed_run(list(primals))))
+            forward_outputs = _NodeInterpreter(forward, recorder, primals[0].device).boxed_run(list(primals))
+            outputs = dict(zip(output_names, forward_outputs))
+            del forward_outputs
             # The step's outputs: the loss (and new values of buffers it updates, e.g. batch norm's running stats).
             loss = [outputs[name] for name in output_names[:num_fwd_outputs]]
             recorder.flush_releases()
             recorder._emit(INSTRUCTION="ANNOTATE", ANNOTATION="BACKWARD")
             arguments = [tangent if name.startswith("tangents") else outputs[name] for name in backward_inputs]
             del outputs
-            gradients = _NodeInterpreter(backward, recorder).boxed_run(arguments)
+            gradients = _NodeInterpreter(backward, recorder, primals[0].device).boxed_run(arguments)
         recorder.close()
     finally:
         if gc_was_enabled:
@@ -401,32 +456,24 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
     del loss, gradients
 
 
-def _on_device(graph_module: fx.GraphModule, device: torch.device) -> fx.GraphModule:
-    """The graph with the devices its operators name (``_to_copy(device=cpu)``) replaced by ``device``."""
-    def moved(value):
-        return device if isinstance(value, torch.device) and value != device else value
-
-    named = [node for node in graph_module.graph.nodes
-             if any(moved(v) is not v for v in (*node.args, *node.kwargs.values()))]
-    if not named:
-        return graph_module
-    graph_module = fx.GraphModule(graph_module, copy.deepcopy(graph_module.graph))
-    for node in graph_module.graph.nodes:
-        node.args = tuple(moved(v) for v in node.args)
-        node.kwargs = {k: moved(v) for k, v in node.kwargs.items()}
-    return graph_module
-
-
 class _NodeInterpreter(fx.Interpreter):
-    """Runs a graph node by node, telling the recorder which node runs (for the trace's node names)."""
+    """Runs a graph node by node, telling the recorder which node runs (for the trace's node names),
+    with the devices operators name (``_to_copy(device=cpu)``) replaced by the run's device."""
 
-    def __init__(self, graph_module: fx.GraphModule, recorder: _Recorder):
+    def __init__(self, graph_module: fx.GraphModule, recorder: Recorder, device: torch.device):
         super().__init__(graph_module, garbage_collect_values=True)
         self.recorder = recorder
+        self.device = device
 
     def run_node(self, node):
         self.recorder.node_name = node.name
         return super().run_node(node)
+
+    def call_function(self, target, args, kwargs):
+        def moved(value):
+            return self.device if isinstance(value, torch.device) else value
+
+        return super().call_function(target, tuple(moved(v) for v in args), {k: moved(v) for k, v in kwargs.items()})
 
 
 def _record_step(forward: fx.GraphModule, backward: fx.GraphModule, joint: JointGraph) -> tuple[Trace, int, int]:
@@ -441,11 +488,12 @@ def _record_step(forward: fx.GraphModule, backward: fx.GraphModule, joint: Joint
     node_names = tuple(recorder.operator_nodes)
     trace.meta.update(node_names=node_names, torch_version=torch.__version__, cost_model="flops",
                       cost_unit="flop")
-    forward_ops = sum(1 for line in recorder.lines[:recorder.backward_line] if line["INSTRUCTION"] in ("CALL", "MUTATE"))
+    forward_ops = sum(1 for line in recorder.lines[:recorder.backward_line]
+                      if line["INSTRUCTION"] in ("CALL", "MUTATE"))
     return trace, recorder.peak_live_bytes, forward_ops
 
 
-class _NodeNamingRecorder(_Recorder):
+class _NodeNamingRecorder(Recorder):
     """The capture's recorder, also noting each operator's graph node and where the backward starts."""
 
     def __init__(self, cost: str, repeats: int):

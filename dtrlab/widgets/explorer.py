@@ -30,7 +30,7 @@ from ..plots.style import STATUS_COLORS, STATUS_LABELS, short_trace_name, use_st
 from ..plots.timelines import memory_timelines
 from ..policies import available_policies, policy_class
 from ..runtime import Intervention, RunResult, baseline, simulate
-from ..sweep import sweep
+from ..sweep import QUIET, sweep
 from ..trace import Trace
 
 #: Ratio resolution of the slider; the nudge spans one slider step either way.
@@ -208,7 +208,7 @@ class BudgetExplorer:
         high = centre + int(self.window_half_width * peak)
         budgets = sorted({low + (high - low) * i // (self.window_points - 1) for i in range(self.window_points)})
         self.window = sweep(self.trace, self.policy_dropdown.value, budgets=budgets, intervention=self.intervention,
-                            cache=False, progress=False)
+                            execution=QUIET.uncached)
         use_style()
         fig, ax = plt.subplots(figsize=(8, 1.0))
         plot_strip(self.window, ax=ax, marker=centre / peak)

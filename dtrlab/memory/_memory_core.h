@@ -3,7 +3,7 @@
  * rules as dtrlab/memory/{flat,aligned,caching}.py, block for block (caching.py is the readable
  * reference and cites c10/cuda/CUDACachingAllocator.cpp; each function below names the PyTorch
  * function, or the Python method, it mirrors). Header-only: included by the replay core (_core.c)
- * and by the test wrapper (_memory.c, dtrlab.runtime._memory.MemoryCore).
+ * and by the test wrapper (_compiled.c, dtrlab.memory._compiled.MemoryCore).
  *
  * API (issue 23): the enum, MemStats, MemLayout and the functions memory_init, memory_release,
  * memory_request_bytes, memory_allocate, memory_free, memory_stats, memory_layout,

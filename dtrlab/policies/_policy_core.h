@@ -1,7 +1,8 @@
 /*
  * The compiled core's eviction policies: scores and the choice among candidates,
  * decision for decision like dtrlab/policies (see _policy_spec.h for the spec).
- * Included by _core.c after the Sim struct and the pool and equivalence-class helpers.
+ * Included by the replay core (dtrlab/runtime/_core.c) after its Sim struct and its pool and
+ * equivalence-class helpers: the state a policy reads, as the Python policies read the Simulator's.
  *
  * Every score is computed as Python computes it: exact int / int divisions rounded
  * once, floats through C's pow() with CPython's float ** special cases. Where a value
@@ -755,7 +756,7 @@ static int score_spec_parse(PyObject *obj, ScoreSpec *p) {
     return 0;
 }
 
-/* Decode compiled_policies.policy_spec's tuple: a score policy's tuple, or
+/* Decode core_spec.policy_spec's tuple: a score policy's tuple, or
  * (P_TWOPHASE, phase1, phase2). The tuple outlives the replay, so references stay borrowed. */
 static int policy_spec_parse(PyObject *obj, PolicySpec *spec, Py_ssize_t n_tensors) {
     memset(spec, 0, sizeof(*spec));

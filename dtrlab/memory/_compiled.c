@@ -1,12 +1,12 @@
 /*
- * dtrlab.runtime._memory.MemoryCore: a thin Python type around the memory models of
+ * dtrlab.memory._compiled.MemoryCore: a thin Python type around the memory models of
  * _memory_core.h, for tests (equality with dtrlab/memory/ after every call) and for anyone who
- * wants a fast allocator. dtrlab/runtime/memory_spec.py builds the constructor's arguments from a
- * Python model (core_memory_args).
+ * wants a fast allocator. A Python model gives the constructor's arguments itself
+ * (MemoryModel.core_args; dtrlab/memory/core_args.py).
  *
  *   MemoryCore(kind, capacity, granularity, expandable, max_split, divisions, limit_before_mapping,
  *              reuse_addresses)        kind: MEM_BYTES or MEM_CACHING; max_split -1: none;
- *                                      divisions: 16 ints (the Python model's _divisions_table)
+ *                                      divisions: 16 ints (the caching model's divisions table)
  *   request_bytes(size) -> int
  *   allocate(block_id, size) -> bool   ValueError if block_id already holds a block
  *   free(block_id)                     KeyError if it holds none
@@ -253,21 +253,21 @@ static PyMethodDef MemoryCore_methods[] = {
 
 static PyTypeObject MemoryCoreType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "dtrlab.runtime._memory.MemoryCore",
+    .tp_name = "dtrlab.memory._compiled.MemoryCore",
     .tp_basicsize = sizeof(MemoryCoreObject),
     .tp_dealloc = (destructor)MemoryCore_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The compiled memory models of _memory_core.h; see dtrlab/runtime/memory_spec.py.",
+    .tp_doc = "The compiled memory models of _memory_core.h; see dtrlab/memory/core_args.py.",
     .tp_methods = MemoryCore_methods,
     .tp_init = (initproc)MemoryCore_init,
     .tp_new = PyType_GenericNew,
 };
 
 static struct PyModuleDef memory_module = {
-    PyModuleDef_HEAD_INIT, "_memory", "Compiled memory models (flat, aligned, caching) for dtrlab.", -1, NULL,
+    PyModuleDef_HEAD_INIT, "_compiled", "Compiled memory models (flat, aligned, caching) for dtrlab.", -1, NULL,
 };
 
-PyMODINIT_FUNC PyInit__memory(void) {
+PyMODINIT_FUNC PyInit__compiled(void) {
     if (PyType_Ready(&MemoryCoreType) < 0) return NULL;
     PyObject *module = PyModule_Create(&memory_module);
     if (!module) return NULL;

@@ -1,9 +1,9 @@
 """Run the limit census (dtrlab.analysis.limit_census) and ship its tables in results/shipped/anatomy/.
 
-    python scripts/ship_anatomy.py ../shared/dtr-logs --policies dtr lru --limits 1.25 1.5 2 3 5
-    python scripts/ship_anatomy.py traces/models --policies twophase --ratios 0.05:1.0:0.001
-    python scripts/ship_anatomy.py traces --memories caching --enforce allocated   # the DTR prototype's semantics
-    python scripts/ship_anatomy.py ../shared/dtr-logs --census   # the anatomy of notebook 02's census at 2.0
+    dtrlab ship anatomy ../shared/dtr-logs --policies dtr lru --limits 1.25 1.5 2 3 5
+    dtrlab ship anatomy traces/models --policies twophase --ratios 0.05:1.0:0.001
+    dtrlab ship anatomy traces --memories caching --enforce allocated   # the DTR prototype's semantics
+    dtrlab ship anatomy ../shared/dtr-logs --census   # the anatomy of notebook 02's census at 2.0
 
 Per trace set (the directory's name: ``dtr-logs``, ``traces``, ``models``) it writes
 ``SET-table.csv`` (one row per trace, policy, memory model and limit), ``SET-holes.csv`` (every
@@ -22,7 +22,6 @@ runs without a limit at its failing samples (:func:`~dtrlab.analysis.anatomy.unl
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import math
 import os
@@ -31,22 +30,20 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from dtrlab.runtime.semantics import Semantics
+from dtrlab.sweep.execution import Execution
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from dtrlab import baseline  # noqa: E402
-from dtrlab.analysis.anatomy import hole_anatomy, unlimited_runs  # noqa: E402
-from dtrlab.analysis.holes import census_grid, refine_holes  # noqa: E402
-from dtrlab.analysis.limit_census import SHIPPED_ANATOMY, limit_census  # noqa: E402
-import dtrlab.calibrated  # noqa: E402,F401  (registers monotone)
-from dtrlab.policies import get_policy  # noqa: E402
-from dtrlab.runtime import ALLOCATED, RESERVED, SEMANTICS  # noqa: E402
-from dtrlab.integrity import atomic_write_bytes, write_manifest  # noqa: E402
-from dtrlab.memory.device import device_capacity  # noqa: E402
-from dtrlab.sweep.shipped import DEFAULT_SHIPPED_DIR  # noqa: E402
-from dtrlab.sweep import sweep  # noqa: E402
-from dtrlab.trace import load_directory  # noqa: E402
+from .. import calibrated  # noqa: F401  (registers monotone)
+from ..analysis.anatomy import hole_anatomy, unlimited_runs
+from ..analysis.holes import census_grid, refine_holes
+from ..analysis.limit_census import SHIPPED_ANATOMY, limit_census
+from ..integrity import atomic_write_bytes, write_manifest
+from ..memory.device import device_capacity
+from ..policies import get_policy
+from ..runtime import ALLOCATED, RESERVED, SEMANTICS, baseline
+from ..sweep import sweep
+from ..sweep.shipped import DEFAULT_SHIPPED_DIR
+from ..trace import load_directory
 
 KEY = ["trace", "policy", "memory", "ratios"]
 
@@ -79,11 +76,12 @@ def census_anatomy(traces: dict, args, name: str, manifest_dir: Path) -> int:
     for trace_name, trace in traces.items():
         for policy in args.policies:
             wall, cpu = time.perf_counter(), time.process_time()
-            options = dict(jobs=args.jobs, progress=False)
-            frame = sweep(trace, policy, **census_grid(trace, "0.05:1.0:0.005", 0.001), **options)
+            execution = Execution(jobs=args.jobs, progress=False)
+            frame = sweep(trace, policy, **census_grid(trace, "0.05:1.0:0.005", 0.001), execution=execution)
             census = refine_holes(trace, frame, policy, delta=0.001,
-                                  resolution=max(1, int(baseline(trace).peak_memory * 1e-4)), **options).refined
-            holes = hole_anatomy(census, unlimited_runs(trace, census, jobs=args.jobs, progress=False))
+                                  resolution=max(1, int(baseline(trace).peak_memory * 1e-4)),
+                                  execution=execution).refined
+            holes = hole_anatomy(census, unlimited_runs(trace, census, execution=execution))
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             merge_write(path, holes.assign(trace=trace_name, policy=census.policy, memory="flat",
                                            ratios="0.05:1.0 delta 0.001", wall_seconds=round(wall, 1),
@@ -92,14 +90,14 @@ def census_anatomy(traces: dict, args, name: str, manifest_dir: Path) -> int:
                                        "ratios": "0.05:1.0 delta 0.001", "wall_seconds": round(wall, 1),
                                        "cpu_seconds": round(cpu, 1)}]))
             write_manifest(manifest_dir, [path])
-            print(f"ship_anatomy: {name} {trace_name} {policy} census: {len(holes)} holes "
+            print(f"dtrlab ship anatomy: {name} {trace_name} {policy} census: {len(holes)} holes "
                   f"{holes['anatomy'].value_counts().to_dict() if len(holes) else {}}; {wall:.0f} s wall, "
                   f"{cpu:.0f} s CPU", flush=True)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser) -> None:
+    """The options of ``dtrlab ship anatomy``."""
     parser.add_argument("traces", type=Path, help="directory of traces (a trace set)")
     parser.add_argument("--policies", nargs="+", default=["dtr"])
     parser.add_argument("--memories", nargs="+", default=["flat"])
@@ -116,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=SHIPPED_ANATOMY)
     parser.add_argument("--census", action="store_true",
                         help="classify the holes of notebook 02's census (delta 0.001, limit 2.0) instead")
-    args = parser.parse_args(argv)
+
+
+def ship(args, parser) -> int:
+    """``dtrlab ship anatomy``: configuration by configuration, each shipped as it finishes."""
     if not args.traces.is_dir():
         parser.error(f"{args.traces} is not a directory of traces")
     try:  # a typo is an error now, not after an hour of runs
@@ -150,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             for memory in args.memories:
                 wall, cpu = time.perf_counter(), time.process_time()
                 result = limit_census({trace_name: trace}, [policy], [memory], args.limits, ratios=args.ratios,
-                                      enforce=args.enforce, device_capacity=args.device_capacity, jobs=args.jobs,
-                                      progress=False)
+                                      semantics=Semantics(enforce=args.enforce, device_capacity=args.device_capacity),
+                                      execution=Execution(jobs=args.jobs, progress=False))
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                 config = {"ratios": args.ratios}
                 label = result.table["memory"].iloc[0]  # MODEL, or MODEL/allocated
@@ -164,22 +165,18 @@ def main(argv: list[str] | None = None) -> int:
                                       ("samples.csv.gz", shipped_samples(result)), ("timing.csv", timing)):
                     merge_write(paths[suffix], frame.assign(**config))
                 write_manifest(manifest_dir, list(paths.values()))
-                print(f"ship_anatomy: {name} {trace_name} {policy} {label}: {wall:.0f} s wall, {cpu:.0f} s CPU; "
+                print(f"dtrlab ship anatomy: {name} {trace_name} {policy} {label}: {wall:.0f} s wall, {cpu:.0f} s CPU; "
                       f"holes by limit {dict(zip(result.table['limit'], result.table['holes']))}", flush=True)
-    print(f"ship_anatomy: wrote {', '.join(str(p) for p in paths.values())}")
+    print(f"dtrlab ship anatomy: wrote {', '.join(str(p) for p in paths.values())}")
     return 0
 
 
-def entry(argv: list[str] | None = None) -> int:
-    """:func:`main`, with Ctrl-C (or ``timeout -s INT``) one line and status 130: the configurations finished
+def run(args, parser) -> int:
+    """:func:`ship`, with Ctrl-C (or ``timeout -s INT``) one line and status 130: the configurations finished
     are shipped, and the runs of the one under way are in the sweep cache, so the same command resumes."""
     try:
-        return main(argv)
+        return ship(args, parser)
     except KeyboardInterrupt:
-        print("ship_anatomy: interrupted; the configurations finished are shipped, the runs of the one under way "
-              "are cached (run the same command again to resume)", file=sys.stderr)
+        print("dtrlab ship anatomy: interrupted; the configurations finished are shipped, the runs of the one "
+              "under way are cached (run the same command again to resume)", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(entry())

@@ -1,8 +1,8 @@
 """Regenerate results/shipped/, the committed sweep results the notebooks read on a fresh clone.
 
-    python scripts/ship_results.py                  # traces/ (every notebook) + the DTR logs' census
-    python scripts/ship_results.py --no-logs        # the shipped traces only
-    python scripts/ship_results.py --cache DIR      # keep the computed cache in DIR (reruns reuse it)
+    dtrlab ship results                  # traces/ (every notebook) + the DTR logs' census
+    dtrlab ship results --no-logs        # the shipped traces only
+    dtrlab ship results --cache DIR      # keep the computed cache in DIR (reruns reuse it)
 
 Run it after anything that bumps ``SIMULATOR_VERSION`` (or changes the notebooks'
 default parameters, or the traces): the old bundle's rows are then ignored, not
@@ -21,19 +21,19 @@ written are recorded in ``results/shipped/MANIFEST.json`` (the other entries are
 kept), which the shipped layer checks before it reads a file. Figures go to a
 temporary directory unless ``--figures``.
 
-    python scripts/ship_results.py --manifest-only  # rehash every file of the bundle (after checking them)
-    python scripts/ship_results.py --merge 10 --sets traces models --cache DIR --figures figures
-    python scripts/ship_results.py --allocator-census [traces dtr-logs models] --cache DIR --figures figures
+    dtrlab ship results --manifest-only  # rehash every file of the bundle (after checking them)
+    dtrlab ship results --merge 10 --sets traces models --cache DIR --figures figures
+    dtrlab ship results --allocator-census [traces dtr-logs models] --cache DIR --figures figures
 
 ``--merge NN ...`` runs only those notebooks on the trace sets of ``--sets`` (default traces/),
 reading the bundle as it is (not ``DTRLAB_RECOMPUTE``), so only the runs it lacks are
 simulated, and adds them to each trace's bundle file, whose other rows stay
 (:func:`merge_pack`). A ``--cache`` filled beforehand (the same runs, e.g. from
-``python -m dtrlab.search.ship`` for notebook 10) makes it plot only.
+``dtrlab ship search`` for notebook 10) makes it plot only.
 ``--allocator-census`` is ``--merge 08`` on traces/, the DTR logs and traces/models (where the
 notebook adds an A100's 80 GB as a device and runs h_DTR and Coop only): the allocator census under
 both runtime semantics.
-    python scripts/ship_results.py --execute-only   # notebook 11's real runs only (about 15 s here)
+    dtrlab ship results --execute-only   # notebook 11's real runs only (about 15 s here)
 
 Notebook 11's real runs (training steps executed around a census hole) are shipped as JSON
 records in ``results/shipped/execute/`` (:mod:`dtrlab.execute.record`): the notebook writes
@@ -43,28 +43,22 @@ times are this machine's.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from dtrlab.execute.record import SHIPPED_SUBDIR as EXECUTE_SUBDIR  # noqa: E402
-from dtrlab.integrity import write_manifest  # noqa: E402
-from dtrlab.sweep.cache import rows_from_cache  # noqa: E402
-from dtrlab.sweep.shipped import (  # noqa: E402
+from ..execute.record import SHIPPED_SUBDIR as EXECUTE_SUBDIR
+from ..integrity import IntegrityError, write_manifest
+from ..sweep.cache import rows_from_cache
+from ..sweep.shipped import (
     DEFAULT_SHIPPED_DIR, RECOMPUTE_ENV, bundle_table, read_metadata, tables_from_cache, verified, write_bundle_file)
-from dtrlab.trace import load_directory  # noqa: E402
-
-import make_figures  # noqa: E402  (beside this script)
+from ..trace import load_directory
+from . import figures as make_figures
+from .figures import ROOT
 
 #: The notebooks whose runs are shipped, per trace set: all for traces/; for the DTR logs the census
 #: (01's grid, on which 03, 05 and 07 find their hole, and 02's finer census) and the allocator
@@ -92,9 +86,9 @@ def run_notebooks(traces_dir: Path, cache: Path, work: Path, figures: Path, only
         if path.name.startswith(tuple(skip)):
             continue
         started = time.perf_counter()
-        print(f"ship_results: {path.name} on {traces_dir} ...", flush=True)
+        print(f"dtrlab ship results: {path.name} on {traces_dir} ...", flush=True)
         make_figures.run_notebook(path, work / "executed" / name, parameters)
-        print(f"ship_results: {path.name} done in {time.perf_counter() - started:.0f} s", flush=True)
+        print(f"dtrlab ship results: {path.name} done in {time.perf_counter() - started:.0f} s", flush=True)
 
 
 def pack(traces_dir: Path, cache: Path, output: Path) -> list[tuple[str, int, int]]:
@@ -127,8 +121,8 @@ def merge_pack(traces_dir: Path, cache: Path, output: Path) -> list[tuple[str, i
         path = output / f"{name}.parquet"
         if path.exists():
             if not verified(path, output.parent):
-                raise SystemExit(f"ship_results: {path} does not match {output.parent / 'MANIFEST.json'}; "
-                                 "regenerate the bundle instead of merging into it")
+                raise IntegrityError(f"{path} does not match {output.parent / 'MANIFEST.json'}; "
+                                     "regenerate the bundle instead of merging into it")
             rows = pd.concat([pd.read_parquet(path), rows], ignore_index=True)
             rows = rows.drop_duplicates(["config_key", "budget_bytes"], keep="last")
             configs = read_metadata(path)["configs"] | configs
@@ -141,7 +135,7 @@ def pack_execute(cache: Path, output: Path) -> list[tuple[str, int, int]]:
     """Copy the real runs' records the notebooks wrote to ``cache/execute/`` into ``output``; (file, 1, bytes) each."""
     records = sorted((cache / EXECUTE_SUBDIR).glob("*.json"))
     if not records:
-        raise SystemExit(f"ship_results: notebook {EXECUTE_NOTEBOOK} wrote no real run to {cache / EXECUTE_SUBDIR}")
+        raise FileNotFoundError(f"notebook {EXECUTE_NOTEBOOK} wrote no real run to {cache / EXECUTE_SUBDIR}")
     shutil.rmtree(output, ignore_errors=True)  # runs the notebook no longer makes leave the bundle too
     output.mkdir(parents=True)
     for record in records:
@@ -149,8 +143,8 @@ def pack_execute(cache: Path, output: Path) -> list[tuple[str, int, int]]:
     return [(output / r.name, 1, (output / r.name).stat().st_size) for r in records]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser) -> None:
+    """The options of ``dtrlab ship results``."""
     parser.add_argument("--traces", type=Path, default=ROOT / "traces", help="the shipped traces (default traces/)")
     parser.add_argument("--logs", type=Path, default=default_logs(),
                         help="the DTR logs (default: $DTRLAB_LOGS, else ../shared/dtr-logs when present)")
@@ -175,14 +169,17 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the trace sets of --merge ({', '.join(MERGE_SETS)}; default traces)")
     parser.add_argument("--allocator-census", nargs="*", choices=MERGE_SETS, metavar="SET",
                         help=f"--merge {ALLOCATOR_NOTEBOOK} on these trace sets (default all)")
-    args = parser.parse_args(argv)
+
+
+def run(args, parser) -> int:
+    """``dtrlab ship results``: the bundle regenerated, or merged into (``--merge``, ``--allocator-census``)."""
     if args.allocator_census is not None:
         return ship_merged(args, [ALLOCATOR_NOTEBOOK], args.allocator_census or MERGE_SETS)
     if args.merge:
         return ship_merged(args, args.merge, args.sets)
     if args.manifest_only:
         manifest = write_manifest(args.output)
-        print(f"ship_results: {args.output / 'MANIFEST.json'}: {len(manifest['files'])} files")
+        print(f"dtrlab ship results: {args.output / 'MANIFEST.json'}: {len(manifest['files'])} files")
         return 0
 
     sets = [(args.traces, [EXECUTE_NOTEBOOK] if args.execute_only else None)]
@@ -207,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for path, rows, size in written:
-        print(f"ship_results: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {rows} rows, "
+        print(f"dtrlab ship results: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {rows} rows, "
               f"{size / 1e3:.0f} kB")
     total = sum(size for _, _, size in written)
-    print(f"ship_results: {len(written)} files, {total / 1e6:.2f} MB, in {time.perf_counter() - started:.0f} s")
+    print(f"dtrlab ship results: {len(written)} files, {total / 1e6:.2f} MB, in {time.perf_counter() - started:.0f} s")
     return 0
 
 
@@ -218,7 +215,7 @@ def ship_merged(args, notebooks: list[str], chosen) -> int:
     """``--merge`` (and ``--allocator-census``): ``notebooks`` on the trace sets ``chosen``, their new
     runs merged into the bundle."""
     if "dtr-logs" in chosen and (args.logs is None or not args.logs.is_dir()):
-        raise SystemExit("ship_results: no DTR logs found (set $DTRLAB_LOGS or --logs)")
+        raise FileNotFoundError("no DTR logs found (set $DTRLAB_LOGS or --logs)")
     sets = {"traces": args.traces, "dtr-logs": args.logs, "models": args.traces / "models"}
     os.environ["MPLBACKEND"] = "agg"
     started = time.perf_counter()
@@ -234,10 +231,7 @@ def ship_merged(args, notebooks: list[str], chosen) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for path, rows, size in written:
-        print(f"ship_results: {path}: {rows} rows, {size / 1e3:.0f} kB")
-    print(f"ship_results: {len(written)} files in {time.perf_counter() - started:.0f} s")
+        print(f"dtrlab ship results: {path}: {rows} rows, {size / 1e3:.0f} kB")
+    print(f"dtrlab ship results: {len(written)} files in {time.perf_counter() - started:.0f} s")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,7 @@
-"""The tests' oracle: the least recompute of a tiny trace, by exhaustive search, with the simulator's semantics.
+"""The exhaustive oracle: the least recompute of a tiny trace, by exhaustive search, with the simulator's semantics.
+
+The tests check every solver and policy against it (tests/test_solvers_oracle.py), and
+scripts/ahead_of_demand_gap.py measures the gap to ahead-of-demand schedules with it.
 
 A *run* replays the trace's steps as :class:`~dtrlab.runtime.Simulator` does (the same
 byte counter, references, releases, pins, views, multi-output operators), and between
@@ -30,12 +33,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dtrlab.policies import Policy
-from dtrlab.runtime import Intervention, Simulator, baseline, recompute_allowance
-from dtrlab.runtime.simulator import OutOfMemory, Thrash
-from dtrlab.solvers import ScriptedPolicy
-from dtrlab.trace.builder import LogBuilder
-from dtrlab.trace.model import COMPUTE, GET, PIN, RELEASE, Trace
+from ..policies import Policy
+from ..runtime import Intervention, Simulator, baseline, recompute_allowance
+from ..runtime.simulator import OutOfMemory, Thrash
+from ..trace.builder import LogBuilder
+from ..trace.model import COMPUTE, GET, PIN, RELEASE, Trace
+from .replay import ScriptedPolicy
 
 #: The search gives up (raises) beyond this many labels at one step: traces for the oracle are tiny.
 MAX_LABELS = 200_000

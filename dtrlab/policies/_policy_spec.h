@@ -1,7 +1,7 @@
 /*
- * The eviction policy the compiled core runs, as decoded from the spec tuple that
- * dtrlab/runtime/compiled_policies.py builds (policy_spec). Included by _core.c
- * before the Sim struct; the policy code itself is in _policy_core.h.
+ * The eviction policy the compiled core runs, as decoded from the spec tuple that a
+ * policy's core_spec() builds (dtrlab/policies/core_spec.py). Included by the replay core
+ * (dtrlab/runtime/_core.c) before its Sim struct; the policy code itself is in _policy_core.h.
  */
 #ifndef DTRLAB_POLICY_SPEC_H
 #define DTRLAB_POLICY_SPEC_H
@@ -9,12 +9,12 @@
 #include <stdint.h>
 #include "_memory_core.h"
 
-/* Policy codes, in the order of compiled_policies.py's codes: simrd's built-ins, then
+/* Policy codes, as core_spec.py's P_* codes: simrd's built-ins, then
  * the score formula (score family, score_search, ablations), twophase, and the
  * address-aware coop and dtr_fit (policies/coop.py; under a memory model only). */
 enum { P_DTR, P_DTR_EQ_CLASS, P_DTR_LOCAL, P_MSPS, P_LRU, P_LARGEST_STORAGE, P_RANDOM, P_FORMULA, P_TWOPHASE,
        P_COOP, P_DTR_FIT, P_COUNT };
-/* The compute a formula charges an eviction (policies/ablations.py's cost_function). */
+/* The compute a formula charges an eviction (ablations.py's cost_function; core_spec.py's COST_CODES). */
 enum { COST_ESTAR, COST_EQCLASS, COST_LOCAL, COST_ONE, COST_COUNT };
 
 /* One score policy. P_FORMULA is

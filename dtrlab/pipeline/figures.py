@@ -1,12 +1,12 @@
 """Run every notebook with papermill: executed notebooks to results/, figures to figures/.
 
-    python scripts/make_figures.py                                  # traces/ -> figures/traces/
-    DTRLAB_LOGS=../shared/dtr-logs python scripts/make_figures.py   # DTR logs -> figures/dtr-logs/
-    python scripts/make_figures.py --only 01 06 --quick             # a quick run of two notebooks
-    python scripts/make_figures.py --recompute                      # ignore results/shipped/ (also: DTRLAB_RECOMPUTE=1)
-    python scripts/make_figures.py --traces traces/models --only 12  # hole anatomy, from results/shipped/anatomy/
-    python scripts/make_figures.py --traces traces/models --only 03 04   # today's models -> figures/models/
-    python scripts/make_figures.py --traces traces/models --only 13  # the knob census, from results/shipped/knob/
+    dtrlab figures                                  # traces/ -> figures/traces/ (what `make figures` runs)
+    DTRLAB_LOGS=../shared/dtr-logs dtrlab figures   # DTR logs -> figures/dtr-logs/
+    dtrlab figures --only 01 06 --quick             # a quick run of two notebooks
+    dtrlab figures --recompute                      # ignore results/shipped/ (also: DTRLAB_RECOMPUTE=1)
+    dtrlab figures --traces traces/models --only 12  # hole anatomy, from results/shipped/anatomy/
+    dtrlab figures --traces traces/models --only 03 04   # today's models -> figures/models/
+    dtrlab figures --traces traces/models --only 13  # the knob census, from results/shipped/knob/
 
 Figures go to ``figures/<trace set>/`` (the trace set is the name of the traces
 directory, so the DTR logs never overwrite the shipped traces' figures, and a
@@ -22,27 +22,29 @@ only plots too; ``--recompute`` (or ``DTRLAB_RECOMPUTE=1``, e.g.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from pathlib import Path
 
-from dtrlab.plots.style import figure_directory, trace_set_name  # the notebooks derive figures_dir the same way
+from ..plots.style import figure_directory, trace_set_name  # the notebooks derive figures_dir the same way
 
-ROOT = Path(__file__).resolve().parent.parent
+#: The checkout dtrlab is installed from (``pip install -e``): the notebooks, traces and results live there.
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 KERNEL = "python3"
 
 
 def notebook_paths(only: list[str] | None = None) -> list[Path]:
     """The numbered notebooks, in order; ``only`` keeps those whose name starts with one of its prefixes."""
+    if not NOTEBOOKS.is_dir():  # an installed copy of the package, not a checkout
+        raise FileNotFoundError(f"no notebooks at {NOTEBOOKS}: run from a checkout of dtrlab (pip install -e .)")
     paths = sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
     if only:
         paths = [p for p in paths if p.name.startswith(tuple(only))]
         if not paths:
             names = ", ".join(p.name for p in sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb")))
-            raise SystemExit(f"make_figures: no notebook matches {only}; the notebooks are {names}")
+            raise ValueError(f"no notebook matches {only}; the notebooks are {names}")
     return paths
 
 
@@ -72,8 +74,8 @@ def _reference_for(traces_dir: Path) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser) -> None:
+    """The options of ``dtrlab figures``."""
     parser.add_argument("--traces", type=Path, default=Path(os.environ.get("DTRLAB_LOGS") or ROOT / "traces"),
                         help="directory of traces or DTR logs (default: $DTRLAB_LOGS, else traces/)")
     parser.add_argument("--figures", type=Path, help="figure directory (default figures/<trace set>/)")
@@ -85,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="NN", help="run only these notebooks, e.g. --only 01 06")
     parser.add_argument("--recompute", action="store_true",
                         help="ignore the shipped results in results/shipped/ (same as DTRLAB_RECOMPUTE=1)")
-    args = parser.parse_args(argv)
+
+
+def run(args, parser) -> int:
+    """``dtrlab figures``: every notebook chosen, each reported; 1 when one failed."""
     if args.recompute:
         os.environ["DTRLAB_RECOMPUTE"] = "1"  # the notebooks' kernels inherit it
     # Parsed traces and monotone's calibration runs use the default cache: keep them beside the sweeps.
@@ -103,21 +108,18 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     for path in notebook_paths(args.only):
         started = time.perf_counter()
-        print(f"make_figures: {path.name} on {args.traces} ...", flush=True)
+        print(f"dtrlab figures: {path.name} on {args.traces} ...", flush=True)
         try:
             run_notebook(path, output, parameters)
         except Exception as exc:  # report every notebook, then fail
             failed.append(path.name)
-            print(f"make_figures: {path.name} FAILED: {exc}", file=sys.stderr)
+            print(f"dtrlab figures: {path.name} FAILED: {exc}", file=sys.stderr)
             continue
-        print(f"make_figures: {path.name} done in {time.perf_counter() - started:.0f} s", flush=True)
-    print(f"make_figures: figures in {figures}, executed notebooks in {output}")
+        print(f"dtrlab figures: {path.name} done in {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"dtrlab figures: figures in {figures}, executed notebooks in {output}")
     if failed:
-        print(f"make_figures: {len(failed)} notebook(s) failed: {', '.join(failed)} "
+        print(f"dtrlab figures: {len(failed)} notebook(s) failed: {', '.join(failed)} "
               f"(the executed copies in {output} show the failing cell)", file=sys.stderr)
         return 1
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

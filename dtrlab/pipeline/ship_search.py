@@ -1,6 +1,6 @@
 """Regenerate ``results/shipped/search/``: the study, its tables, the policies file and the comparisons.
 
-    python -m dtrlab.search.ship --study search.db --top 5 --refine --tuning traces \
+    dtrlab ship search --study search.db --top 5 --refine --tuning traces \
         --heldout ../shared/dtr-logs --heldout traces/models --heldout-ratios 0.05:1.0:0.005 -j 2
 
 (the shipped results' command; add ``--heldout-ratios 0.05:1.0:0.001`` for the finer census, hours of CPU).
@@ -23,25 +23,24 @@ under ``results/shipped``):
 The CSV files are written atomically, and the sha256 and size of every file written
 are recorded in the bundle's ``MANIFEST.json`` (``results/shipped/MANIFEST.json`` when
 ``--out`` lies in the shipped bundle, else ``OUT/MANIFEST.json``; other entries kept).
-:func:`read_shipped_csv` reads them back only if they match it (notebook 10 reads them so).
+:func:`~dtrlab.search.read_shipped_csv` reads them back only if they match it (notebook 10 reads them so).
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import warnings
 from pathlib import Path
 
 import pandas as pd
 
-from ..integrity import IntegrityError, atomic_write_bytes, verify_in_manifest, write_manifest
-from ..sweep import parse_ratios, sweep
-from ..sweep.shipped import DEFAULT_SHIPPED_DIR
+from ..integrity import IntegrityError, atomic_write_bytes, write_manifest
+from ..search.report import SHIPPED_SEARCH, compare, export_policies
+from ..search.shipped import manifest_root, read_shipped_csv
+from ..search.space import make_policy
+from ..search.study import open_study, pareto_table, trials_table
+from ..sweep import QUIET, Execution, parse_ratios, sweep
 from ..trace import load_directory
-from .report import SHIPPED_SEARCH, compare, export_policies
-from .space import make_policy
-from .study import open_study, pareto_table, trials_table
 
 BASELINES = ["dtr", "msps", "monotone"]
 HELDOUT_RATIOS = "0.05:1.0:0.01"
@@ -62,7 +61,7 @@ def hole_zones(traces: dict, policies: list[str], ratios: str, pad: float = 0.01
     for name, trace in traces.items():
         low, high = [], []
         for policy in policies:
-            census = find_holes(sweep(trace, policy, ratios=ratios, progress=False))
+            census = find_holes(sweep(trace, policy, ratios=ratios, execution=QUIET))
             passing = census.samples.loc[census.samples["status"] == "pass", "ratio"]
             low.append(passing.min())
             high.append(census.threshold_ratio)
@@ -73,29 +72,6 @@ def hole_zones(traces: dict, policies: list[str], ratios: str, pad: float = 0.01
 def write_csv(frame: pd.DataFrame, path: Path, written: list[Path]) -> None:
     atomic_write_bytes(path, frame.to_csv(index=False).encode())
     written.append(path)
-
-
-def manifest_root(out: Path) -> Path:
-    """The directory whose MANIFEST.json lists ``out``'s files: the shipped bundle's if ``out`` is in it."""
-    bundle = DEFAULT_SHIPPED_DIR.resolve()
-    return bundle if out.resolve().is_relative_to(bundle) else out
-
-
-def read_shipped_csv(path: str | Path) -> pd.DataFrame:
-    """A CSV file of the shipped search results, checked against its bundle's MANIFEST.json first.
-
-    Raises :class:`~dtrlab.integrity.IntegrityError` (one line: the file, why, and how to mend it)
-    when it is not listed, or its size or sha256 differs, or the manifest is missing or damaged.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no shipped search result {path} (python -m dtrlab.search.ship writes it)")
-    try:
-        verify_in_manifest(path, manifest_root(path.parent))
-    except (IntegrityError, FileNotFoundError) as exc:  # the latter: no manifest
-        raise IntegrityError(f"refusing the shipped search result {path}: {exc} (regenerate it with "
-                             "python -m dtrlab.search.ship, or restore it with git)") from None
-    return pd.read_csv(path)
 
 
 def shipped_comparison(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -129,8 +105,8 @@ def kept_comparison(summary: pd.DataFrame, per_trace: pd.DataFrame, traces: dict
     return kept.reset_index(drop=True), kept_traces.reset_index(drop=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser) -> None:
+    """The options of ``dtrlab ship search``."""
     parser.add_argument("--study", type=Path, help="the study's SQLite file (default: the shipped one)")
     parser.add_argument("--out", type=Path, default=SHIPPED_SEARCH)
     parser.add_argument("--tuning", type=Path, default=Path("traces"), help="directory of the tuning trace set")
@@ -152,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the inclusion census of the baseline policies only (before a search)")
     parser.add_argument("--skip", action="append", default=[], choices=["study", "comparison", "inclusion"])
     parser.add_argument("-j", "--jobs", type=int, default=1)
-    args = parser.parse_args(argv)
+
+
+def run(args, parser) -> int:
+    """``dtrlab ship search``: the study's tables, the comparisons and the inclusion census, as asked."""
     heldout_sets = args.heldout or [Path("../shared/dtr-logs")]
     heldout_grids = args.heldout_ratios or [HELDOUT_RATIOS]
     for option, directory in [("--tuning", args.tuning), *(("--heldout", d) for d in heldout_sets)]:
@@ -209,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                     summary, table = kept_comparison(kept_summary, kept_per_trace, members,
                                                      {**where, "policy": name, "swept": swept})
                     if summary is None:
-                        summary, table = compare({name: policy}, members, ratios=ratios, jobs=args.jobs,
-                                                 progress=True, refine=args.refine)
+                        summary, table = compare({name: policy}, members, ratios=ratios,
+                                                 execution=Execution(jobs=args.jobs), refine=args.refine)
                         summary, table = summary.assign(**where, swept=swept), table.assign(**where, swept=swept)
                     summaries.append(summary)
                     per_trace.append(table)
@@ -233,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         done = read_shipped_csv(path) if path.exists() else pd.DataFrame(columns=["policy"])
         missing = [p for p in wanted if get_policy(p).label not in set(done["policy"])]
         if missing:
-            new = inclusion_census(traces, missing, ratios=zones, jobs=args.jobs).pairs
+            new = inclusion_census(traces, missing, ratios=zones, execution=Execution(jobs=args.jobs)).pairs
             done = pd.concat([done, new], ignore_index=True) if len(done) else new
         done = done[done["policy"].isin([get_policy(p).label for p in wanted])]
         write_csv(done, path, written)
@@ -244,6 +223,3 @@ def main(argv: list[str] | None = None) -> int:
         write_manifest(manifest_root(out), written)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

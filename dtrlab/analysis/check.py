@@ -1,0 +1,338 @@
+"""One question, one answer: *this trace, this device, this budget: is it safe, and what should I pick?*
+
+:func:`check` runs, for each policy asked for (DTR and the zoo's best alternatives by
+default) and for two semantics (flat memory, simrd's; and the caching allocator under the
+DTR prototype's ``allocated`` semantics on the given device, docs/memory.md):
+
+1. the run at the budget itself;
+2. a census in a window of ratios around it with the resolution guarantee of
+   docs/sweeps.md (every ``delta`` sampled, every pass/fail edge bisected):
+   :func:`~dtrlab.analysis.holes.refine_holes` with ``delta``;
+3. the anatomy of every hole in the window (``oom`` / ``cliff`` / ``near-miss`` /
+   ``limit``, :func:`~dtrlab.analysis.anatomy.hole_anatomy`) from runs without a limit
+   at its failing samples;
+
+and says where the budget lies (passes, inside a hole, below the feasibility threshold),
+the nearest *safe* budgets below and above it, and what ``monotone(dtr)`` (hole-free by
+construction, dtrlab/calibrated/monotone.py; flat memory only) costs at the budget.
+
+A **safe** budget is a sampled budget that passes with no failing sample within one census
+step (``delta`` bytes) on either side: the census finds every hole at least ``delta``
+wide, so a hole narrower than that could still lie there (docs/sweeps.md, "The guarantee").
+Budgets at the window's ends are judged on the samples inside the window only.
+
+The result is a plain record (:class:`CheckReport`, :meth:`CheckReport.to_dict` for
+JSON); :mod:`dtrlab.plots.check` draws it and writes the HTML report.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from ..calibrated.monotone import monotone_envelope
+from ..memory.device import GPU_PRESETS, device_capacity
+from ..policies import get_policy
+from ..runtime import ALLOCATED, RESERVED, baseline, budget_for, simulate
+from ..runtime.semantics import REFERENCE, Semantics
+from ..sweep import sweep
+from ..sweep.execution import SERIAL, Execution
+from ..trace.model import Trace
+from .anatomy import LIMIT_READERS, hole_anatomy, unlimited_runs
+from .holes import HoleCensus, census_grid, delta_bytes, refine_holes
+
+#: The policies censused by default: DTR and the zoo's policies with the fewest holes at a
+#: threshold near DTR's on the shipped censuses (README, docs/sweeps.md: h_DTR^eq and MSPS).
+DEFAULT_POLICIES = ("dtr", "dtr_eq_class", "msps")
+#: Hole-free by construction; simulated at the budget under flat memory (its calibration needs byte counting).
+MONOTONE = "monotone"
+
+_RATIO = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(%?)\s*$")
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """What :func:`check` samples: a ``window`` of ratios (of the unbounded peak) on either side of
+    the budget, censused every ``delta`` of the peak with edges bisected to ``resolution`` bytes
+    (default: :func:`~dtrlab.analysis.holes.default_resolution`); ``policies`` censused under each
+    semantics; ``monotone`` also runs ``monotone(dtr)`` at the budget."""
+
+    window: float = 0.05
+    delta: float = 0.002
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    monotone: bool = True
+    resolution: int | None = None
+
+    def __post_init__(self):
+        if not (0 < self.window <= 1 and 0 < self.delta < 1 and self.delta <= self.window):
+            raise ValueError(f"check: the window must be in (0, 1] and delta in (0, window] (fractions of the peak), "
+                             f"got window={self.window}, delta={self.delta}")
+        if not self.policies:
+            raise ValueError("check: give at least one policy to census")
+
+
+@dataclass(frozen=True)
+class PolicyCheck:
+    """One policy under one semantics (``memory``: ``flat`` or ``caching/allocated(DEVICE)``)."""
+
+    policy: str
+    memory: str
+    status: str                 # at the budget: pass, oom, thrash
+    overhead: float | None      # at the budget, when it passed
+    position: str               # safe, pass-near-failure, hole, below-threshold, fails-in-window
+    hole: dict | None           # the hole holding the budget, with its anatomy
+    holes: list[dict]           # every hole in the window, with its anatomy
+    threshold_ratio: float | None
+    safe_below: int | None
+    safe_above: int | None
+    safe_below_overhead: float | None
+    safe_above_overhead: float | None
+    samples: pd.DataFrame = field(repr=False, compare=False)  # the refined census's samples (for figures)
+
+    def to_dict(self) -> dict:
+        record = asdict(self)
+        record.pop("samples")
+        return record
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """:func:`check`'s answer (see the module docstring)."""
+
+    trace: str
+    peak_bytes: int
+    device: str
+    device_bytes: int
+    budget_bytes: int
+    ratio: float
+    window: tuple[float, float]
+    delta_bytes: int
+    checks: list[PolicyCheck]
+    monotone: dict | None
+
+    def to_dict(self) -> dict:
+        record = {k: v for k, v in asdict(self).items() if k != "checks"}
+        record["window"] = list(self.window)
+        record["checks"] = [c.to_dict() for c in self.checks]
+        return _plain(record)
+
+    def summary(self) -> list[str]:
+        """Five lines: the question, the first policy's answer under each semantics (DTR by default), its
+        nearest safe budgets, and monotone(dtr) with the other policies safe at the budget."""
+        dtr = self.checks[0]
+        caching = next((c for c in self.checks if c.policy == dtr.policy and c.memory != "flat"), None)
+        lines = [f"{self.trace}: budget {_gib(self.budget_bytes)} = {self.ratio:.4f} of the {_gib(self.peak_bytes)} "
+                 f"peak, device {self.device} ({_gib(self.device_bytes)}"
+                 f"{', smaller than the budget' if self.device_bytes < self.budget_bytes else ''})"]
+        for item in (dtr, caching):
+            if item is not None:
+                lines.append(f"{item.policy} @ {item.memory}: {describe_position(item)}")
+        if dtr.position == "safe" and (caching is None or caching.position == "safe"):
+            lines.append(f"{self.budget_bytes:,} bytes is safe for {dtr.policy} (no failure within one census step, "
+                         f"{_gib(self.delta_bytes)})")
+        else:
+            lines.append(f"nearest safe budgets ({dtr.policy}, flat / caching): below "
+                         f"{_safe(dtr.safe_below, self)} / {_safe(caching and caching.safe_below, self)}, above "
+                         f"{_safe(dtr.safe_above, self)} / {_safe(caching and caching.safe_above, self)}")
+        lines.append(self._alternatives())
+        return lines
+
+    def _alternatives(self) -> str:
+        passing = [f"{c.policy} @ {c.memory} (overhead {c.overhead:.3f})" for c in self.checks
+                   if c.position == "safe" and c.policy != self.checks[0].policy]
+        parts = []
+        if self.monotone is not None:
+            m = self.monotone
+            parts.append(f"monotone(dtr) {m['status']}" + (f" at overhead {m['overhead']:.3f}" if m["overhead"]
+                                                          is not None else "")
+                         + (f", passes from {m['threshold_ratio']:.3f} of the peak" if m["threshold_ratio"] else ""))
+        others = len({c.policy for c in self.checks}) > 1
+        parts.append("other policies safe here: " + (", ".join(passing) if passing else
+                                                     "none" if others else "none checked"))
+        return "; ".join(parts)
+
+
+def describe_position(item: PolicyCheck) -> str:
+    """One phrase: where the budget lies for ``item``."""
+    if item.position in ("safe", "pass-near-failure"):
+        near = "" if item.position == "safe" else ", but within one census step of a failure"
+        return f"passes (overhead {item.overhead:.3f}){near}"
+    if item.position == "hole":
+        hole = item.hole
+        closes = hole.get("closes_at")
+        closing = "fails at any overhead limit" if hole.get("anatomy") == "oom" else \
+            (f"closes at overhead limit {closes:.2f}" if closes is not None else "")
+        return (f"{item.status}, inside a {hole.get('anatomy', 'hole')} hole, ratios {hole['fail_low_ratio']:.4f}-"
+                f"{hole['fail_high_ratio']:.4f} ({hole['width_bytes'] / 2**20:.1f} MiB wide; {closing})")
+    if item.position == "below-threshold":
+        return f"{item.status}, below the feasibility threshold ({item.threshold_ratio:.4f} of the peak)"
+    return f"{item.status}, and nothing passes above it in the window"
+
+
+def parse_budget(spec, trace: Trace) -> int:
+    """A budget in bytes from ``spec``: an int (bytes), a size with a unit (``"40GiB"``, ``"512MB"``),
+    or a ratio of the unbounded peak (``"0.17"``, ``"17%"``; simrd's ``int(peak * ratio)``)."""
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        if spec < 1:
+            raise ValueError(f"budget must be positive bytes, got {spec}")
+        return spec
+    text = str(spec)
+    match = _RATIO.match(text)
+    if match and (match.group(2) or "." in match.group(1)):
+        ratio = float(match.group(1)) / (100 if match.group(2) else 1)
+        return budget_for(trace, ratio)
+    if match:
+        return parse_budget(int(match.group(1)), trace)
+    try:
+        size = device_capacity(text)  # the same sizes as a device: 40GiB, 512MB
+    except ValueError:
+        size = None
+    if size is None or size.bytes is None or size.multiple is not None:
+        raise ValueError(f"budget {text!r}: give bytes (4294967296), a size (40GiB, 512MB) or a ratio of the "
+                         "unbounded peak (0.17 or 17%)")
+    return size.bytes
+
+
+def parse_device(spec) -> tuple[str, int]:
+    """A device's label and bytes: a preset (:data:`~dtrlab.memory.device.GPU_PRESETS`), bytes or a size."""
+    try:
+        capacity = device_capacity(spec)
+    except ValueError as exc:
+        raise ValueError(f"device {spec!r}: {exc} (presets: {', '.join(GPU_PRESETS)})") from None
+    if capacity.bytes is None or capacity.multiple is not None:
+        raise ValueError(f"device {spec!r}: give the device's memory (a preset such as A100-80GB, bytes or a size "
+                         "such as 80GiB), not a multiple of the budget or unlimited")
+    return str(spec), capacity.bytes
+
+
+def check_semantics(device_bytes: int, flat: Semantics = REFERENCE) -> list[Semantics]:
+    """The two semantics of a check: ``flat`` (simrd's) and the caching allocator under the DTR
+    prototype's ``allocated`` semantics on a device of ``device_bytes``."""
+    return [flat, flat.with_(memory="caching", enforce=ALLOCATED, device_capacity=device_bytes)]
+
+
+def check(trace: Trace, budget, device, *, plan: CheckPlan = CheckPlan(), semantics: Semantics = REFERENCE,
+          execution: Execution = SERIAL) -> CheckReport:
+    """Is ``budget`` (see :func:`parse_budget`) safe for ``trace`` on ``device`` (see :func:`parse_device`)?
+    ``semantics`` is the flat configuration (its overhead limit applies to both); see the module docstring."""
+    for name in plan.policies:
+        get_policy(name)  # a typo is an error now, not after the first census
+    label, device_bytes = parse_device(device)
+    budget = parse_budget(budget, trace)
+    peak = baseline(trace).peak_memory
+    ratio = budget / peak
+    low, high = round(max(plan.delta, ratio - plan.window), 6), round(ratio + plan.window, 6)
+    steps = [(name, each) for name in plan.policies for each in check_semantics(device_bytes, semantics)]
+    checks = []
+    with tqdm(total=len(steps) + plan.monotone, desc=f"check {trace.name}", unit="census",
+              disable=not execution.progress) as bar:
+        for name, each in steps:
+            bar.set_postfix_str(f"{name} @ {memory_name(each, label)}")
+            checks.append(_policy_check(trace, name, budget, (low, high), plan, each, execution,
+                                        memory_name(each, label)))
+            bar.update()
+        if plan.monotone:
+            bar.set_postfix_str("monotone(dtr)")
+            monotone = _monotone(trace, budget, semantics)
+            bar.update()
+    return CheckReport(trace=trace.name, peak_bytes=peak, device=label, device_bytes=device_bytes,
+                       budget_bytes=budget, ratio=ratio, window=(low, high), delta_bytes=delta_bytes(plan.delta, peak),
+                       checks=checks, monotone=monotone if plan.monotone else None)
+
+
+def memory_name(semantics: Semantics, device: str) -> str:
+    """``flat``, or e.g. ``caching/allocated(A100-80GB)``: the anatomy tables' label, naming the ``device``."""
+    if semantics.enforce == RESERVED:
+        return str(semantics.memory)
+    return f"{semantics.memory}/{semantics.enforce}({device})"
+
+
+def _policy_check(trace: Trace, policy: str, budget: int, window: tuple[float, float], plan: CheckPlan,
+                  semantics: Semantics, execution: Execution, memory: str) -> PolicyCheck:
+    """The census of ``policy`` in ``window`` with ``budget`` among its samples, its holes' anatomy and
+    the budget's place in it."""
+    grid = census_grid(trace, f"{window[0]!r}:{window[1]!r}", plan.delta)
+    quiet = execution.with_(progress=False)  # the grid shows its bar; the few runs after it do not
+    frame = pd.concat([sweep(trace, policy, **grid, semantics=semantics, execution=execution),
+                       sweep(trace, policy, budgets=[budget], semantics=semantics, execution=quiet)],
+                      ignore_index=True)
+    census = refine_holes(trace, frame, policy, delta=plan.delta, resolution=plan.resolution, execution=quiet).refined
+    holes = census.holes
+    if get_policy(policy).name not in LIMIT_READERS and len(holes):
+        holes = hole_anatomy(census, unlimited_runs(trace, census, execution=quiet))
+    hole_records = [_plain(h) for h in holes.to_dict("records")]
+    samples = census.samples
+    at = samples[samples["budget_bytes"] == budget].iloc[0]
+    margin = delta_bytes(plan.delta, baseline(trace).peak_memory)
+    safe = _safe_budgets(samples, margin)
+    below = [b for b in safe if b <= budget]
+    above = [b for b in safe if b >= budget]
+    overhead = dict(zip(samples["budget_bytes"], samples["overhead"]))
+    hole = next((h for h in hole_records if h["fail_low_bytes"] <= budget <= h["fail_high_bytes"]), None)
+    safe_below, safe_above = (below[-1] if below else None), (above[0] if above else None)
+    return PolicyCheck(
+        policy=census.policy, memory=memory, status=str(at["status"]),
+        overhead=float(at["overhead"]) if at["status"] == "pass" else None,
+        position=_position(census, budget, at["status"] == "pass", hole, budget in safe),
+        hole=hole, holes=hole_records, threshold_ratio=census.threshold_ratio, safe_below=safe_below,
+        safe_above=safe_above, safe_below_overhead=_float(overhead.get(safe_below)),
+        safe_above_overhead=_float(overhead.get(safe_above)), samples=samples)
+
+
+def _safe_budgets(samples: pd.DataFrame, margin: int) -> list[int]:
+    """Passing sampled budgets with no failing sample within ``margin`` bytes, ascending."""
+    budgets = samples["budget_bytes"].to_numpy()
+    failing = budgets[(samples["status"] != "pass").to_numpy()]
+    passing = budgets[(samples["status"] == "pass").to_numpy()]
+    return sorted(int(b) for b in passing if not ((failing >= b - margin) & (failing <= b + margin)).any())
+
+
+def _position(census: HoleCensus, budget: int, passed: bool, hole: dict | None, safe: bool) -> str:
+    if passed:
+        return "safe" if safe else "pass-near-failure"
+    if hole is not None:
+        return "hole"
+    if census.threshold_bytes is not None and budget < census.threshold_bytes and \
+            not (census.samples.loc[census.samples["budget_bytes"] < budget, "status"] == "pass").any():
+        return "below-threshold"
+    return "fails-in-window"
+
+
+def _monotone(trace: Trace, budget: int, semantics: Semantics) -> dict:
+    """``monotone(dtr)`` at ``budget`` under flat memory: its status, overhead and the smallest ratio it passes at."""
+    flat = REFERENCE.with_(overhead_limit=semantics.overhead_limit)
+    result = simulate(trace, MONOTONE, budget_bytes=budget, semantics=flat)
+    envelope = monotone_envelope(trace, semantics=flat)
+    passing = envelope[envelope["base_status"] == "pass"]
+    return {"policy": result.policy, "memory": "flat", "status": result.status,
+            "overhead": result.overhead if result.passed else None,
+            "threshold_ratio": float(passing["ratio"].iloc[0]) if len(passing) else None}
+
+
+def _float(value) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def _plain(value):
+    """``value`` with numpy scalars as Python numbers and non-finite floats as None (strict JSON)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
+
+
+def _safe(budget: int | None, report: CheckReport) -> str:
+    return "none in the window" if budget is None else f"{_gib(budget)} ({budget / report.peak_bytes:.4f})"

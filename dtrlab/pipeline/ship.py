@@ -1,0 +1,17 @@
+"""``dtrlab ship TARGET``: regenerate a part of ``results/shipped/``, the results a fresh clone plots from.
+
+    dtrlab ship results ...    # the notebooks' sweeps, tables and real runs (dtrlab.pipeline.ship_results)
+    dtrlab ship anatomy ...    # the limit census of notebook 12 (dtrlab.pipeline.ship_anatomy)
+    dtrlab ship search ...     # the policy search's study, comparisons and inclusion census
+                               # (dtrlab.pipeline.ship_search)
+
+Every target writes its files atomically and records their sha256 and size in
+``results/shipped/MANIFEST.json`` (the other entries kept), which the readers check.
+"""
+
+from __future__ import annotations
+
+from . import ship_anatomy, ship_results, ship_search
+
+#: Each target's module: ``add_arguments(parser)`` adds its options, ``run(args, parser)`` ships.
+TARGETS = {"results": ship_results, "anatomy": ship_anatomy, "search": ship_search}
