@@ -486,10 +486,7 @@ def dtr_beside_knob(census: KnobCensus, trace, accounting: str = "flat_peak", ra
     if budgets is None:
         budgets = [budget_for(trace, ratio) for ratio in parse_ratios(ratios)]
     budgets = sorted({int(b) for b in budgets})
-    run_options = dict(budgets=budgets, jobs=execution.jobs, backend=execution.backend, client=execution.client,
-                       cache=execution.cache, progress=execution.progress, overhead_limit=semantics.overhead_limit,
-                       memory=semantics.memory, memory_options=semantics.options, enforce=semantics.enforce,
-                       device_capacity=semantics.device_capacity)
+    run_options = dict(budgets=budgets, semantics=semantics, execution=execution)
     dtr = sweep(trace, "dtr", **run_options).set_index("budget_bytes")
     flat = semantics.memory == "flat"
     monotone = sweep(trace, "monotone", **run_options).set_index("budget_bytes") if flat else None

@@ -1,6 +1,6 @@
-"""Two-block versions of traces/models/' ViT-B/16 and DiT-XL/2 for the knob census (scripts/ship_knob.py).
+"""Two-block versions of traces/models/' ViT-B/16 and DiT-XL/2 for the knob census (``dtrlab ship knob``).
 
-``dtrlab capture`` sources (``knob_models:vit_b_16_blocks``, ``knob_models:dit_xl_2_blocks``) with the
+``dtrlab capture`` sources (``dtrlab.pipeline.knob_models:vit_b_16_blocks``, ``...:dit_xl_2_blocks``) with the
 published per-block shapes of torchvision's ViT-B/16 and diffusers' DiT-XL/2 (as dtrlab.trace.models builds
 them) but two blocks deep: torch's partitioner takes a few seconds per knob on these graphs, far more on the
 full depth. Random initialisation; the step is ``loss_fn(model(*inputs))``.
