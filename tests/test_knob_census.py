@@ -367,3 +367,17 @@ def test_refining_only_against_the_knob():
     assert len(census.samples) == 101 + 7
     with pytest.raises(ValueError, match="refine is one of"):
         KnobPlan(refine="all")
+
+
+def test_interventions_plot_shows_the_largest_changes():
+    import matplotlib
+
+    matplotlib.use("agg")
+    from dtrlab.plots.knob import plot_knob_interventions
+
+    rows = [{"node": f"n{i}", "forced": "save" if i % 2 else "recompute", "peak_delta": (-1) ** i * i * 2**20}
+            for i in range(20)]
+    ax = plot_knob_interventions(rows, top=5)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["n15 (save)", "n16 (recompute)", "n17 (save)", "n18 (recompute)", "n19 (save)"]
+    assert [round(p.get_width()) for p in ax.patches] == [-15, 16, -17, 18, -19]
