@@ -381,3 +381,19 @@ def test_interventions_plot_shows_the_largest_changes():
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels == ["n15 (save)", "n16 (recompute)", "n17 (save)", "n18 (recompute)", "n19 (save)"]
     assert [round(p.get_width()) for p in ax.patches] == [-15, 16, -17, 18, -19]
+
+
+@pytest.mark.slow  # torch.compile's tracing of a tiny decoder: about 15 s
+def test_cli_censuses_a_model_end_to_end(capsys, tmp_path):
+    from dtrlab.cli import main
+
+    argv = ["knob", "hf:llama", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+            "--intermediate", "128", "--vocab", "256", "--batch", "2", "--seq", "64", "--knobs", "0,0.05,0.15,1",
+            "--resolution", "0.5", "--budget", "1.5MiB", "--accounting", "flat", "--out", str(tmp_path), "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    census = read_census(tmp_path / "hf-llama-layers2-hidden64-heads4-kvheads2-intermediate128-vocab256-b2-s64.json")
+    assert census.samples.knob.tolist()[:3] == [0.0, 0.05, 0.15] and census.samples.knob.iloc[-1] == 1.0
+    assert {"flat_peak", "allocated_peak", "reserved_peak", "recompute_flops", "saved_count"} <= set(census.samples)
+    assert f"budget {int(1.5 * 2**20):,} bytes (1.50 MiB), flat_peak" in out
+    assert census.meta["refinement_complete"]

@@ -124,9 +124,12 @@ def model_evaluation(args):
 
 
 def census_name(source: str, args) -> str:
-    """A file name for the census of ``source`` at these sizes: ``hf-llama-b4-s2048``."""
+    """A file name for the census of ``source`` at these sizes: ``hf-llama-layers2-b4-s2048``."""
+    from ..trace.sizes import SIZE_KEYS
+
     name = "".join(c if c.isalnum() or c in "._" else "-" for c in source).strip("-")
-    for flag, value in (("b", args.batch), ("s", args.seq)):
+    sizes = [(key.replace("_", ""), getattr(args, key)) for key in SIZE_KEYS]
+    for flag, value in [*sizes, ("b", args.batch), ("s", args.seq)]:
         if value is not None:
             name += f"-{flag}{value}"
     return name
@@ -145,7 +148,11 @@ def report(census, accounting: str, budgets: list[int]) -> None:
         print_table(holes.drop(columns="accounting").astype(object).where(holes.notna(), None).to_dict("records"))
     for budget in budgets:
         choice = census.knob_for_budget(budget, accounting)
-        print(f"\nbudget {budget:,} bytes ({budget / 2**30:.2f} GiB), {accounting}: " + describe_choice(choice))
+        print(f"\nbudget {budget:,} bytes ({human_bytes(budget)}), {accounting}: " + describe_choice(choice))
+
+
+def human_bytes(count: int) -> str:
+    return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.2f} MiB"
 
 
 def describe_choice(choice) -> str:
