@@ -34,14 +34,14 @@ from .figures import ROOT
 #: Two of the zoo's small models exactly as traces/ captured them (their manifest's commands).
 ZOO = ["transformer-b4", "unet-b2"]
 #: The modern corpus (name: capture command, title), traces/models/' models at their batch and sequence in
-#: float32 (trace_joint cannot yet cast a fake model to bfloat16): at full depth (``-f32-``), and two blocks
+#: float32 (trace_joint cannot yet cast a fake model to bfloat16): at full depth (``-f32-``; torchvision's ViT
+#: does not build on fake tensors: its truncated-normal initialiser loops on data), and two blocks
 #: deep (``-l2-``; ViT and DiT from dtrlab.pipeline.knob_models), and the tiny Llama-style decoder on which
 #: the capture reproduces pytorch/pytorch#197838's shape (docs/compile.md).
 MODELS = {
     "llama-1b-f32-b4-s2048": ("dtrlab capture hf:llama --batch 4 --seq 2048",
                               "Llama 3.2 1B-shaped decoder, 16 layers (4x2048)"),
     "gpt2-f32-b8-s1024": ("dtrlab capture hf:gpt2 --batch 8 --seq 1024", "GPT-2 small, 12 layers (8x1024)"),
-    "vit_b_16-f32-b64": ("dtrlab capture torchvision:vit_b_16 --batch 64", "ViT-B/16, 12 blocks (64)"),
     "llama-1b-l2-b4-s2048": ("dtrlab capture hf:llama --layers 2 --batch 4 --seq 2048",
                              "Llama 3.2 1B-shaped decoder, 2 layers (4x2048)"),
     "gpt2-l2-b8-s1024": ("dtrlab capture hf:gpt2 --layers 2 --batch 8 --seq 1024", "GPT-2 small, 2 layers (8x1024)"),
