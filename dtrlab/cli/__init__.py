@@ -26,10 +26,8 @@ from pathlib import Path
 from ..trace import TraceFormatError
 from .common import Parser
 
-COMMANDS = ["info", "run", "capture", "explain", "variants", "sweep", "holes", "census", "search", "frontier", "execute",
-            "figures", "ship"]
-COMMANDS.append("check")
-COMMANDS.append("cache")
+COMMANDS = ["info", "check", "run", "capture", "explain", "variants", "sweep", "holes", "census", "search", "frontier",
+            "execute", "knob", "figures", "ship", "cache"]
 
 #: Failures that come from the input (files, options, logs, storages) rather than from
 #: a bug: a ValueError (TraceFormatError, IntegrityError, ...), a TypeError from a

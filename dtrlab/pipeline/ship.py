@@ -4,6 +4,7 @@
     dtrlab ship anatomy ...    # the limit census of notebook 12 (dtrlab.pipeline.ship_anatomy)
     dtrlab ship search ...     # the policy search's study, comparisons and inclusion census
                                # (dtrlab.pipeline.ship_search)
+    dtrlab ship knob ...       # the activation-memory knob censuses of notebook 13 (dtrlab.pipeline.ship_knob)
 
 Every target writes its files atomically and records their sha256 and size in
 ``results/shipped/MANIFEST.json`` (the other entries kept), which the readers check.
@@ -11,7 +12,7 @@ Every target writes its files atomically and records their sha256 and size in
 
 from __future__ import annotations
 
-from . import ship_anatomy, ship_results, ship_search
+from . import ship_anatomy, ship_knob, ship_results, ship_search
 
 #: Each target's module: ``add_arguments(parser)`` adds its options, ``run(args, parser)`` ships.
-TARGETS = {"results": ship_results, "anatomy": ship_anatomy, "search": ship_search}
+TARGETS = {"results": ship_results, "anatomy": ship_anatomy, "search": ship_search, "knob": ship_knob}

@@ -1,0 +1,167 @@
+"""``dtrlab knob SOURCE --knobs 0:1:0.01 --budget 40GiB --out DIR``: census torch.compile's activation-memory knob.
+
+SOURCE is a model source as for ``dtrlab capture`` (traced once; torch's own partitioner runs at
+every knob value, dtrlab.trace.partition) or a census JSON written before (read back verified,
+no torch needed). See docs/compile.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import time
+from pathlib import Path
+
+from .capture import add_model_size_arguments
+from .common import jobs_count, positive_float, print_table
+
+ACCOUNTING_NAMES = {"flat": "flat_peak", "allocated": "allocated_peak", "reserved": "reserved_peak"}
+
+
+def knob_range(text: str) -> dict:
+    """``--knobs``: ``START:STOP:STEP`` or a list, each value in [0, 1] (:class:`KnobPlan` fields)."""
+    from ..analysis.knob_census import parse_knobs
+
+    try:
+        return parse_knobs(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def byte_budget(text: str) -> int:
+    """``--budget``: bytes, a size such as ``40GiB`` or a GPU preset such as ``A100-80GB``."""
+    from ..memory.device import device_capacity
+
+    try:
+        capacity = device_capacity(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("device capacity", "budget")) from None
+    if capacity.bytes is None:
+        raise argparse.ArgumentTypeError(f"a budget is bytes (40GiB, 42949672960 or a GPU preset), got {text!r}")
+    return capacity.bytes
+
+
+def output_directory(text: str) -> str:
+    """A directory to write into, checked before any work: not a file, and writable or creatable."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file; --out names a directory")
+    existing = next(p for p in [path.absolute(), *path.absolute().parents] if p.exists())
+    if not os.access(existing, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {existing} is not writable")
+    return text
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "knob", help="census torch.compile's activation_memory_budget knob: the peak at every knob value, where "
+        "lowering it raises the peak, the holes in byte terms, and the knob that fits a byte budget (docs/compile.md)")
+    parser.add_argument("source", metavar="SOURCE",
+                        help="a model source as for `dtrlab capture` (zoo name, torchvision:, hf:, diffusers:, "
+                             "module:function), or a census JSON written by --out")
+    add_model_size_arguments(parser)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                        help="cast parameters and floating inputs (default: the model's)")
+    parser.add_argument("--knobs", type=knob_range, default=None, metavar="START:STOP:STEP",
+                        help="knob values to evaluate: a range with both ends included, or a list such as 0.05,0.15 "
+                             "(default 0:1:0.01); every change of the peak between neighbours is then bisected")
+    parser.add_argument("--resolution", type=positive_float, default=1e-4,
+                        help="bisect every change of the peak down to this knob width (default 1e-4)")
+    parser.add_argument("--refine", choices=("changes", "against"), default="changes",
+                        help="bisect every change of the peak (default), or only where it moves against the knob "
+                             "(fewer evaluations; other edges stay at the grid step)")
+    parser.add_argument("--budget", type=byte_budget, action="append", default=[], metavar="BYTES",
+                        help="answer for this byte budget (40GiB, bytes or a GPU preset; repeatable): the largest "
+                             "knob that fits and whether every smaller knob fits too")
+    parser.add_argument("--accounting", choices=tuple(ACCOUNTING_NAMES), default="allocated",
+                        help="the peak --budget and the holes are read under: flat bytes, or the caching "
+                             "allocator's allocated or reserved bytes (default allocated)")
+    parser.add_argument("--out", type=output_directory, metavar="DIR",
+                        help="write the census's tables (parquet) and its JSON here")
+    parser.add_argument("-j", "--jobs", type=jobs_count, default=1,
+                        help="evaluate knobs in this many processes forked after tracing (-1: all cores; default 1)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from ..analysis.knob_census import KnobPlan, census_knob, read_census, write_census
+    from ..sweep.execution import Execution
+
+    plan = KnobPlan(**(args.knobs or knob_range("0:1:0.01")), resolution=args.resolution,
+                    refine=args.refine)
+    started = time.perf_counter()
+    if args.source.endswith(".json") and Path(args.source).is_file():
+        census = read_census(args.source)
+    else:
+        evaluate, name = model_evaluation(args)
+        census = census_knob(evaluate, plan, name=name, execution=Execution(jobs=args.jobs, progress=not args.quiet))
+    seconds = time.perf_counter() - started
+    report(census, ACCOUNTING_NAMES[args.accounting], args.budget)
+    written = write_census(census, args.out) if args.out else []
+    print(f"\n{len(census.samples)} knob values ({census.plan.describe()}) in {seconds:.1f} s"
+          + (f"; wrote {written[-1]} and {len(written) - 1} tables" if written else ""))
+    return 0
+
+
+def model_evaluation(args):
+    """(knob -> peaks, the census's name) for a model source: traced once, torch's partitioner per knob."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise ValueError(f"dtrlab knob needs PyTorch ({exc}); install it with `pip install 'dtrlab[torch]'`") \
+            from None
+    from ..memory.partitioned import knob_peaks
+    from ..trace.partition import check_torch_has_knob, trace_joint
+    from ..trace.sizes import SIZE_KEYS
+
+    check_torch_has_knob()
+    sizes = {key: getattr(args, key) for key in SIZE_KEYS}
+    joint = trace_joint(args.source, batch=args.batch, seq=args.seq, image=args.image,
+                        dtype=getattr(torch, args.dtype) if args.dtype else None, **sizes)
+    return functools.partial(knob_peaks, joint), census_name(args.source, args)
+
+
+def census_name(source: str, args) -> str:
+    """A file name for the census of ``source`` at these sizes: ``hf-llama-layers2-b4-s2048``."""
+    from ..trace.sizes import SIZE_KEYS
+
+    name = "".join(c if c.isalnum() or c in "._" else "-" for c in source).strip("-")
+    sizes = [(key.replace("_", ""), getattr(args, key)) for key in SIZE_KEYS]
+    for flag, value in [*sizes, ("b", args.batch), ("s", args.seq)]:
+        if value is not None:
+            name += f"-{flag}{value}"
+    return name
+
+
+def report(census, accounting: str, budgets: list[int]) -> None:
+    summary = census.summary
+    print_table(summary.astype(object).where(summary.notna(), None).to_dict("records"))
+    regions = census.regions[census.regions.accounting == accounting]
+    if len(regions):
+        print(f"\nnon-monotone regions ({accounting}): a larger knob gives a lower peak")
+        print_table(regions.drop(columns="accounting").to_dict("records"))
+    holes = census.holes[census.holes.accounting == accounting]
+    if len(holes):
+        print(f"\nholes ({accounting}): knobs that do not fit a budget although a smaller and a larger knob do")
+        print_table(holes.drop(columns="accounting").astype(object).where(holes.notna(), None).to_dict("records"))
+    for budget in budgets:
+        choice = census.knob_for_budget(budget, accounting)
+        print(f"\nbudget {budget:,} bytes ({human_bytes(budget)}), {accounting}: " + describe_choice(choice))
+
+
+def human_bytes(count: int) -> str:
+    return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.2f} MiB"
+
+
+def describe_choice(choice) -> str:
+    if choice.largest_fitting_knob is None:
+        return "no knob value fits"
+    text = f"largest knob that fits {choice.largest_fitting_knob:g}"
+    if choice.lowering_is_safe:
+        return text + "; every smaller knob fits too"
+    holes = ", ".join(f"{a:g}..{b:g}" for a, b in choice.holes)
+    return text + "; lowering it is NOT safe: " + (f"knobs {holes} do not fit" if holes else
+                                                   f"knobs below {choice.smallest_fitting_knob:g} do not fit")
+

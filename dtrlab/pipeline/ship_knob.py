@@ -1,0 +1,163 @@
+"""``dtrlab ship knob``: the activation-memory knob censuses of ``results/shipped/knob/`` (notebook 13 reads them).
+
+    dtrlab ship knob                                       # the zoo (traces/) and the modern corpus (models)
+    dtrlab ship knob --sets models --only llama-1b-l2-b4-s2048 -j 2
+    dtrlab ship knob --knobs 0:1:0.01 --resolution 1e-4    # the defaults
+    dtrlab ship knob --sets models --only llama-tiny-l2-b2-s64 --interventions 0.05
+
+Each model is a ``dtrlab capture`` command (the zoo's as traces/manifest.json records them; the
+modern corpus two blocks deep, see MODELS). Its training step is traced once into the joint graph
+torch.compile partitions (:func:`dtrlab.trace.partition.trace_joint`), and
+:func:`dtrlab.analysis.knob_census.census_knob` calls torch's partitioner at every knob value
+(:func:`dtrlab.memory.partitioned.knob_peaks`). Each census is written as
+``results/shipped/knob/<set>/<name>.json`` plus its parquet tables, beside the DTR trace of the same
+step (``<name>.jsonl.gz``: ``dtrlab capture`` with FLOP costs, the knob's recompute unit), and the
+sha256 and size of every file written are recorded in ``results/shipped/MANIFEST.json`` (the other
+entries are kept). The census's wall time on this machine is in its JSON (``seconds``). The shipped
+corpus was computed with ``--resolution 1e-3`` (``--refine against`` but for the Llama decoder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import shlex
+import time
+from pathlib import Path
+
+from ..analysis.knob_census import REFINE_MODES, KnobPlan, census_knob, parse_knobs, write_census
+from ..integrity import read_json, write_manifest
+from ..sweep.execution import Execution
+from ..sweep.shipped import DEFAULT_SHIPPED_DIR as SHIPPED
+from ..trace.sizes import SIZE_KEYS
+from .figures import ROOT
+#: Two of the zoo's small models exactly as traces/ captured them (their manifest's commands).
+ZOO = ["transformer-b4", "unet-b2"]
+#: The modern corpus (name: capture command, title), traces/models/' models at their batch and sequence in
+#: float32 (trace_joint cannot yet cast a fake model to bfloat16): at full depth (``-f32-``; torchvision's ViT
+#: does not build on fake tensors: its truncated-normal initialiser loops on data), and two blocks
+#: deep (``-l2-``; ViT and DiT from dtrlab.pipeline.knob_models), and the tiny Llama-style decoder on which
+#: the capture reproduces pytorch/pytorch#197838's shape (docs/compile.md).
+MODELS = {
+    "llama-1b-f32-b4-s2048": ("dtrlab capture hf:llama --batch 4 --seq 2048",
+                              "Llama 3.2 1B-shaped decoder, 16 layers (4x2048)"),
+    "gpt2-f32-b8-s1024": ("dtrlab capture hf:gpt2 --batch 8 --seq 1024", "GPT-2 small, 12 layers (8x1024)"),
+    "llama-1b-l2-b4-s2048": ("dtrlab capture hf:llama --layers 2 --batch 4 --seq 2048",
+                             "Llama 3.2 1B-shaped decoder, 2 layers (4x2048)"),
+    "gpt2-l2-b8-s1024": ("dtrlab capture hf:gpt2 --layers 2 --batch 8 --seq 1024", "GPT-2 small, 2 layers (8x1024)"),
+    "vit_b_16-l2-b64": ("dtrlab capture dtrlab.pipeline.knob_models:vit_b_16_blocks --batch 64", "ViT-B/16, 2 blocks (64)"),
+    "dit-xl-2-l2-b32": ("dtrlab capture dtrlab.pipeline.knob_models:dit_xl_2_blocks --batch 32", "DiT-XL/2, 2 blocks (32)"),
+    "llama-tiny-l2-b2-s64": ("dtrlab capture hf:llama --layers 2 --hidden 64 --heads 4 --kv-heads 2 --intermediate 128 "
+                             "--vocab 256 --batch 2 --seq 64", "Tiny Llama-style decoder (2x64), #197838's shape"),
+}
+
+
+def corpus(set_name: str) -> dict[str, tuple[str, str]]:
+    """Trace name -> (the ``dtrlab capture`` command that builds it, its title), for a trace set."""
+    if set_name == "models":
+        return dict(MODELS)
+    entries = {Path(e["log"]).name.split(".")[0]: (e["command"], e["title"])
+               for e in read_json(ROOT / "traces" / "manifest.json")["models"]}
+    return {name: entries[name] for name in ZOO}
+
+
+def capture_options(command: str) -> argparse.Namespace:
+    """The model and the build options of a ``dtrlab capture ...`` command (its cost and output aside)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("model")
+    parser.add_argument("--batch", type=int)
+    parser.add_argument("--seq", type=int)
+    parser.add_argument("--image", type=int, default=224)
+    parser.add_argument("--dtype")
+    for key in SIZE_KEYS:
+        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int)
+    words = shlex.split(command)
+    return parser.parse_known_args(words[words.index("capture") + 1:])[0]
+
+
+def build_options(command: str) -> dict:
+    import torch
+
+    options = capture_options(command)
+    return {"batch": options.batch, "seq": options.seq, "image": options.image,
+            "dtype": getattr(torch, options.dtype) if options.dtype else None,
+            **{key: getattr(options, key) for key in SIZE_KEYS}}
+
+
+def ship_one(set_name: str, name: str, command: str, title: str, plan: KnobPlan, jobs: int) -> list[Path]:
+    """Census one model and write it, with the DTR trace of the same step (``dtrlab capture``, FLOP costs)."""
+    from ..memory.partitioned import knob_peaks
+    from ..trace.capture import capture
+    from ..trace.partition import trace_joint
+
+    source, options = capture_options(command).model, build_options(command)
+    directory = SHIPPED / "knob" / set_name
+    started = time.perf_counter()
+    joint = trace_joint(source, **options)
+    traced = time.perf_counter() - started
+    print(f"dtrlab ship knob: {set_name}/{name}: traced {source} ({joint.node_count} joint-graph nodes) in {traced:.0f} s",
+          flush=True)
+    census = census_knob(functools.partial(knob_peaks, joint), plan, name=name, execution=Execution(jobs=jobs))
+    census.meta.update(trace_seconds=round(traced, 1), command=command, title=title, desc=joint.desc,
+                       nodes=joint.node_count)
+    recording = capture(source, cost="flops", **options)
+    directory.mkdir(parents=True, exist_ok=True)
+    trace_path = recording.write(directory / f"{name}.jsonl.gz")
+    print(f"dtrlab ship knob: {set_name}/{name}: {len(census.samples)} knobs in {census.seconds:.0f} s", flush=True)
+    return [trace_path, *write_census(census, directory)]
+
+
+def ship_interventions(set_name: str, name: str, command: str, knob: float) -> Path:
+    """Single-node interventions at one knob (:func:`dtrlab.memory.partitioned.interventions`: every node the
+    partitioner recomputed forced saved, every saved one forced recomputed), as
+    ``<name>-interventions-<knob>.parquet`` beside the census."""
+    import io
+
+    import pandas as pd
+
+    from ..integrity import atomic_write_bytes
+    from ..memory.partitioned import interventions
+    from ..trace.partition import trace_joint
+
+    started = time.perf_counter()
+    joint = trace_joint(capture_options(command).model, **build_options(command))
+    table = pd.DataFrame(interventions(joint, knob)).assign(knob=knob)
+    buffer = io.BytesIO()
+    table.to_parquet(buffer, index=False)
+    path = SHIPPED / "knob" / set_name / f"{name}-interventions-{knob:g}.parquet"
+    atomic_write_bytes(path, buffer.getvalue())
+    print(f"dtrlab ship knob: {set_name}/{name}: {len(table)} interventions at knob {knob:g} in "
+          f"{time.perf_counter() - started:.0f} s", flush=True)
+    return path
+
+
+def add_arguments(parser) -> None:
+    """The options of ``dtrlab ship knob``."""
+    parser.add_argument("--sets", nargs="+", choices=("traces", "models"), default=["traces", "models"])
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="only these models (names as in the corpus)")
+    parser.add_argument("--knobs", default="0:1:0.01", help="START:STOP:STEP or a list (default 0:1:0.01)")
+    parser.add_argument("--resolution", type=float, default=1e-4, help="bisection resolution (default 1e-4)")
+    parser.add_argument("--refine", choices=REFINE_MODES, default="changes",
+                        help="bisect every change (default) or only those against the knob")
+    parser.add_argument("--interventions", type=float, metavar="KNOB",
+                        help="instead of censuses: the single-node interventions at this knob of each --only model")
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="processes per census (default 1)")
+
+
+def run(args, parser) -> int:
+    plan = KnobPlan(**parse_knobs(args.knobs), resolution=args.resolution, refine=args.refine)
+    known = {name for set_name in args.sets for name in corpus(set_name)}
+    if set(args.only or ()) - known:
+        parser.error(f"--only {sorted(set(args.only) - known)}: not in {args.sets}; known: {sorted(known)}")
+    written = []
+    for set_name in args.sets:
+        for name, (command, title) in corpus(set_name).items():
+            if args.interventions is not None and name in (args.only or ()):
+                written.append(ship_interventions(set_name, name, command, args.interventions))
+            elif args.interventions is None and (not args.only or name in args.only):
+                written += ship_one(set_name, name, command, title, plan, args.jobs)
+            else:
+                continue
+            write_manifest(SHIPPED, written)  # after each model: a later failure keeps the earlier ones
+    print(f"dtrlab ship knob: wrote {len(written)} files; {SHIPPED / 'MANIFEST.json'} updated")
+    return 0

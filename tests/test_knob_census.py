@@ -1,0 +1,399 @@
+"""The knob census on planted curves: holes, regions, the bytes-to-knob map, refinement and its limits."""
+
+from __future__ import annotations
+
+import bisect
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dtrlab.analysis.knob_census import (ACCOUNTINGS, KnobPlan, analyse, census_knob, dtr_beside_knob, parse_knobs,
+                                          read_census, write_census)
+from conftest import ROOT
+from dtrlab.integrity import IntegrityError, verify_in_manifest
+from dtrlab.sweep.execution import Execution
+
+
+def planted(breaks: list[float], values: list[int], calls: list[float] | None = None):
+    """A step curve: ``values[i]`` on [breaks[i-1], breaks[i]) (every accounting the same, reserved one
+    MiB-rounded above allocated so the accountings are distinct columns)."""
+    assert len(values) == len(breaks) + 1
+
+    def evaluate(knob: float) -> dict:
+        if calls is not None:
+            calls.append(knob)
+        peak = values[bisect.bisect_right(breaks, knob)]
+        return {"flat_peak": peak, "allocated_peak": peak, "reserved_peak": peak, "recompute_flops": 1 - knob}
+    return evaluate
+
+
+# A bump: 100 below 0.2, 300 on [0.2, 0.405), 200 on [0.405, 0.6), 400 from 0.6.
+BUMP = planted([0.2, 0.405, 0.6], [100, 300, 200, 400])
+
+
+def test_planted_bump_holes_regions_and_map():
+    census = census_knob(BUMP, KnobPlan(), name="bump")
+    resolution = census.plan.resolution
+    assert census.check_resolution() == [] and census.meta["refinement_complete"]
+    for accounting in ACCOUNTINGS:
+        changes = census.changes[census.changes.accounting == accounting]
+        assert changes[["peak_below", "peak_above", "against"]].values.tolist() == \
+            [[100, 300, False], [300, 200, True], [200, 400, False]]
+        for truth, (_, change) in zip([0.2, 0.405, 0.6], changes.iterrows()):
+            assert change.knob_below < truth <= change.knob_above and change.knob_above - change.knob_below <= \
+                resolution
+        holes = census.holes[census.holes.accounting == accounting]
+        assert len(holes) == 1  # at budgets 200..299 only
+        hole = holes.iloc[0]
+        assert (hole.budget_from, hole.budget_to, hole.knob_from) == (200, 299, 0.2)
+        assert 0.405 - resolution <= hole.knob_to < 0.405 <= hole.fits_above <= 0.405 + resolution
+        assert 0.2 - resolution <= hole.fits_below < 0.2
+        regions = census.regions[census.regions.accounting == accounting]
+        assert len(regions) == 1 and regions.iloc[0].knob_from == 0.2 and regions.iloc[0].rise == 1.5
+        assert regions.iloc[0].beaten_by_peak == 200 and 0.405 <= regions.iloc[0].beaten_by_knob <= 0.405 + resolution
+        knob_map = census.knob_map[census.knob_map.accounting == accounting].set_index("budget_from")
+        assert knob_map.loc[[100, 200, 300], "lowering_is_safe"].tolist() == [True, False, True]
+        assert knob_map.loc[400, "largest_fitting_knob"] == 1.0 and knob_map.loc[100, "smallest_fitting_knob"] == 0.0
+        assert 0.6 - resolution <= knob_map.loc[200, "largest_fitting_knob"] < 0.6
+        summary = census.summary.set_index("accounting").loc[accounting]
+        assert summary.min_peak == 100 and summary.smallest_knob_at_min == 0.0
+        assert summary.worst_rise == 1.5 and summary.worst_rise_knob_low == 0.2
+        assert (summary.regions, summary.hole_levels, summary.against_changes) == (1, 1, 1)
+
+
+def test_knob_for_budget_between_levels():
+    census = census_knob(BUMP, KnobPlan())
+    choice = census.knob_for_budget(250, "flat_peak")
+    assert not choice.lowering_is_safe and len(choice.holes) == 1 and choice.holes[0][0] == 0.2
+    assert 0.6 - census.plan.resolution <= choice.largest_fitting_knob < 0.6
+    below_everything = census.knob_for_budget(99, "flat_peak")
+    assert below_everything.largest_fitting_knob is None and below_everything.holes == ()
+
+
+def test_refinement_finds_a_spike_between_grid_points():
+    # 0.50 and 0.51 differ (100 vs 50); a 2e-4-wide spike of 900 sits between them.
+    census = census_knob(planted([0.503, 0.5032], [100, 900, 50]), KnobPlan())
+    spiked = census.samples[census.samples.flat_peak == 900]
+    assert len(spiked) >= 1 and (spiked.source == "refine").all()
+    assert all(0.503 <= k < 0.5032 for k in spiked.knob)
+    assert census.summary.set_index("accounting").loc["flat_peak", "worst_rise"] == 18.0
+
+
+def test_limit_a_spike_inside_a_cell_with_equal_ends_is_not_seen():
+    # The documented limit: 0.50 and 0.51 both give 100, so nothing is bisected there.
+    census = census_knob(planted([0.503, 0.5032], [100, 900, 100]), KnobPlan())
+    assert census.changes.empty and census.regions.empty and census.holes.empty
+    assert len(census.samples) == 101
+
+
+def test_monotone_curve_has_no_holes_or_regions():
+    census = census_knob(planted([0.1, 0.33, 0.5], [10, 20, 30, 40]), KnobPlan())
+    assert census.holes.empty and census.regions.empty
+    assert census.knob_map.lowering_is_safe.all() and not census.changes.against.any()
+
+
+@st.composite
+def step_curves(draw, step=0.01):
+    """Random step curves whose pieces are all wider than the grid step."""
+    count = draw(st.integers(0, 8))
+    gaps = draw(st.lists(st.floats(step * 1.01, 0.2), min_size=count, max_size=count))
+    breaks, position = [], 0.0
+    for gap in gaps:
+        position += gap
+        if position >= 1:
+            break
+        breaks.append(round(position, 6))
+    values = [draw(st.integers(1, 10**9))]
+    for _ in breaks:
+        values.append(draw(st.integers(1, 10**9).filter(lambda v, last=values[-1]: v != last)))
+    return breaks, values
+
+
+@settings(max_examples=40, deadline=None)
+@given(step_curves())
+def test_guarantee_every_change_is_bracketed_when_pieces_exceed_the_step(curve):
+    breaks, values = curve
+    calls: list[float] = []
+    plan = KnobPlan(accountings=("flat_peak",))
+    census = census_knob(planted(breaks, values, calls), plan)
+    assert census.check_resolution() == []
+    assert len(calls) == len(set(calls)) == len(census.samples)  # each knob evaluated once
+    changes = census.changes
+    assert len(changes) == len(breaks)
+    for truth, (_, change) in zip(breaks, changes.iterrows()):
+        assert change.knob_below < truth <= change.knob_above <= change.knob_below + plan.resolution
+    # Soundness: every sample is the planted value (nothing is interpolated), and every hole's knobs fail
+    # at its budget while the knobs bracketing it fit.
+    for knob, peak in zip(census.samples.knob, census.samples.flat_peak):
+        assert peak == values[bisect.bisect_right(breaks, knob)]
+    for hole in census.holes.itertuples():
+        curve_at = planted(breaks, values)
+        assert curve_at(hole.knob_from)["flat_peak"] > hole.budget_from
+        assert curve_at(hole.fits_below)["flat_peak"] <= hole.budget_from
+        assert curve_at(hole.fits_above)["flat_peak"] <= hole.budget_from
+    monotone = all(a <= b for a, b in zip(values, values[1:]))
+    if monotone:
+        assert census.holes.empty and census.regions.empty
+
+
+def test_resolution_stated_and_honoured():
+    coarse = census_knob(BUMP, KnobPlan(resolution=0.003, accountings=("flat_peak",)))
+    fine = census_knob(BUMP, KnobPlan(resolution=1e-5, accountings=("flat_peak",)))
+    for census in (coarse, fine):
+        gaps = [c.knob_above - c.knob_below for c in census.changes.itertuples()]
+        assert max(gaps) <= census.plan.resolution
+    assert len(fine.samples) > len(coarse.samples)
+    assert "1e-05" in fine.plan.describe()
+
+
+def test_evaluation_limit_is_reported():
+    census = census_knob(BUMP, KnobPlan(max_evaluations=105, accountings=("flat_peak",)))
+    assert len(census.samples) == 105 and census.check_resolution() and not census.meta["refinement_complete"]
+
+
+def test_analyse_recomputes_from_samples():
+    census = census_knob(BUMP, KnobPlan())
+    again = analyse(census.samples.sample(frac=1, random_state=0), census.plan, "bump")
+    for table in ("changes", "regions", "holes", "knob_map", "summary"):
+        assert getattr(again, table).equals(getattr(census, table))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("0:1.5:0.01", "[0, 1]"), ("-0.1:1:0.01", "[0, 1]"), ("0:1", "START:STOP:STEP"), ("a:b:c", "START:STOP:STEP"),
+    ("0.5:0.1:0.01", "low to high"), ("0:1:0", "step must be > 0"), ("0.1,2", "[0, 1]"), ("0:1:nan", "step"),
+])
+def test_bad_knob_ranges(text, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_knobs(text)
+
+
+def test_knob_lists_and_ranges():
+    assert KnobPlan(**parse_knobs("0.15,0.05")).grid() == [0.05, 0.15]
+    grid = KnobPlan(**parse_knobs("0:1:0.01")).grid()
+    assert len(grid) == 101 and grid[5] == 0.05 and grid[-1] == 1.0
+
+
+def test_bad_evaluation_is_named():
+    with pytest.raises(ValueError, match="knob 0.0 gave flat_peak=None"):
+        census_knob(lambda knob: {"allocated_peak": 1, "reserved_peak": 1}, KnobPlan())
+
+
+def test_write_and_read_back(tmp_path):
+    census = census_knob(BUMP, KnobPlan(), name="bump")
+    paths = write_census(census, tmp_path)
+    assert [p.name for p in paths][-1] == "bump.json" and all(p.exists() for p in paths)
+    again = read_census(tmp_path / "bump.json")
+    for table in ("samples", "changes", "regions", "holes", "knob_map", "summary"):
+        assert getattr(again, table).equals(getattr(census, table)), table
+    assert again.plan == census.plan
+    samples = tmp_path / "bump-samples.parquet"
+    samples.write_bytes(samples.read_bytes()[:-10])
+    with pytest.raises(IntegrityError, match="does not match its sha256"):
+        read_census(tmp_path / "bump.json")
+
+
+def test_dtr_beside_the_knob_on_the_same_budgets():
+    from dtrlab.runtime import baseline, simulate
+    from dtrlab.sweep.execution import SERIAL
+    from dtrlab.trace import load
+
+    trace = load(ROOT / "traces" / "unet-b2.jsonl.gz")
+    peak = baseline(trace).peak_memory
+    fractions = [0.3, 0.9, 0.5, 1.0]
+
+    def evaluate(knob):
+        value = int(peak * fractions[bisect.bisect_right([0.2, 0.405, 0.6], knob)])
+        return {"flat_peak": value, "allocated_peak": value, "reserved_peak": value, "recompute_flops": 1000 - knob}
+    census = census_knob(evaluate, KnobPlan(step=0.05, resolution=0.01), name="unet")
+    budgets = [int(peak * 0.25), int(peak * 0.5), int(peak * 0.7), peak]
+    table = dtr_beside_knob(census, trace, budgets=budgets, execution=SERIAL.with_(cache=False, progress=False))
+    assert table.budget_bytes.tolist() == budgets
+    assert table.knob_fits.tolist() == [False, True, True, True]
+    assert table.knob_lowering_is_safe.tolist() == [False, False, False, True]
+    for row in table.itertuples():
+        assert row.dtr_status == simulate(trace, "dtr", budget_bytes=row.budget_bytes).status
+        if row.knob_fits:
+            assert row.knob_recompute_flops == 1000 - row.largest_fitting_knob
+    assert (table.monotone_status == "pass").is_monotonic_increasing
+
+
+# ------------------------------------------------------------------ the command line
+
+def refused(capsys, argv, *names) -> str:
+    """``dtrlab ARGV`` must exit 2 with one line naming each of ``names`` (as tests/test_cli_errors.py)."""
+    from dtrlab.cli import main
+
+    code = main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"dtrlab {argv[0]}: error: "), err
+    for name in names:
+        assert str(name) in err, (name, err)
+    return err
+
+
+@pytest.fixture
+def written(tmp_path):
+    census = census_knob(BUMP, KnobPlan(), name="bump")
+    write_census(census, tmp_path / "census")
+    return tmp_path / "census" / "bump.json"
+
+
+@pytest.mark.parametrize("knobs, says", [("0:1.5:0.01", "[0, 1]"), ("-0.2,0.5", "[0, 1]"), ("0:1", "START:STOP:STEP"),
+                                         ("0:1:zero", "START:STOP:STEP"), ("1:0:0.1", "low to high")])
+def test_cli_refuses_bad_knobs_and_writes_nothing(capsys, tmp_path, written, knobs, says):
+    out = tmp_path / "out"
+    refused(capsys, ["knob", written, f"--knobs={knobs}", "--out", out], "--knobs", says)
+    assert not out.exists()
+
+
+def test_cli_refuses_bad_budgets_and_outputs(capsys, tmp_path, written):
+    refused(capsys, ["knob", written, "--budget", "40GIB"], "--budget", "40GIB")
+    refused(capsys, ["knob", written, "--budget", "1.25x"], "--budget", "bytes")
+    refused(capsys, ["knob", written, "--out", written], "--out", "is a file")
+    refused(capsys, ["knob", written, "--accounting", "alocated"], "did you mean 'allocated'")
+    refused(capsys, ["knob", written, "--resolution", "0"], "--resolution")
+
+
+def test_cli_refuses_a_torch_without_the_knob(capsys, tmp_path, monkeypatch):
+    import types
+
+    import torch._functorch.config
+
+    monkeypatch.setattr(torch._functorch, "config", types.SimpleNamespace())
+    out = tmp_path / "out"
+    refused(capsys, ["knob", "transformer", "--out", out], "activation_memory_budget", torch.__version__)
+    assert not out.exists()
+
+
+def test_cli_refuses_a_damaged_census(capsys, written):
+    samples = written.parent / "bump-samples.parquet"
+    samples.write_bytes(samples.read_bytes()[:100])
+    refused(capsys, ["knob", written], "bump-samples.parquet", "sha256")
+
+
+def test_cli_reads_a_census_back_and_answers_budgets(capsys, tmp_path, written):
+    from dtrlab.cli import main
+
+    assert main(["knob", str(written), "--budget", "250", "--budget", "350", "--accounting", "flat",
+                 "--out", str(tmp_path / "again")]) == 0
+    out = capsys.readouterr().out
+    assert "budget 250 bytes" in out and "lowering it is NOT safe: knobs 0.2..0.40" in out
+    assert "budget 350 bytes" in out and "every smaller knob fits too" in out
+    assert "non-monotone regions (flat_peak)" in out and "holes (flat_peak)" in out
+    again = read_census(tmp_path / "again" / "bump.json")
+    assert again.holes.equals(read_census(written).holes)
+
+
+def test_read_checks_the_manifest(tmp_path):
+    from dtrlab.integrity import write_manifest
+
+    census = census_knob(BUMP, KnobPlan(step=0.1), name="bump")
+    write_census(census, tmp_path / "knob")
+    write_manifest(tmp_path)
+    assert read_census(tmp_path / "knob" / "bump.json", tmp_path).holes.equals(census.holes)
+    (tmp_path / "knob" / "bump.json").write_text((tmp_path / "knob" / "bump.json").read_text() + " ")
+    with pytest.raises(IntegrityError, match="bump.json has"):
+        read_census(tmp_path / "knob" / "bump.json", tmp_path)
+
+
+UNTRACEABLE = """
+import torch
+
+
+class Branchy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.linear(x)
+        if y.sum().item() > 0:  # data-dependent control flow: no single graph
+            return y * 2
+        return y
+
+
+def step(batch=2):
+    return Branchy(), torch.randn(batch, 4), None
+"""
+
+
+@pytest.mark.slow  # torch.compile's tracing: tens of seconds
+def test_cli_refuses_a_model_the_partitioner_cannot_trace(capsys, tmp_path, monkeypatch):
+    (tmp_path / "branchy_model.py").write_text(UNTRACEABLE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "out"
+    refused(capsys, ["knob", "branchy_model:step", "--out", out], "branchy_model:step", "cannot trace")
+    assert not out.exists()
+
+
+def test_forked_workers_give_the_same_census():
+    serial = census_knob(BUMP, KnobPlan(), name="bump")
+    forked = census_knob(BUMP, KnobPlan(), name="bump", execution=Execution(jobs=2, progress=False))
+    assert forked.samples.equals(serial.samples) and forked.holes.equals(serial.holes)
+
+
+def test_a_failing_evaluation_in_a_worker_is_raised_here():
+    def evaluate(knob):
+        if knob > 0.5:
+            raise ValueError(f"no partition at {knob}")
+        return BUMP(knob)
+    with pytest.raises(ValueError, match="no partition at 0.51"):
+        census_knob(evaluate, KnobPlan(), execution=Execution(jobs=2, progress=False))
+
+
+SHIPPED = ROOT / "results" / "shipped"
+SHIPPED_CENSUSES = sorted((SHIPPED / "knob").glob("*/*.json"))
+
+
+@pytest.mark.parametrize("path", SHIPPED_CENSUSES, ids=[f"{p.parent.name}/{p.stem}" for p in SHIPPED_CENSUSES])
+def test_shipped_censuses_verify_and_are_complete(path):
+    census = read_census(path, SHIPPED)
+    assert census.meta["refinement_complete"] and census.check_resolution() == []
+    assert census.plan.step == 0.01 and census.plan.low == 0.0 and census.plan.high == 1.0
+    assert (census.samples.knob.diff().dropna() > 0).all() and set(census.samples.source) <= {"grid", "refine"}
+    verify_in_manifest(path.with_suffix("").with_suffix(".jsonl.gz"), SHIPPED)
+
+
+def test_refining_only_against_the_knob():
+    plan = KnobPlan(refine="against")
+    census = census_knob(BUMP, plan)
+    assert census.check_resolution() == [] and "against the knob" in plan.describe()
+    changes = census.changes[census.changes.accounting == "flat_peak"]
+    widths = (changes.knob_above - changes.knob_below).round(9).tolist()
+    assert changes.against.tolist() == [False, True, False]
+    assert widths[0] == 0.01 and widths[1] <= plan.resolution and widths[2] == 0.01  # only 0.405 bisected
+    assert len(census.samples) == 101 + 7
+    with pytest.raises(ValueError, match="refine is one of"):
+        KnobPlan(refine="all")
+
+
+def test_interventions_plot_shows_the_largest_changes():
+    import matplotlib
+
+    matplotlib.use("agg")
+    from dtrlab.plots.knob import plot_knob_interventions
+
+    rows = [{"node": f"n{i}", "forced": "save" if i % 2 else "recompute", "peak_delta": (-1) ** i * i * 2**20}
+            for i in range(20)]
+    ax = plot_knob_interventions(rows, top=5)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["n15 (save)", "n16 (recompute)", "n17 (save)", "n18 (recompute)", "n19 (save)"]
+    assert [round(p.get_width()) for p in ax.patches] == [-15, 16, -17, 18, -19]
+
+
+@pytest.mark.slow  # torch.compile's tracing of a tiny decoder: about 15 s
+def test_cli_censuses_a_model_end_to_end(capsys, tmp_path):
+    from dtrlab.cli import main
+
+    argv = ["knob", "hf:llama", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+            "--intermediate", "128", "--vocab", "256", "--batch", "2", "--seq", "64", "--knobs", "0,0.05,0.15,1",
+            "--resolution", "0.5", "--budget", "1.5MiB", "--accounting", "flat", "--out", str(tmp_path), "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    census = read_census(tmp_path / "hf-llama-layers2-hidden64-heads4-kvheads2-intermediate128-vocab256-b2-s64.json")
+    assert census.samples.knob.tolist()[:3] == [0.0, 0.05, 0.15] and census.samples.knob.iloc[-1] == 1.0
+    assert {"flat_peak", "allocated_peak", "reserved_peak", "recompute_flops", "saved_count"} <= set(census.samples)
+    assert f"budget {int(1.5 * 2**20):,} bytes (1.50 MiB), flat_peak" in out
+    assert census.meta["refinement_complete"]
