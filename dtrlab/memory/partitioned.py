@@ -36,6 +36,9 @@ change.
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
+
 from ..trace.partition import JointGraph, PartitionedStep, partition
 from .caching import CachingModel
 from .flat import FlatModel
@@ -89,9 +92,11 @@ def interventions(joint: JointGraph, knob: float, nodes: list[str] | None = None
     Each recomputed forward node is forced saved, each saved one forced recomputed
     (``nodes`` limits the candidates to those names), through the partitioner's own hooks
     (:func:`~dtrlab.trace.partition.partition`'s ``force``). One row per (node, forcing):
-    ``node, forced, flat_peak, peak_delta`` (against the unforced partition's flat peak),
-    ``saved_count, recomputed_count, proxy_saved_bytes``. A negative ``peak_delta`` names a
-    decision of the partitioner that raises the peak the user sees.
+    ``node, forced, partitioned, flat_peak, peak_delta`` (against the unforced partition's
+    flat peak), ``saved_count, recomputed_count, proxy_saved_bytes``. A negative
+    ``peak_delta`` names a decision of the partitioner that raises the peak the user sees.
+    A forcing torch's min-cut cannot honour (a value the backward needs that may then be
+    neither saved nor recomputed) is a row with ``partitioned=False`` and no peak.
     """
     base = partition(joint, knob, solver=solver)
     base_peak = step_peaks(base)["flat_peak"]
@@ -101,14 +106,23 @@ def interventions(joint: JointGraph, knob: float, nodes: list[str] | None = None
     if nodes is not None:
         wanted = set(nodes)
         candidates = [(name, how) for name, how in candidates if name in wanted]
-    rows = []
-    for name, how in candidates:
-        step = partition(joint, knob, solver=solver, force={name: how})
-        peak = step_peaks(step)["flat_peak"]
-        rows.append({"node": name, "forced": how, "flat_peak": peak, "peak_delta": peak - base_peak,
-                     "saved_count": step.saved_count, "recomputed_count": step.recomputed_count,
-                     "proxy_saved_bytes": step.proxy_saved_bytes})
-    return rows
+    return [_forced_row(joint, knob, solver, name, how, base_peak) for name, how in candidates]
+
+
+def _forced_row(joint: JointGraph, knob: float, solver: str | None, name: str, how: str, base_peak: int) -> dict:
+    row = {"node": name, "forced": how, "partitioned": True}
+    try:
+        # torch dumps a failed min-cut's graph into the working directory: keep it out of the user's.
+        with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
+            step = partition(joint, knob, solver=solver, force={name: how})
+    except RuntimeError as error:
+        if "failed to partition" not in str(error):
+            raise
+        return {**row, "partitioned": False, "flat_peak": None, "peak_delta": None, "saved_count": None,
+                "recomputed_count": None, "proxy_saved_bytes": None}
+    peak = step_peaks(step)["flat_peak"]
+    return {**row, "flat_peak": peak, "peak_delta": peak - base_peak, "saved_count": step.saved_count,
+            "recomputed_count": step.recomputed_count, "proxy_saved_bytes": step.proxy_saved_bytes}
 
 
 def peak_composition(step: PartitionedStep) -> dict:
