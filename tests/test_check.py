@@ -134,6 +134,7 @@ def test_parse_budget(small_resnet, spec, expected):
     (["--budget", "0.5", "--device", "A100-81GB"], "A100-80GB"),
     (["--budget", "0.5", "--device", "1.25x"], "not a multiple"),
     (["--budget", "0.5", "--policies", "dtrr"], "dtr"),
+    (["--budget", "0.5", "--knob"], "--knob without a census file needs a model source"),
 ])
 def test_check_bad_input_is_one_line(tmp_path, capsys, arguments, message):
     device = [] if "--device" in arguments else ["--device", "A100-80GB"]
@@ -142,6 +143,23 @@ def test_check_bad_input_is_one_line(tmp_path, capsys, arguments, message):
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1 and message in err, err
     assert not list(tmp_path.iterdir())
+
+
+def test_check_adds_the_knob_from_a_shipped_census(tmp_path, capsys):
+    """With --knob CENSUS, the sixth line is the census's own answer at the budget (allocated bytes)."""
+    from dtrlab.analysis.knob_census import read_census
+
+    shipped = ROOT / "results" / "shipped" / "knob" / "traces"
+    census = read_census(shipped / "transformer-b4.json")
+    trace = shipped / "transformer-b4.jsonl.gz"
+    out, report = run_check(capsys, str(trace), "--device", "A100-80GB", "--budget", "0.6", "--window", "0.02",
+                            "--delta", "0.01", "--no-monotone", "--knob", str(shipped / "transformer-b4.json"),
+                            "--out", str(tmp_path))
+    choice = census.knob_for_budget(report["budget_bytes"], "allocated_peak")
+    assert out[-2] == f"torch.compile activation_memory_budget (allocated_peak): {choice.describe()}"
+    assert report["knob"]["largest_fitting_knob"] == choice.largest_fitting_knob
+    assert choice.largest_fitting_knob is not None and not choice.lowering_is_safe  # the shipped census has holes below it
+    assert "activation_memory_budget" in (tmp_path / "transformer-b4.html").read_text()
 
 
 def test_parse_device():

@@ -44,6 +44,7 @@ from ..sweep.execution import SERIAL, Execution
 from ..trace.model import Trace
 from .anatomy import LIMIT_READERS, hole_anatomy, unlimited_runs
 from .holes import HoleCensus, census_grid, delta_bytes, refine_holes
+from .knob_census import KnobCensus, KnobChoice
 
 #: The policies censused by default: DTR and the zoo's policies with the fewest holes at a
 #: threshold near DTR's on the shipped censuses (README, docs/sweeps.md: h_DTR^eq and MSPS).
@@ -113,6 +114,7 @@ class CheckReport:
     delta_bytes: int
     checks: list[PolicyCheck]
     monotone: dict | None
+    knob: dict | None = None  # torch.compile's activation_memory_budget at this budget (KnobChoice's fields)
 
     def to_dict(self) -> dict:
         record = {k: v for k, v in asdict(self).items() if k != "checks"}
@@ -139,6 +141,9 @@ class CheckReport:
                          f"{_safe(dtr.safe_below, self)} / {_safe(caching and caching.safe_below, self)}, above "
                          f"{_safe(dtr.safe_above, self)} / {_safe(caching and caching.safe_above, self)}")
         lines.append(self._alternatives())
+        if self.knob is not None:
+            lines.append(f"torch.compile activation_memory_budget ({self.knob['accounting']}): "
+                         f"{KnobChoice(**self.knob).describe()}")
         return lines
 
     def _alternatives(self) -> str:
@@ -216,9 +221,12 @@ def check_semantics(device_bytes: int, flat: Semantics = REFERENCE) -> list[Sema
 
 
 def check(trace: Trace, budget, device, *, plan: CheckPlan = CheckPlan(), semantics: Semantics = REFERENCE,
-          execution: Execution = SERIAL) -> CheckReport:
+          execution: Execution = SERIAL, knob: KnobCensus | None = None) -> CheckReport:
     """Is ``budget`` (see :func:`parse_budget`) safe for ``trace`` on ``device`` (see :func:`parse_device`)?
-    ``semantics`` is the flat configuration (its overhead limit applies to both); see the module docstring."""
+    ``semantics`` is the flat configuration (its overhead limit applies to both); see the module docstring.
+    ``knob``: a census of torch.compile's ``activation_memory_budget`` on the same step
+    (:mod:`dtrlab.analysis.knob_census`); the report then adds the largest knob that fits the budget
+    (allocated bytes under the caching allocator) and whether a smaller knob sits in a hole."""
     for name in plan.policies:
         get_policy(name)  # a typo is an error now, not after the first census
     label, device_bytes = parse_device(device)
@@ -241,7 +249,8 @@ def check(trace: Trace, budget, device, *, plan: CheckPlan = CheckPlan(), semant
             bar.update()
     return CheckReport(trace=trace.name, peak_bytes=peak, device=label, device_bytes=device_bytes,
                        budget_bytes=budget, ratio=ratio, window=(low, high), delta_bytes=delta_bytes(plan.delta, peak),
-                       checks=checks, monotone=monotone if plan.monotone else None)
+                       checks=checks, monotone=monotone if plan.monotone else None,
+                       knob=None if knob is None else asdict(knob.knob_for_budget(budget, "allocated_peak")))
 
 
 def memory_name(semantics: Semantics, device: str) -> str:

@@ -141,6 +141,17 @@ class KnobChoice:
     lowering_is_safe: bool  # every evaluated knob at or below the largest fitting one fits
     holes: tuple[tuple[float, float], ...]  # (first, last) evaluated knob of each hole
 
+    def describe(self) -> str:
+        """One phrase: the largest knob that fits and whether lowering it from there is safe."""
+        if self.largest_fitting_knob is None:
+            return "no knob value fits"
+        text = f"largest knob that fits {self.largest_fitting_knob:g}"
+        if self.lowering_is_safe:
+            return text + "; every smaller knob fits too"
+        holes = ", ".join(f"{a:g}..{b:g}" for a, b in self.holes)
+        return text + "; lowering it is NOT safe: " + (f"knobs {holes} do not fit" if holes else
+                                                       f"knobs below {self.smallest_fitting_knob:g} do not fit")
+
 
 @dataclass
 class KnobCensus:

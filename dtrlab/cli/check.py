@@ -38,6 +38,11 @@ def register(subparsers) -> None:
     parser.add_argument("--resolution", type=positive_int, metavar="BYTES",
                         help="bisect hole edges to this many bytes (default: 1 MiB or 1/10000 of the peak)")
     parser.add_argument("--no-monotone", action="store_true", help="do not run monotone(dtr) at the budget")
+    parser.add_argument("--knob", nargs="?", const="", default=None, metavar="CENSUS.json",
+                        help="add torch.compile's activation_memory_budget: the largest knob that fits the budget and "
+                             "whether a smaller one sits in a hole, from a census written by dtrlab knob, or (no "
+                             "file, a model source) from a census run now (0..1 every 0.01, edges against the knob "
+                             "refined to 0.001; minutes)")
     parser.add_argument("--overhead-limit", type=overhead_limit_or_none, default=2.0,
                         help="thrash once total compute exceeds this multiple of the baseline (default 2.0; none: "
                              "no limit)")
@@ -68,9 +73,10 @@ def run(args) -> int:
     plan = CheckPlan(window=args.window, delta=args.delta, policies=tuple(args.policies or DEFAULT_POLICIES),
                      monotone=not args.no_monotone, resolution=args.resolution)
     out = Path(args.out)
+    knob = _knob_census(args)
     trace = _trace(args, out)
     report = check(trace, args.budget, args.device, plan=plan, semantics=Semantics(overhead_limit=args.overhead_limit),
-                   execution=execution_argument(args))
+                   execution=execution_argument(args), knob=knob)
     name = _file_name(trace.name)
     html_path, json_path = out / f"{name}.html", out / f"{name}.json"
     out.mkdir(parents=True, exist_ok=True)
@@ -79,6 +85,24 @@ def run(args) -> int:
         print(line)
     print(f"report: {html_path} (JSON: {json_path})")
     return 0
+
+
+def _knob_census(args):
+    """The knob census ``--knob`` asks for (None without it): read from a file, or run on the model source."""
+    if args.knob is None:
+        return None
+    from ..analysis.knob_census import KnobPlan, census_knob, read_census
+    from ..sweep.execution import Execution
+    from .knob import model_evaluation
+
+    if args.knob:
+        return read_census(args.knob)
+    if Path(args.source).exists():
+        raise ValueError(f"--knob without a census file needs a model source, not the trace file {args.source} "
+                         "(run dtrlab knob on the model and pass its census JSON)")
+    evaluate, name = model_evaluation(args)
+    return census_knob(evaluate, KnobPlan(resolution=1e-3, refine="against"), name=name,
+                       execution=Execution(jobs=args.jobs, progress=not args.quiet))
 
 
 def _trace(args, out: Path):

@@ -148,20 +148,8 @@ def report(census, accounting: str, budgets: list[int]) -> None:
         print_table(holes.drop(columns="accounting").astype(object).where(holes.notna(), None).to_dict("records"))
     for budget in budgets:
         choice = census.knob_for_budget(budget, accounting)
-        print(f"\nbudget {budget:,} bytes ({human_bytes(budget)}), {accounting}: " + describe_choice(choice))
+        print(f"\nbudget {budget:,} bytes ({human_bytes(budget)}), {accounting}: " + choice.describe())
 
 
 def human_bytes(count: int) -> str:
     return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.2f} MiB"
-
-
-def describe_choice(choice) -> str:
-    if choice.largest_fitting_knob is None:
-        return "no knob value fits"
-    text = f"largest knob that fits {choice.largest_fitting_knob:g}"
-    if choice.lowering_is_safe:
-        return text + "; every smaller knob fits too"
-    holes = ", ".join(f"{a:g}..{b:g}" for a, b in choice.holes)
-    return text + "; lowering it is NOT safe: " + (f"knobs {holes} do not fit" if holes else
-                                                   f"knobs below {choice.smallest_fitting_knob:g} do not fit")
-
