@@ -232,3 +232,17 @@ def test_llama_shape_of_pytorch_197838():
     assert proxies == sorted(proxies, reverse=True)
     assert rows[0.05]["flat_peak"] > rows[0.15]["flat_peak"]
     assert rows[0.0]["flat_peak"] > rows[1.0]["flat_peak"]
+
+
+def test_a_forcing_torch_cannot_partition_is_a_row(tmp_path, monkeypatch):
+    """On the tiny decoder at 0.05, forcing getitem_5 recomputed leaves torch's min-cut without a solution: the
+    intervention table records it (partitioned=False, no peak) and torch's failure dump stays out of the cwd."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        joint = trace_joint("hf:llama", batch=2, seq=64, layers=2, hidden=64, heads=4, kv_heads=2,
+                            intermediate=128, vocab=256)
+    monkeypatch.chdir(tmp_path)
+    [row] = interventions(joint, 0.05, nodes=["getitem_5"])
+    assert row["node"] == "getitem_5" and row["forced"] == "recompute"
+    assert row["partitioned"] is False and row["flat_peak"] is None and row["peak_delta"] is None
+    assert not list(tmp_path.iterdir())
