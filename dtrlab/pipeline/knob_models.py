@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+
+from ..trace.models import ClassConditionalDenoiser
 
 
 def vit_b_16_blocks(batch: int = 64):
@@ -29,15 +30,6 @@ def vit_b_16_blocks(batch: int = 64):
     return model, torch.randn(batch, 3, 224, 224), lambda logits: F.cross_entropy(logits, labels)
 
 
-class _ClassConditionalDenoiser(nn.Module):
-    def __init__(self, transformer: nn.Module):
-        super().__init__()
-        self.transformer = transformer
-
-    def forward(self, latents, timesteps, labels):
-        return self.transformer(latents, timestep=timesteps, class_labels=labels).sample
-
-
 def dit_xl_2_blocks(batch: int = 32):
     """DiT-XL/2 at 256px (width 1152, 16 heads of 72, patch 2 on 32x32x4 latents, adaLN-Zero), 2 blocks;
     MSE on the noise prediction."""
@@ -49,4 +41,4 @@ def dit_xl_2_blocks(batch: int = 32):
     transformer.train()
     noise = torch.randn(batch, 4, 32, 32)
     inputs = (torch.randn(batch, 4, 32, 32), torch.randint(0, 1000, (batch,)), torch.randint(0, 1000, (batch,)))
-    return _ClassConditionalDenoiser(transformer), inputs, lambda pred: F.mse_loss(pred[:, :4], noise)
+    return ClassConditionalDenoiser(transformer), inputs, lambda pred: F.mse_loss(pred[:, :4], noise)

@@ -366,7 +366,7 @@ def _sd_unet(diffusers, batch: int | None) -> Workload:
                     f"Stable Diffusion 1.x U-Net, {params / 1e6:.0f}M parameters, random init, 512px images")
 
 
-class _ClassConditionalDenoiser(nn.Module):
+class ClassConditionalDenoiser(nn.Module):
     def __init__(self, transformer: nn.Module):
         super().__init__()
         self.transformer = transformer
@@ -390,7 +390,7 @@ def _dit_xl_2(diffusers, batch: int | None) -> Workload:
     labels = torch.randint(0, 1000, (batch,))
     noise = torch.randn(batch, 4, 32, 32)
     params = sum(p.numel() for p in transformer.parameters())
-    return Workload(_ClassConditionalDenoiser(transformer), (latents, timesteps, labels),
+    return Workload(ClassConditionalDenoiser(transformer), (latents, timesteps, labels),
                     lambda pred: F.mse_loss(pred[:, :4], noise), batch, f"{batch}x4x32x32 latents, {batch} classes",
                     f"DiT-XL/2: 28 blocks, hidden 1152, 16 heads, patch 2, {params / 1e6:.0f}M parameters (the "
                     "paper's 675M with diffusers' copy of the timestep and class embedding in every block), random "
