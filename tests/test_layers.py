@@ -60,6 +60,21 @@ def _resolve(name: str) -> str | None:
     return None
 
 
+def _imported_by_call(node: ast.AST, package: str) -> str | None:
+    """The absolute module name of ``importlib.import_module("literal"[, "anchor"])`` (relative names resolved
+    against ``anchor``, else ``package``), or None when ``node`` is no such call."""
+    if not (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        return None
+    name = node.args[0].value
+    if name.startswith("."):
+        anchor = node.args[1].value if len(node.args) > 1 and isinstance(node.args[1], ast.Constant) else package
+        level = len(name) - len(name.lstrip("."))
+        base = anchor.split(".")
+        name = ".".join(base[:len(base) - level + 1] + [name.lstrip(".")])
+    return name
+
+
 def imports(module: str) -> list[tuple[int, str]]:
     """(line, imported dtrlab module), once per line and module, for every import in ``module``'s source."""
     path = MODULES[module]
@@ -79,15 +94,8 @@ def imports(module: str) -> list[tuple[int, str]]:
             # `from pkg import sub` imports the submodule when there is one, else pkg itself.
             names = [f"{source}.{alias.name}" if _resolve(f"{source}.{alias.name}") == f"{source}.{alias.name}"
                      else source for alias in node.names]
-        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
-              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-            name = node.args[0].value
-            if name.startswith("."):
-                anchor = node.args[1].value if len(node.args) > 1 and isinstance(node.args[1], ast.Constant) else package
-                level = len(name) - len(name.lstrip("."))
-                base = anchor.split(".")
-                name = ".".join(base[:len(base) - level + 1] + [name.lstrip(".")])
-            names = [name]
+        elif _imported_by_call(node, package) is not None:
+            names = [_imported_by_call(node, package)]
         for name in names:
             if name == "dtrlab" or name.startswith("dtrlab."):
                 target = _resolve(name)
@@ -148,7 +156,7 @@ def private_reaches(module: str, source: str | None = None) -> list[str]:
 
     A name is private when one of its dotted parts starts with an underscore (dunders such as
     ``__version__`` are public). The check covers ``from M import _x``, ``from M._m import x``,
-    ``import M._m`` and an attribute ``alias._x`` (or ``alias.y._x``) where ``alias`` is bound in
+    ``import M._m``, ``importlib.import_module("M._m")`` with a literal name, and an attribute ``alias._x`` (or ``alias.y._x``) where ``alias`` is bound in
     the module by an import, wherever those stand (functions included), when the private name
     belongs to another package than ``module``'s (:func:`package_of`): a package's own private
     modules and names, such as ``dtrlab.runtime._core`` imported by ``dtrlab.runtime.compiled``,
@@ -179,6 +187,8 @@ def private_reaches(module: str, source: str | None = None) -> list[str]:
             for alias in node.names:
                 reach(node.lineno, f"{source_module}.{alias.name}")
                 bound[alias.asname or alias.name] = f"{source_module}.{alias.name}"
+        elif _imported_by_call(node, package) is not None:
+            reach(node.lineno, _imported_by_call(node, package))
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _private(node.attr):
             chain, value = [node.attr], node.value
@@ -210,11 +220,18 @@ from ..version import __version__
 def use():
     import dtrlab
     return coop._cheapest_window, Cooperative._block_cost, dtrlab.memory.caching._Pool, holes._private
+
+
+def load():
+    importlib.import_module("dtrlab.runtime._core")
+    import_module("..trace._logparse", "dtrlab.analysis")
+    return importlib.import_module("dtrlab.analysis._own")
 """
     found = private_reaches("dtrlab.analysis.holes", source)
     assert found == ["(2) dtrlab.memory.caching._divisions_table", "(3) dtrlab.runtime._core",
-                     "(4) dtrlab.runtime._core", "(13) dtrlab.policies.coop._cheapest_window",
-                     "(13) dtrlab.policies.coop.Coop._block_cost", "(13) dtrlab.memory.caching._Pool"]
+                     "(4) dtrlab.runtime._core", "(17) dtrlab.runtime._core", "(18) dtrlab.trace._logparse",
+                     "(13) dtrlab.policies.coop._cheapest_window", "(13) dtrlab.policies.coop.Coop._block_cost",
+                     "(13) dtrlab.memory.caching._Pool"]  # imports first, then attributes
 
 
 def _layer_name(rank: int) -> str:
