@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,63 @@ RESNET_LOG = "resnet32-56-9000000000.0-2020-10-1-13-3-30-default.log"
 UNET_LOG = "unet-6-8000000000.0-2020-10-1-10-57-18-default.log"
 
 
+# dtrlab.trace.models sets HF_HUB_OFFLINE=1 for the whole process before transformers is imported (it builds configs,
+# never downloads); set here first, every test sees the same environment whichever runs first.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+#: Variables torch sets once per process to its own default when they are unset (torch/_inductor/runtime/
+#: cache_dir_utils.py:19, the inductor cache directory, first computed by whichever test compiles first): their
+#: first setting is not counted as a test's change.
+TORCH_WRITES = ("TORCHINDUCTOR_CACHE_DIR",)
+#: The torch configuration modules a test must leave as it found them (compared when torch is already imported).
+TORCH_CONFIGS = ("torch._functorch.config", "torch._inductor.config")
+
+
+def process_state() -> dict:
+    """What one test may not change for the next: the environment, the working directory, and torch's
+    functorch/inductor configuration (each module's values, and that ``torch._functorch.config`` is still the module
+    itself), its default dtype and grad mode. Cheap: well under a millisecond."""
+    environment = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}  # pytest's own, per phase
+    state = {"os.environ": environment, "working directory": os.getcwd()}
+    torch = sys.modules.get("torch")
+    for name in TORCH_CONFIGS:
+        module = sys.modules.get(name)
+        if module is not None:
+            package, _, attribute = name.rpartition(".")
+            state[name] = (getattr(sys.modules[package], attribute, None) is module, module.get_config_copy())
+    if torch is not None:
+        state["torch defaults"] = (torch.get_default_dtype(), torch.is_grad_enabled())
+    return state
+
+
 @pytest.fixture(autouse=True)
-def _without_shipped_results(monkeypatch):
+def _leaves_no_trace():
+    """Fails a test that leaves os.environ, the working directory or torch's configuration changed (use
+    monkeypatch, or restore what you change); what was imported during the test is compared from the next one on."""
+    before = process_state()
+    yield
+    after = process_state()
+    for name in TORCH_WRITES:
+        if name not in before["os.environ"]:
+            after["os.environ"].pop(name, None)
+    changed = [key for key in before if key in after and before[key] != after[key]]
+    if changed:
+        pytest.fail(f"the test left {', '.join(changed)} changed: " + "; ".join(
+            _difference(before[key], after[key]) for key in changed), pytrace=False)
+
+
+def _difference(before, after) -> str:
+    if isinstance(before, tuple) and isinstance(before[1], dict):
+        if before[0] != after[0]:
+            return "the module was replaced"
+        before, after = before[1], after[1]
+    if isinstance(before, dict):
+        keys = sorted(k for k in before.keys() | after.keys() if before.get(k, "<unset>") != after.get(k, "<unset>"))
+        return ", ".join(f"{k}: {before.get(k, '<unset>')!r} -> {after.get(k, '<unset>')!r}" for k in keys[:5])
+    return f"{before!r} -> {after!r}"
+
+
+@pytest.fixture(autouse=True)
+def _without_shipped_results(_leaves_no_trace, monkeypatch):
     """Tests simulate: the shipped results (results/shipped/) would serve some of their sweeps.
 
     tests/test_shipped.py turns the layer back on where it is what is tested.

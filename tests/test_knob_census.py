@@ -15,16 +15,17 @@ from dtrlab.integrity import IntegrityError, verify_in_manifest
 from dtrlab.sweep.execution import Execution
 
 
-def planted(breaks: list[float], values: list[int], calls: list[float] | None = None):
-    """A step curve: ``values[i]`` on [breaks[i-1], breaks[i]) (every accounting the same, reserved one
-    MiB-rounded above allocated so the accountings are distinct columns)."""
-    assert len(values) == len(breaks) + 1
+def planted(breaks: list[float], values: list[int], calls: list[float] | None = None, **curves: list[int]):
+    """A step curve: ``values[i]`` on [breaks[i-1], breaks[i]) under every accounting, except those given
+    in ``curves`` (e.g. ``reserved_peak=[...]``, on the same breaks)."""
+    peaks = {accounting: curves.get(accounting, values) for accounting in ACCOUNTINGS}
+    assert all(len(v) == len(breaks) + 1 for v in peaks.values())
 
     def evaluate(knob: float) -> dict:
         if calls is not None:
             calls.append(knob)
-        peak = values[bisect.bisect_right(breaks, knob)]
-        return {"flat_peak": peak, "allocated_peak": peak, "reserved_peak": peak, "recompute_flops": 1 - knob}
+        piece = bisect.bisect_right(breaks, knob)
+        return {**{accounting: v[piece] for accounting, v in peaks.items()}, "recompute_flops": 1 - knob}
     return evaluate
 
 
@@ -60,6 +61,43 @@ def test_planted_bump_holes_regions_and_map():
         assert summary.min_peak == 100 and summary.smallest_knob_at_min == 0.0
         assert summary.worst_rise == 1.5 and summary.worst_rise_knob_low == 0.2
         assert (summary.regions, summary.hole_levels, summary.against_changes) == (1, 1, 1)
+
+
+MIB = 1 << 20
+#: Three accountings, three curves on the same breaks: flat has the bump, allocated rises with the knob, and
+#: reserved (whole MiB) is flat below 0.405 and falls back at 0.6.
+DISTINCT = planted([0.2, 0.405, 0.6], [100, 300, 200, 400], allocated_peak=[100, 200, 300, 400],
+                   reserved_peak=[2 * MIB, 2 * MIB, 4 * MIB, 3 * MIB])
+
+
+@pytest.mark.parametrize("again", [False, True], ids=["censused", "read-back"])
+def test_each_accounting_is_analysed_from_its_own_curve(tmp_path, again):
+    """Hand-derived from the three planted curves: each accounting's changes, holes, regions and map are its own."""
+    census = census_knob(DISTINCT, KnobPlan(), name="distinct")
+    if again:
+        write_census(census, tmp_path)
+        census = read_census(tmp_path / "distinct.json")
+
+    def rows(table, accounting, columns):
+        return table[table.accounting == accounting][columns].values.tolist()
+
+    changes = ["peak_below", "peak_above", "against"]
+    assert rows(census.changes, "flat_peak", changes) == [[100, 300, False], [300, 200, True], [200, 400, False]]
+    assert rows(census.changes, "allocated_peak", changes) == [[100, 200, False], [200, 300, False],
+                                                               [300, 400, False]]
+    assert rows(census.changes, "reserved_peak", changes) == [[2 * MIB, 4 * MIB, False], [4 * MIB, 3 * MIB, True]]
+    assert rows(census.holes, "flat_peak", ["budget_from", "budget_to", "knob_from"]) == [[200, 299, 0.2]]
+    assert rows(census.holes, "allocated_peak", ["budget_from"]) == []
+    assert rows(census.holes, "reserved_peak", ["budget_from", "budget_to"]) == [[3 * MIB, 4 * MIB - 1]]
+    assert 0.405 <= rows(census.holes, "reserved_peak", ["knob_from"])[0][0] <= 0.405 + census.plan.resolution
+    assert rows(census.regions, "allocated_peak", ["rise"]) == []
+    assert rows(census.regions, "reserved_peak", ["beaten_by_peak"]) == [[3 * MIB]]
+    summary = census.summary.set_index("accounting")
+    assert summary.min_peak.tolist() == [100, 100, 2 * MIB] and summary.hole_levels.tolist() == [1, 0, 1]
+    flat, allocated = census.knob_for_budget(250, "flat_peak"), census.knob_for_budget(250, "allocated_peak")
+    assert not flat.lowering_is_safe and allocated.lowering_is_safe and allocated.holes == ()
+    assert 0.405 - census.plan.resolution <= allocated.largest_fitting_knob < 0.405
+    assert census.knob_for_budget(3 * MIB, "reserved_peak").largest_fitting_knob == 1.0
 
 
 def test_knob_for_budget_between_levels():
@@ -257,11 +295,12 @@ def test_cli_refuses_bad_budgets_and_outputs(capsys, tmp_path, written):
 
 
 def test_cli_refuses_a_torch_without_the_knob(capsys, tmp_path, monkeypatch):
-    import types
-
+    """An older torch, without the knob: the real config module with the knob hidden (its ``__delattr__`` hides an
+    entry, torch/utils/_config_module.py:482-488, and setting it again shows it), so that no module imported
+    meanwhile keeps a stand-in config, and monkeypatch puts the knob back."""
     import torch._functorch.config
 
-    monkeypatch.setattr(torch._functorch, "config", types.SimpleNamespace())
+    monkeypatch.delattr(torch._functorch.config, "activation_memory_budget")
     out = tmp_path / "out"
     refused(capsys, ["knob", "transformer", "--out", out], "activation_memory_budget", torch.__version__)
     assert not out.exists()
