@@ -24,8 +24,13 @@ figures: setup
 test: setup
 	$(BIN)/python -m pytest -m "not slow"
 
+# test-all also runs the quick suite in a random order (a fixed seed, printed; SEED=N for another) and each test file
+# alone in its own process: a test that needs another to run first, or that leaves state behind, fails one of them.
+SEED ?= 45
 test-all: setup
 	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not slow" -p random_order --random-order-bucket=module --random-order-seed=$(SEED)
+	$(BIN)/python scripts/tests_alone.py
 
 lab: setup
 	$(BIN)/python scripts/lab.py --port $(PORT)
