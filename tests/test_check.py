@@ -16,10 +16,12 @@ import pandas as pd
 import pytest
 
 from conftest import RESNET_LOG
-from dtrlab import baseline
-from dtrlab.analysis.check import CheckPlan, check, parse_budget, parse_device
+from dtrlab import baseline, simulate
+from dtrlab.analysis.check import CheckPlan, check, describe_position, parse_budget, parse_device
 from dtrlab.analysis.limit_census import read_anatomy_table
 from dtrlab.cli import main
+from dtrlab.runtime import ALLOCATED, budget_for
+from dtrlab.runtime.semantics import REFERENCE
 from dtrlab.sweep.execution import Execution
 from dtrlab.trace import load_log
 
@@ -71,6 +73,19 @@ def test_check_names_the_hole_of_a_shipped_trace(tmp_path, capsys):
     caching = record["checks"][1]
     assert caching["memory"] == "caching/allocated(A100-80GB)" and out[2].startswith("dtr @ caching/allocated")
     assert (Path(tmp_path) / "densenet45-b4.html").read_text().count("data:image/png;base64,") == 1
+    # The caching answer against runs of the simulator itself (docs/memory.md: the DTR prototype's `allocated`
+    # semantics on the device): DTR passes at the budget there, while flat memory thrashes, and fails a quarter
+    # census step on either side, so the budget passes but is not safe.
+    device = REFERENCE.with_(memory="caching", enforce=ALLOCATED, device_capacity=80 << 30)
+    direct = simulate(trace, "dtr", budget_bytes=budget, semantics=device)
+    assert simulate(trace, "dtr", budget_bytes=budget).status == flat["status"] == "thrash"
+    assert (caching["status"], caching["overhead"]) == ("pass", pytest.approx(direct.overhead, rel=1e-12))
+    quarter = record["delta_bytes"] // 4
+    assert [simulate(trace, "dtr", budget_bytes=budget + k, semantics=device).status for k in (-quarter, quarter)] == \
+        ["thrash", "thrash"]
+    assert caching["position"] == "pass-near-failure" and caching["hole"] is None
+    assert out[2] == f"dtr @ caching/allocated(A100-80GB): passes (overhead {direct.overhead:.3f}), but within one " \
+        "census step of a failure"
 
 
 def test_check_captures_a_zoo_model(tmp_path, capsys):
@@ -121,6 +136,48 @@ def test_check_api_passes_and_safe(small_resnet):
     assert "is safe for dtr" in report.summary()[3] and len(report.summary()) == 5
 
 
+def first_passing_budget(trace, low: int, high: int, resolution: int) -> int:
+    """The oracle for a feasibility edge: bisect DTR's own runs between a failing ``low`` and a passing ``high``."""
+    assert not simulate(trace, "dtr", budget_bytes=low).passed and simulate(trace, "dtr", budget_bytes=high).passed
+    while high - low > resolution:
+        middle = (low + high) // 2
+        low, high = (low, middle) if simulate(trace, "dtr", budget_bytes=middle).passed else (middle, high)
+    return high
+
+
+def test_check_below_the_threshold(small_resnet):
+    """traces/resnet32-b8 under DTR (flat memory) fails at every 0.001 of the peak from 0.38 to 0.404 and passes from
+    0.405 on (runs of the simulator, below): 0.395 lies below the feasibility threshold the census finds there."""
+    ratios = [round(0.38 + i / 1000, 3) for i in range(31)]
+    passing = [r for r in ratios if simulate(small_resnet, "dtr", budget_bytes=budget_for(small_resnet, r)).passed]
+    assert passing == [r for r in ratios if r >= 0.405]
+    report = check(small_resnet, "0.395", "A100-80GB", plan=CheckPlan(window=0.015, delta=0.005, policies=("dtr",),
+                                                                        monotone=False), execution=QUIET)
+    flat = report.checks[0]
+    peak = report.peak_bytes
+    resolution = peak // 10_000  # the census's default resolution
+    edge = first_passing_budget(small_resnet, budget_for(small_resnet, 0.404), budget_for(small_resnet, 0.405),
+                                resolution)
+    assert (flat.status, flat.position, flat.hole, flat.safe_below) == ("thrash", "below-threshold", None, None)
+    assert abs(flat.threshold_ratio * peak - edge) <= resolution
+    assert describe_position(flat) == f"thrash, below the feasibility threshold ({flat.threshold_ratio:.4f} of the peak)"
+    assert flat.safe_above >= edge and report.checks[1].position == "below-threshold"
+
+
+def test_check_fails_in_the_whole_window(small_resnet):
+    """At 0.3 of the peak DTR fails at every 0.001 of the peak in the window 0.29-0.31 (runs of the simulator): no
+    threshold, no hole, no safe budget, and the phrase says so."""
+    ratios = [round(0.29 + i / 1000, 3) for i in range(21)]
+    assert not any(simulate(small_resnet, "dtr", budget_bytes=budget_for(small_resnet, r)).passed for r in ratios)
+    report = check(small_resnet, "0.3", "A100-80GB", plan=CheckPlan(window=0.01, delta=0.005, policies=("dtr",),
+                                                                      monotone=False), execution=QUIET)
+    for item in report.checks:
+        assert (item.position, item.threshold_ratio, item.hole, item.safe_below, item.safe_above) == \
+            ("fails-in-window", None, None, None, None)
+        assert describe_position(item) == f"{item.status}, and nothing passes above it in the window"
+    assert report.checks[0].status == simulate(small_resnet, "dtr", budget_bytes=report.budget_bytes).status
+
+
 @pytest.mark.parametrize("spec, expected", [("40GiB", 40 << 30), ("512MB", 512 * 10**6), ("4096", 4096)])
 def test_parse_budget(small_resnet, spec, expected):
     assert parse_budget(spec, small_resnet) == expected
@@ -155,10 +212,18 @@ def test_check_adds_the_knob_from_a_shipped_census(tmp_path, capsys):
     out, report = run_check(capsys, str(trace), "--device", "A100-80GB", "--budget", "0.6", "--window", "0.02",
                             "--delta", "0.01", "--no-monotone", "--knob", str(shipped / "transformer-b4.json"),
                             "--out", str(tmp_path))
+    # The answer read off the census's samples by hand: the largest evaluated knob whose allocated peak fits, and
+    # whether every evaluated knob below it fits too.
+    samples = census.samples.sort_values("knob")
+    fits = samples["allocated_peak"] <= report["budget_bytes"]
+    largest = float(samples.loc[fits, "knob"].max())
+    safe = bool(fits[samples["knob"] <= largest].all())
+    assert (report["knob"]["largest_fitting_knob"], report["knob"]["lowering_is_safe"]) == (largest, safe)
+    assert report["knob"]["accounting"] == "allocated_peak" and not safe  # the shipped census has holes below it
+    assert out[-2].startswith(f"torch.compile activation_memory_budget (allocated_peak): largest knob that fits "
+                              f"{largest:g}; lowering it is NOT safe")
     choice = census.knob_for_budget(report["budget_bytes"], "allocated_peak")
     assert out[-2] == f"torch.compile activation_memory_budget (allocated_peak): {choice.describe()}"
-    assert report["knob"]["largest_fitting_knob"] == choice.largest_fitting_knob
-    assert choice.largest_fitting_knob is not None and not choice.lowering_is_safe  # the shipped census has holes below it
     assert "activation_memory_budget" in (tmp_path / "transformer-b4.html").read_text()
 
 
