@@ -15,7 +15,7 @@ from torch.nn import functional as F  # noqa: E402
 from dtrlab.memory.partitioned import (interventions, knob_peaks, peak_composition, step_peaks,  # noqa: E402
                                       step_record)
 from dtrlab.trace.models import build  # noqa: E402
-from dtrlab.trace.partition import LossStep, partition, trace_joint  # noqa: E402
+from dtrlab.trace.partition import LossStep, PartitionedStep, partition, trace_joint  # noqa: E402
 
 KNOBS = (1.0, 0.3, 0.0)
 MLP = "tests.test_partition:tiny_mlp"
@@ -161,6 +161,30 @@ def test_peak_composition_adds_up(joints):
         assert sum(parts[kind] for kind in ("constants", "forward", "recomputed", "backward")) == parts["flat_peak"]
         assert sum(parts["recomputed_nodes"].values()) == parts["recomputed"]
         assert set(parts["recomputed_nodes"]) <= set(step.recomputed)
+
+
+def test_peak_composition_of_a_hand_built_step():
+    """A step small enough to add up by hand: w (100 bytes, a parameter); forward a -> x (10, saved), b -> y (20,
+    freed before the backward), loss -> l (1); the backward recomputes b -> y (40 here) and g -> dx (7). The peak, 158
+    bytes, comes when dx is allocated with w, x, l and the recomputed y live."""
+    from dtrlab.trace import LogBuilder
+
+    log = LogBuilder()
+    log.constant("w", 100)
+    log.call("a", ["w"], [("x", 10)], time=1)
+    log.call("b", ["x"], [("y", 20)], time=1)
+    log.call("loss", ["y"], [("l", 1)], time=1)
+    log.release("y")
+    log.backward()
+    log.call("b", ["x"], [("y_again", 40)], time=1)
+    log.call("g", ["y_again", "l"], [("dx", 7)], time=1)
+    log.release("y_again", "l", "dx", "x")
+    trace = log.trace("hand")
+    trace.meta["node_names"] = ["w", "a", "b", "loss", "b", "g"]  # one per operator, the constant's included
+    step = PartitionedStep(source="hand", knob=0.5, solver="dp", runtime_estimator="flops", torch_version="",
+                           saved=(), recomputed=("b",), proxy_saved_bytes=0, proxy_recompute_runtime=0.0, trace=trace)
+    assert peak_composition(step) == {"flat_peak": 158, "constants": 100, "forward": 11, "recomputed": 40,
+                                      "backward": 7, "at": "g", "phase": "backward", "recomputed_nodes": {"b": 40}}
 
 
 def test_proxy_objective_falls_with_the_knob(joints):

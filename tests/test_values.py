@@ -95,15 +95,27 @@ def _unused_port() -> int:
         return probe.getsockname()[1]
 
 
+#: "Within seconds": the most a dead scheduler address may cost per attempt. Dask's own default is 30 s
+#: (dask.config distributed.comm.timeouts.connect), which this test exists to refuse.
+WITHIN_SECONDS = 10
+
+
 def test_a_dead_scheduler_address_fails_within_seconds(small_resnet, monkeypatch):
-    """The library asks Dask to give up after SCHEDULER_TIMEOUT_S (Dask alone waits 30 s per attempt); checked
-    by the timeout it passes, not by the wall clock, so a busy machine cannot change the verdict."""
+    """The library asks Dask to give up within WITHIN_SECONDS (Dask alone waits 30 s per attempt); checked by the
+    timeout it passes, before Dask starts waiting, not by the wall clock, so a busy machine cannot change the
+    verdict and a timeout too long fails at once. Dask then really times out, and the library says so."""
     distributed = pytest.importorskip("distributed")
+    from dask.config import get as dask_config
+    from dask.utils import parse_timedelta
+
+    assert parse_timedelta(dask_config("distributed.comm.timeouts.connect")) > WITHIN_SECONDS  # what we guard against
     timeouts = []
 
     class RecordingClient(distributed.Client):
         def __init__(self, *args, **kwargs):
-            timeouts.append(kwargs.get("timeout"))
+            timeout = kwargs.get("timeout")
+            assert timeout is not None and 0 < parse_timedelta(timeout) <= WITHIN_SECONDS, timeout
+            timeouts.append(timeout)
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(distributed, "Client", RecordingClient)
