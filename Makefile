@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PORT ?= 8888
 export MPLBACKEND := agg
 
-.PHONY: setup figures test test-all lab docs bench clean
+.PHONY: setup figures test test-all mutate lab docs bench clean
 
 setup: $(VENV)/.installed
 
@@ -31,6 +31,18 @@ test-all: setup
 	$(BIN)/python -m pytest
 	$(BIN)/python -m pytest -m "not slow" -p random_order --random-order-bucket=module --random-order-seed=$(SEED)
 	$(BIN)/python scripts/tests_alone.py
+
+# Mutation testing (mutmut, the `mutate` extra) of the modules where a wrong answer is silent, each against the
+# quick tests of the files that cover it (scripts/mutate.py). Hours, so not in test-all: run it after changing one
+# of those modules, e.g. `make mutate MODULES=dtrlab/analysis/check.py` (docs/reproduce.md lists the scores).
+MODULES ?=
+JOBS ?= 2
+mutate: $(VENV)/.mutate
+	$(BIN)/python scripts/mutate.py --jobs $(JOBS) $(MODULES)
+
+$(VENV)/.mutate: $(VENV)/.installed pyproject.toml
+	$(BIN)/pip install --quiet -e '.[mutate]'
+	touch $@
 
 lab: setup
 	$(BIN)/python scripts/lab.py --port $(PORT)

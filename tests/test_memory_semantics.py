@@ -462,3 +462,92 @@ def test_refine_holes_keeps_the_frame_semantics(small_resnet):
     with pytest.raises(TypeError, match="under the frame's own semantics"):
         refine_holes(small_resnet, frame, "dtr", enforce="allocated", device_capacity="2x",
                      execution=Execution(cache=False, progress=False))
+
+
+# --- dtrlab.runtime.semantics on its own: each method's answer, derived by hand (make mutate) --------------------
+
+def test_semantics_with_and_options():
+    from dtrlab.runtime.semantics import REFERENCE, Semantics
+
+    changed = REFERENCE.with_(memory="caching", overhead_limit=3.0)
+    assert (changed.memory, changed.overhead_limit, changed.enforce) == ("caching", 3.0, "reserved")
+    assert Semantics(memory_options={"b": 1, "a": 2}).memory_options == (("a", 2), ("b", 1))  # sorted pairs
+    assert Semantics(memory_options={"b": 1, "a": 2}).options == {"a": 2, "b": 1}
+    assert not REFERENCE.unlimited and Semantics(overhead_limit=float("inf")).unlimited
+    for bad in (0.5, float("nan"), "2"):
+        with pytest.raises(ValueError, match="overhead_limit must be a number >= 1"):
+            Semantics(overhead_limit=bad)
+    assert Semantics(overhead_limit=1).overhead_limit == 1  # 1 is allowed: no recompute at all
+
+
+def test_semantics_normalized_fills_defaults_and_labels_the_device():
+    from dtrlab.runtime.semantics import REFERENCE, Semantics
+
+    caching_defaults = (("expandable_segments", False), ("max_split_size", None), ("roundup_power2_divisions", 0))
+    assert REFERENCE.normalized() == REFERENCE
+    reserved = Semantics(memory="caching").normalized()
+    assert (reserved.memory_options, reserved.device_capacity) == (caching_defaults, None)
+    allocated = Semantics(memory="caching", enforce="allocated", device_capacity=80 << 30).normalized()
+    assert allocated.memory_options == tuple(sorted((*caching_defaults, ("limit_check", "allocation_size"))))
+    assert allocated.device_capacity == str(80 << 30) and allocated.normalized() == allocated
+    assert Semantics(memory=CachingModel(0)).normalized() == reserved  # an instance stands for its name and options
+    assert Semantics(enforce="allocated", device_capacity="1.25x").normalized().device_capacity == "1.25x"
+    with pytest.raises(ValueError, match="unknown enforce 'alocated'.*did you mean 'allocated'"):
+        Semantics(enforce="alocated").normalized()
+    with pytest.raises(ValueError, match="device_capacity applies to enforce='allocated' only"):
+        Semantics(device_capacity=1 << 30).normalized()
+    with pytest.raises(ValueError, match="policy 'coop' evicts to place a block"):
+        Semantics(enforce="allocated").normalized(get_policy("coop"))
+
+
+def test_semantics_require_default_names_what_is_set():
+    from dtrlab.runtime.semantics import REFERENCE, Semantics
+
+    REFERENCE.require_default(("memory", "enforce", "overhead_limit"), "x")  # nothing set: no error
+    with pytest.raises(ValueError, match=r"^semantics sets memory, overhead_limit, which the sweep sets; leave them "
+                                         r"at their defaults$"):
+        Semantics(memory="caching", overhead_limit=3.0).require_default(("memory", "enforce", "overhead_limit"),
+                                                                        "the sweep sets")
+
+
+@pytest.mark.parametrize("row, expected", [
+    ({"overhead_limit": 2}, ("flat", (), "reserved", None, 2.0)),  # a frame from before the memory columns
+    ({"memory": "caching", "memory_options": '{"max_split_size": 4}', "enforce": "allocated",
+      "device_capacity": "1.25x", "overhead_limit": "3.5"}, ("caching", (("max_split_size", 4),), "allocated", "1.25x",
+                                                             3.5)),
+    ({"memory": None, "memory_options": "", "enforce": None, "device_capacity": "80GiB", "overhead_limit": 2.0},
+     ("flat", (), "reserved", None, 2.0)),  # no capacity under reserved
+    ({"enforce": "allocated", "device_capacity": "", "overhead_limit": 2.0}, ("flat", (), "allocated", None, 2.0)),
+])
+def test_semantics_from_a_sweep_row(row, expected):
+    from dtrlab.runtime.semantics import Semantics
+
+    semantics = Semantics.from_row(row)
+    assert (semantics.memory, semantics.memory_options, semantics.enforce, semantics.device_capacity,
+            semantics.overhead_limit) == expected
+    assert isinstance(semantics.overhead_limit, float)
+
+
+def test_refuse_loose_names_the_keywords_and_where_they_go():
+    from dtrlab.runtime.semantics import refuse_loose
+    from dtrlab.sweep.execution import Execution
+
+    refuse_loose({"budget": 1, "policy": "dtr"})  # none of Semantics' fields: no error
+    with pytest.raises(TypeError, match=r"^enforce, memory: pass them as semantics=Semantics\(enforce='allocated', "
+                                        r"memory='caching'\), not as loose keywords$"):
+        refuse_loose({"memory": "caching", "enforce": "allocated", "budget": 1})
+    with pytest.raises(TypeError, match=r"^jobs: pass them as execution=Execution\(jobs=2\)"):
+        refuse_loose({"jobs": 2}, Execution, "execution")
+
+
+def test_memory_spec_and_semantics_options():
+    from dtrlab.runtime.semantics import memory_spec, semantics_options
+
+    assert memory_spec() == ("flat", {})
+    assert memory_spec("caching", {}, "allocated")[1]["limit_check"] == "allocation_size"
+    assert "limit_check" not in memory_spec("caching")[1]
+    assert memory_spec("caching", {"limit_check": "mapped"}, "allocated") == memory_spec("caching")  # given wins
+    assert semantics_options("flat", None, "allocated") == {}  # flat memory has no limit check
+    assert semantics_options("caching", None, "reserved") == {}
+    with pytest.raises(ValueError, match="max_splitsize"):
+        memory_spec("caching", {"max_splitsize": 1})

@@ -1,0 +1,131 @@
+"""Mutation testing (``make mutate``): mutmut on the modules where a wrong answer is silent, module by module.
+
+    .venv/bin/python scripts/mutate.py                          # every module in MODULES
+    .venv/bin/python scripts/mutate.py dtrlab/runtime/semantics.py --jobs 2
+    .venv/bin/python scripts/mutate.py --scores                 # the last runs' scores, without running
+
+Each module runs in its own scratch directory, build/mutate/<module>/ (its own mutmut configuration:
+the module alone mutated, the quick tests of the files that cover it selected), so one module's run
+never waits on another's tests and a module can be rerun alone. mutmut forks each mutant from a
+pytest process that has already imported everything, and runs only the tests that reached the
+mutated function. Prints, per module, killed / survived / timeout / no tests / total and the share
+killed, and writes build/mutate/scores.json. Survivors: ``cd build/mutate/<module> && mutmut show NAME``.
+Not in CI: it takes hours (docs/reproduce.md gives each module's cost and score).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRATCH = ROOT / "build" / "mutate"
+#: Each module and the test files that cover it (their quick tests run against its mutants).
+MODULES = {
+    "dtrlab/analysis/check.py": ["tests/test_check.py"],
+    "dtrlab/analysis/knob_census.py": ["tests/test_knob_census.py"],
+    "dtrlab/analysis/holes.py": ["tests/test_holes.py", "tests/test_census_guarantee.py"],
+    "dtrlab/analysis/anatomy.py": ["tests/test_anatomy.py"],
+    "dtrlab/trace/partition.py": ["tests/test_partition.py"],
+    "dtrlab/memory/partitioned.py": ["tests/test_partition.py"],
+    "dtrlab/memory/caching.py": ["tests/test_memory_models.py", "tests/test_memory_core.py"],
+    "dtrlab/runtime/semantics.py": ["tests/test_memory_semantics.py", "tests/test_memory_runtime.py"],
+    "dtrlab/calibrated/monotone.py": ["tests/test_monotone.py"],
+    "dtrlab/solvers/replay.py": ["tests/test_solvers.py"],
+}
+#: What the tests read besides the package (mutmut copies them beside the mutated package).
+ALSO_COPY = ["tests", "traces", "results/shipped", "results/frontier", "scripts", "pyproject.toml"]
+RESULTS = ("killed", "survived", "timeout", "no_tests", "suspicious", "segfault", "skipped", "total")
+
+
+def configuration(module: str, tests: list[str]) -> str:
+    """The scratch directory's pyproject.toml: mutmut's settings for ``module`` and pytest's own settings."""
+    def toml_list(items):
+        return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+    return (f"[tool.mutmut]\nsource_paths = [\"dtrlab\"]\nonly_mutate = {toml_list([module])}\n"
+            f"also_copy = {toml_list(ALSO_COPY)}\n"
+            f"pytest_add_cli_args = {toml_list(['-m', 'not slow', '-p', 'no:random_order', '-p', 'no:cacheprovider'])}\n"
+            f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
+            "use_git_change_detection = false\n\n"
+            "[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\n"
+            "markers = [\"slow: long reference checks\", \"shared: needs ../shared\"]\n")
+
+
+def scratch_for(module: str) -> Path:
+    return SCRATCH / module.removesuffix(".py").replace("/", ".")
+
+
+def prepare(module: str) -> Path:
+    """A fresh scratch directory for ``module``: links to what mutmut copies, and the configuration."""
+    directory = scratch_for(module)
+    if directory.exists():
+        subprocess.run(["rm", "-rf", str(directory)], check=True)
+    directory.mkdir(parents=True)
+    for name in ["dtrlab", *ALSO_COPY[:-1]]:
+        link = directory / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(ROOT / name)
+    (directory / "pyproject.toml").write_text(configuration(module, MODULES[module]))
+    return directory
+
+
+def scores(module: str) -> dict | None:
+    """The last run's counts for ``module`` (mutmut's export-cicd-stats), or None when it has not run."""
+    directory = scratch_for(module)
+    if not (directory / "mutants").exists():
+        return None
+    subprocess.run([sys.executable, "-m", "mutmut", "export-cicd-stats"], cwd=directory, capture_output=True)
+    path = directory / "mutants" / "mutmut-cicd-stats.json"
+    if not path.exists():
+        return None
+    counts = json.loads(path.read_text())
+    record = {key: counts.get(key, 0) for key in RESULTS}
+    tested = record["total"] - record["no_tests"] - record["skipped"]
+    record["killed_share"] = round((record["killed"] + record["timeout"]) / tested, 4) if tested else None
+    return record
+
+
+def run(module: str, jobs: int) -> dict:
+    directory = prepare(module)
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)], cwd=directory,
+                            env={**os.environ, "PYTHONPATH": "", "DTRLAB_RECOMPUTE": "1"})
+    record = scores(module) or {}
+    record.update(module=module, tests=MODULES[module], seconds=round(time.perf_counter() - started),
+                  exit_code=result.returncode)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="mutation testing, module by module (mutmut)")
+    parser.add_argument("modules", nargs="*", help=f"modules to mutate (default: all {len(MODULES)})")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants tested at once")
+    parser.add_argument("--scores", action="store_true", help="print the last runs' scores, run nothing")
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        parser.error(f"not a module of make mutate: {', '.join(unknown)} (one of: {', '.join(MODULES)})")
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    table_path = SCRATCH / "scores.json"
+    table = json.loads(table_path.read_text()) if table_path.exists() else {}
+    for module in args.modules or list(MODULES):
+        if args.scores:
+            table[module] = {**table.get(module, {}), **(scores(module) or {})}
+        else:
+            table[module] = run(module, args.jobs)
+        table_path.write_text(json.dumps(table, indent=1) + "\n")
+        record = table[module]
+        print(f"{module}: " + ", ".join(f"{key} {record.get(key)}" for key in (*RESULTS, "killed_share", "seconds")),
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
