@@ -32,11 +32,11 @@ import re
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from ..calibrated.monotone import monotone_envelope
 from ..memory.device import GPU_PRESETS, device_capacity
 from ..policies import get_policy
+from ..progress import progress_bar
 from ..runtime import ALLOCATED, RESERVED, baseline, budget_for, simulate
 from ..runtime.semantics import REFERENCE, Semantics
 from ..sweep import sweep
@@ -236,7 +236,7 @@ def check(trace: Trace, budget, device, *, plan: CheckPlan = CheckPlan(), semant
     low, high = round(max(plan.delta, ratio - plan.window), 6), round(ratio + plan.window, 6)
     steps = [(name, each) for name in plan.policies for each in check_semantics(device_bytes, semantics)]
     checks = []
-    with tqdm(total=len(steps) + plan.monotone, desc=f"check {trace.name}", unit="census",
+    with progress_bar(total=len(steps) + plan.monotone, desc=f"check {trace.name}", unit="census",
               disable=not execution.progress) as bar:
         for name, each in steps:
             bar.set_postfix_str(f"{name} @ {memory_name(each, label)}")
