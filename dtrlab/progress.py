@@ -17,8 +17,6 @@ from __future__ import annotations
 import sys
 import time
 
-from tqdm.auto import tqdm
-
 
 def progress_bar(iterable=None, *, desc: str = "", total=None, unit: str = "it", disable: bool = False,
                  file=None, **options):
@@ -27,6 +25,8 @@ def progress_bar(iterable=None, *, desc: str = "", total=None, unit: str = "it",
     ``options`` go to tqdm (``initial`` is honoured by both)."""
     stream = sys.stderr if file is None else file
     if disable or interactive(stream):
+        from tqdm.auto import tqdm  # here: a command's start-up does not pay for it (tests/test_cli_startup.py)
+
         return tqdm(iterable, desc=desc, total=total, unit=unit, disable=disable, file=file, **options)
     return StageLine(iterable, desc=desc, total=total, unit=unit, file=stream, initial=options.get("initial", 0))
 

@@ -65,7 +65,8 @@ def test_check_in_a_pipe_writes_lines_not_bar_fragments(capsys, tmp_path):
 
 
 def test_every_bar_is_made_by_the_shared_rule():
-    """No module but dtrlab/progress.py imports tqdm: a bar made elsewhere would bypass the rule."""
+    """No module but dtrlab/progress.py imports tqdm, and no call asks a library for its own bar
+    unconditionally (papermill's ``progress_bar=True``): a bar made elsewhere would bypass the rule."""
     offenders = []
     for path in (ROOT / "dtrlab").rglob("*.py"):
         if path.name == "progress.py" and path.parent.name == "dtrlab":
@@ -74,4 +75,7 @@ def test_every_bar_is_made_by_the_shared_rule():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "tqdm"]
+            if isinstance(node, ast.keyword) and node.arg == "progress_bar" and \
+                    isinstance(node.value, ast.Constant) and node.value.value is True:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.value.lineno}: progress_bar=True")
     assert offenders == []
