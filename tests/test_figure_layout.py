@@ -32,3 +32,17 @@ def test_feasibility_map_legend_is_below_every_label(small_resnet, panels):
     assert labelled and all(not overlaps(box, ax.get_tightbbox(renderer)) for ax in fig.axes)
     assert all(box.y1 <= ax.xaxis.label.get_window_extent(renderer).y0 for ax in labelled)
     plt.close(fig)
+
+
+def test_variant_heatmap_of_zeros_is_white():
+    """A grid of zero holes (a user's one trace, no holes) is the colour map's bottom, not its middle."""
+    import pandas as pd
+
+    from dtrlab.plots.census import plot_variant_census
+
+    table = pd.DataFrame({"trace": ["t", "t"], "policy": ["dtr", "msps"], "failures": [1, 0], "holes": [0, 0]})
+    fig = plot_variant_census(table)
+    holes = [ax for ax in fig.axes if ax.get_title().startswith("holes")][0]
+    (image,) = holes.get_images()
+    assert image.norm.vmin == 0 and image.norm.vmax == 1
+    plt.close(fig)
