@@ -49,7 +49,7 @@ lab: setup
 
 # The documentation (docs/*.md and the figures) as a static site in site/, offline (mkdocs.yml).
 docs: setup
-	$(BIN)/python -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 bench: setup
 	$(BIN)/python benchmarks/bench_replay.py

@@ -1,7 +1,8 @@
 """MkDocs hooks for `make docs` (mkdocs.yml): the navigation, the figures, and links out of docs/.
 
-* The navigation is ``index.md`` and then every other ``docs/*.md`` in name order, so a new page
-  needs no entry anywhere, followed by a Figures page.
+* The navigation has four groups (:data:`NAV_GROUPS`): start, the questions, subsystems and
+  reference; a ``docs/*.md`` page not named there joins the reference group by itself (name order), so a
+  new page needs no entry anywhere. The Figures page (below) is among the questions.
 * The Figures page is ``figures/README.md`` (what each figure shows) followed by every PNG under
   ``figures/``, copied into the site at the same paths.
 * A docs page links to the repository's other files with ``../PATH`` (so the links work on the
@@ -24,10 +25,33 @@ FIGURES_PAGE = "figures.md"
 OUTSIDE = re.compile(r"(!?)\[([^\]]*)\]\(\.\./([^)#\s]+)(#[^)\s]*)?\)")
 
 
+#: The navigation's groups and their pages, in order, with a short title (the sidebar is narrow; the page
+#: keeps its own first heading).
+NAV_GROUPS = {
+    "Start": [{"Home": "index.md"}, {"Reproducing and testing": "reproduce.md"}, {"The command line": "cli.md"}],
+    "The questions": [{"Results": "results.md"}, {"torch.compile's memory knob": "compile.md"},
+                      {"Figures": FIGURES_PAGE}],
+    "Subsystems": [{"Runtime": "runtime.md"}, {"Memory models": "memory.md"}, {"Sweeps and holes": "sweeps.md"},
+                   {"Causal analysis": "causal.md"}, {"Policies": "policies.md"}, {"Exact solvers": "solvers.md"},
+                   {"Real execution": "execute.md"}],
+    "Reference": [{"Fidelity to simrd": "fidelity.md"}, {"Speed": "speed.md"},
+                  {"What is in the package": "architecture.md"}],
+}
+
+
 def on_config(config):
-    pages = sorted(p.name for p in Path(config["docs_dir"]).glob("*.md") if p.name != "index.md")
-    config["nav"] = [{"Home": "index.md"}, *pages, {"Figures": FIGURES_PAGE}]
+    pages = sorted(p.name for p in Path(config["docs_dir"]).glob("*.md"))
+    existing = {*pages, FIGURES_PAGE}
+    groups = {group: [e for e in entries if _page(e) in existing] for group, entries in NAV_GROUPS.items()}
+    named = {_page(e) for entries in NAV_GROUPS.values() for e in entries}
+    groups["Reference"] += [page for page in pages if page not in named]
+    config["nav"] = [{group: entries} for group, entries in groups.items()]
     return config
+
+
+def _page(entry) -> str:
+    """A navigation entry's file: ``"new.md"`` (a page not named in :data:`NAV_GROUPS`) or ``{"Home": "index.md"}``."""
+    return entry if isinstance(entry, str) else next(iter(entry.values()))
 
 
 def on_files(files, config):

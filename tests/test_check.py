@@ -236,16 +236,10 @@ CHROMIUM = next((p for p in (os.environ.get("DTRLAB_CHROMIUM"), shutil.which("ch
                  if p and Path(p).exists()), None)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (apt-get install chromium, or set DTRLAB_CHROMIUM)")
-def test_check_report_opens_in_a_browser(small_resnet, tmp_path):
-    """The HTML report in headless Chromium, offline: its figure decodes and its tables name the hole."""
+def open_offline(html_path: Path, figures: tuple[str, ...]) -> tuple[dict, str, list[str]]:
+    """``html_path`` in headless Chromium: each figure's (loaded, width, height), the page's text, and every
+    URL it requested."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install 'dtrlab[browser]')")
-    from dtrlab.plots.check import write_check_report
-
-    report = check(small_resnet, 9_460_849, "A100-80GB",
-                   plan=CheckPlan(window=0.01, delta=0.005, policies=("dtr",), monotone=False), execution=QUIET)
-    html_path = tmp_path / "report.html"
-    write_check_report(report, html_path, tmp_path / "report.json")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox",
                                                                             "--disable-gpu"])
@@ -254,12 +248,47 @@ def test_check_report_opens_in_a_browser(small_resnet, tmp_path):
         page.on("request", lambda request: requests.append(request.url))
         page.goto(html_path.as_uri())
         page.wait_for_load_state("load")
-        size = page.evaluate("() => { const i = document.getElementById('check-figure'); "
-                             "return [i.complete, i.naturalWidth, i.naturalHeight]; }")
+        sizes = {name: page.evaluate(f"() => {{ const i = document.getElementById('{name}'); "
+                                     "return [i.complete, i.naturalWidth, i.naturalHeight]; }")
+                 for name in figures}
         text = page.inner_text("body")
         browser.close()
+    return sizes, text, requests
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (apt-get install chromium, or set DTRLAB_CHROMIUM)")
+def test_check_report_opens_in_a_browser(small_resnet, tmp_path):
+    """The HTML report in headless Chromium, offline: its figure decodes and its tables name the hole."""
+    from dtrlab.plots.check import write_check_report
+
+    report = check(small_resnet, 9_460_849, "A100-80GB",
+                   plan=CheckPlan(window=0.01, delta=0.005, policies=("dtr",), monotone=False), execution=QUIET)
+    html_path = tmp_path / "report.html"
+    write_check_report(report, html_path, tmp_path / "report.json")
+    sizes, text, requests = open_offline(html_path, ("check-figure",))
+    size = sizes["check-figure"]
     assert size[0] and size[1] > 400 and size[2] > 100, size
     assert "inside a cliff hole" in text and "holds the budget" in text
+    assert all(url.startswith(("file:", "data:")) for url in requests), requests  # nothing from the network
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (apt-get install chromium, or set DTRLAB_CHROMIUM)")
+def test_check_knob_report_opens_in_a_browser(tmp_path):
+    """With a knob census (the shipped Transformer's), the report's knob section in headless Chromium,
+    offline: the peak-against-knob figure decodes, the table of choices and the census's warning show."""
+    from dtrlab.analysis.knob_census import read_census
+    from dtrlab.plots.check import write_check_report
+
+    shipped = ROOT / "results" / "shipped" / "knob" / "traces"
+    report = check(load_log(shipped / "transformer-b4.jsonl.gz"), 11_516_928, "A100-80GB",
+                   plan=CheckPlan(window=0.01, delta=0.005, policies=("dtr",), monotone=False), execution=QUIET,
+                   knob=read_census(shipped / "transformer-b4.json"))
+    html_path = tmp_path / "report.html"
+    write_check_report(report, html_path, tmp_path / "report.json")
+    sizes, text, requests = open_offline(html_path, ("check-figure", "knob-figure"))
+    assert all(s[0] and s[1] > 400 and s[2] > 100 for s in sizes.values()), sizes
+    assert "torch.compile activation_memory_budget" in text and "allocated_peak (answers)" in text
+    assert "lowering-unsafe: largest knob that fits 0.43" in text and "0.34..0.40875" in text
     assert all(url.startswith(("file:", "data:")) for url in requests), requests  # nothing from the network
 
 

@@ -203,3 +203,38 @@ def test_anatomy_notebook_reads_only_shipped_tables(traces, tmp_path, monkeypatc
     assert sorted(path.name for path in (tmp_path / "figures").glob("12-*.png")) == [
         "12-holes-by-limit-caching.png", "12-holes-by-limit.png", "12-needed-overhead.png"]
     assert not list((tmp_path / "cache").rglob("*.parquet")), "runs were simulated: ship them (dtrlab ship anatomy)"
+
+
+def test_notebook_13_reads_a_census_dtrlab_knob_wrote(tmp_path, monkeypatch):
+    """Notebook 13 with ``results_dir`` at a folder ``dtrlab knob --out`` wrote (no MANIFEST.json above it):
+    it reads the census checked against its own JSON's sha256s and plots it (it stopped with
+    FileNotFoundError .../MANIFEST.json before), with a DTR trace beside one census and none beside the
+    other; a census whose samples do not match its JSON is refused."""
+    pytest.importorskip("papermill")
+    import shutil
+
+    from papermill.exceptions import PapermillExecutionError
+
+    from dtrlab.analysis.knob_census import KnobPlan, census_knob, write_census
+
+    monkeypatch.setenv("MPLBACKEND", "agg")
+    out = tmp_path / "mine"
+    for name, peaks in (("tiny", [300, 100, 200, 250]), ("other", [400, 200, 300, 500])):
+        curve = dict(zip((0.0, 0.3, 0.6, 1.0), peaks))
+        evaluate = lambda knob, curve=curve: {  # noqa: E731  (a step curve: the peak of the last knob at or below)
+            **dict.fromkeys(("flat_peak", "allocated_peak", "reserved_peak"),
+                            2**20 * curve[max(k for k in curve if k <= knob)]), "recompute_flops": 1e6 * (1 - knob)}
+        write_census(census_knob(evaluate, KnobPlan(step=0.1, resolution=0.05), name=name), out)
+    shutil.copy(ROOT / "traces" / "resnet32-b8.jsonl.gz", out / "tiny.jsonl.gz")
+    parameters = {**make_figures.notebook_parameters(ROOT / "traces", tmp_path / "figures", tmp_path / "cache",
+                                                     quick=True, jobs=1, reference=None), "results_dir": str(out)}
+    notebook = make_figures.notebook_paths(["13"])[0]
+    executed = make_figures.run_notebook(notebook, tmp_path / "executed", parameters)
+    names = sorted(p.name for p in (tmp_path / "figures").glob("13-*.png"))
+    assert names == ["13-dtr-beside-knob.png", "13-knob-holes.png", "13-knob-map.png", "13-knob-peaks.png"]
+    text = executed.read_text()
+    assert "no DTR trace beside other" in text and "other" in text and "tiny" in text
+    samples = out / "other-samples.parquet"
+    samples.write_bytes(samples.read_bytes() + b"\0")  # damaged: no longer the sha256 its JSON carries
+    with pytest.raises(PapermillExecutionError, match="does not match its sha256"):
+        make_figures.run_notebook(notebook, tmp_path / "executed", parameters)

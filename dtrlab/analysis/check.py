@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from ..calibrated.monotone import monotone_envelope
 from ..memory.device import GPU_PRESETS, device_capacity
 from ..policies import get_policy
+from ..progress import progress_bar
 from ..runtime import ALLOCATED, RESERVED, baseline, budget_for, simulate
 from ..runtime.semantics import REFERENCE, Semantics
 from ..sweep import sweep
@@ -51,6 +51,8 @@ from .knob_census import KnobCensus, KnobChoice
 DEFAULT_POLICIES = ("dtr", "dtr_eq_class", "msps")
 #: Hole-free by construction; simulated at the budget under flat memory (its calibration needs byte counting).
 MONOTONE = "monotone"
+#: The accounting the report's knob answers for: allocated bytes under the caching allocator.
+KNOB_ACCOUNTING = "allocated_peak"
 
 _RATIO = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(%?)\s*$")
 
@@ -115,9 +117,12 @@ class CheckReport:
     checks: list[PolicyCheck]
     monotone: dict | None
     knob: dict | None = None  # torch.compile's activation_memory_budget at this budget (KnobChoice's fields)
+    knob_choices: list[dict] | None = None  # the choice under each accounting of the census (knob_choices)
+    knob_warnings: list[dict] | None = None  # KnobWarning's fields: what the user must know at the choice
+    knob_census: KnobCensus | None = field(default=None, repr=False, compare=False)  # for the figure
 
     def to_dict(self) -> dict:
-        record = {k: v for k, v in asdict(self).items() if k != "checks"}
+        record = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("checks", "knob_census")}
         record["window"] = list(self.window)
         record["checks"] = [c.to_dict() for c in self.checks]
         return _plain(record)
@@ -221,12 +226,15 @@ def check_semantics(device_bytes: int, flat: Semantics = REFERENCE) -> list[Sema
 
 
 def check(trace: Trace, budget, device, *, plan: CheckPlan = CheckPlan(), semantics: Semantics = REFERENCE,
-          execution: Execution = SERIAL, knob: KnobCensus | None = None) -> CheckReport:
+          execution: Execution = SERIAL, knob: KnobCensus | None = None,
+          knob_warnings: tuple[KnobWarning, ...] = ()) -> CheckReport:
     """Is ``budget`` (see :func:`parse_budget`) safe for ``trace`` on ``device`` (see :func:`parse_device`)?
     ``semantics`` is the flat configuration (its overhead limit applies to both); see the module docstring.
     ``knob``: a census of torch.compile's ``activation_memory_budget`` on the same step
     (:mod:`dtrlab.analysis.knob_census`); the report then adds the largest knob that fits the budget
-    (allocated bytes under the caching allocator) and whether a smaller knob sits in a hole."""
+    (allocated bytes under the caching allocator), the choice under every accounting
+    (:func:`knob_choices`) and the census's warnings (:func:`census_knob_warnings`), followed by
+    ``knob_warnings``: those only a capture can tell (recomputed random operators), given by the caller."""
     for name in plan.policies:
         get_policy(name)  # a typo is an error now, not after the first census
     label, device_bytes = parse_device(device)
@@ -236,7 +244,7 @@ def check(trace: Trace, budget, device, *, plan: CheckPlan = CheckPlan(), semant
     low, high = round(max(plan.delta, ratio - plan.window), 6), round(ratio + plan.window, 6)
     steps = [(name, each) for name in plan.policies for each in check_semantics(device_bytes, semantics)]
     checks = []
-    with tqdm(total=len(steps) + plan.monotone, desc=f"check {trace.name}", unit="census",
+    with progress_bar(total=len(steps) + plan.monotone, desc=f"check {trace.name}", unit="census",
               disable=not execution.progress) as bar:
         for name, each in steps:
             bar.set_postfix_str(f"{name} @ {memory_name(each, label)}")
@@ -249,8 +257,93 @@ def check(trace: Trace, budget, device, *, plan: CheckPlan = CheckPlan(), semant
             bar.update()
     return CheckReport(trace=trace.name, peak_bytes=peak, device=label, device_bytes=device_bytes,
                        budget_bytes=budget, ratio=ratio, window=(low, high), delta_bytes=delta_bytes(plan.delta, peak),
-                       checks=checks, monotone=monotone if plan.monotone else None,
-                       knob=None if knob is None else asdict(knob.knob_for_budget(budget, "allocated_peak")))
+                       checks=checks, monotone=monotone if plan.monotone else None, **_knob_fields(knob, budget,
+                                                                                                   knob_warnings))
+
+
+def _knob_fields(census: KnobCensus | None, budget: int, extra: tuple[KnobWarning, ...]) -> dict:
+    """:class:`CheckReport`'s knob fields at ``budget`` (none without a census)."""
+    if census is None:
+        if extra:
+            raise ValueError("check: knob_warnings need a knob census (knob=...)")
+        return {}
+    choice = census.knob_for_budget(budget, KNOB_ACCOUNTING)
+    warnings = [*census_knob_warnings(census, choice), *extra]
+    return {"knob": asdict(choice), "knob_choices": knob_choices(census, budget),
+            "knob_warnings": [asdict(w) for w in warnings], "knob_census": census}
+
+
+def knob_choices(census: KnobCensus, budget: int) -> list[dict]:
+    """The census's answer at ``budget`` under each of its accountings: the largest knob that fits, its
+    peak, the margin (budget minus that peak), its recompute FLOPs (where the census recorded them), the
+    smallest fitting knob, whether lowering is safe and the holes below, and the smallest peak the knob
+    reaches at all with the largest knob reaching it."""
+    rows = []
+    samples = census.samples.set_index("knob")
+    for accounting in census.plan.accountings:
+        choice = census.knob_for_budget(budget, accounting)
+        summary = census.summary.set_index("accounting").loc[accounting]
+        knob = choice.largest_fitting_knob
+        peak = None if knob is None else int(samples.at[knob, accounting])
+        flops = samples.at[knob, "recompute_flops"] if knob is not None and "recompute_flops" in samples else None
+        rows.append(_plain({"accounting": accounting, "answers": accounting == KNOB_ACCOUNTING,
+                            "largest_fitting_knob": knob, "peak": peak,
+                            "margin": None if peak is None else int(budget) - peak, "recompute_flops": flops,
+                            "smallest_fitting_knob": choice.smallest_fitting_knob,
+                            "lowering_is_safe": choice.lowering_is_safe, "holes": [list(h) for h in choice.holes],
+                            "min_peak": int(summary["min_peak"]), "knob_at_min": summary["largest_knob_at_min"]}))
+    return rows
+
+
+@dataclass(frozen=True)
+class KnobWarning:
+    """One thing the user must know at the chosen knob. ``kind``: ``lowering-unsafe`` (a smaller knob does
+    not fit, in a hole or below the smallest fitting knob), ``cliff`` (the choice sits on either side of the
+    1.0-to-below-1.0 step), ``below-reachable`` (no knob fits), or a kind the caller adds (dtrlab.fit_knob:
+    recomputed random operators)."""
+
+    kind: str
+    message: str
+
+
+def census_knob_warnings(census: KnobCensus, choice: KnobChoice) -> list[KnobWarning]:
+    """What the census alone can tell about ``choice`` (see :class:`KnobWarning`)."""
+    knobs, peaks = census.curve(choice.accounting)
+    knob = choice.largest_fitting_knob
+    if knob is None:
+        summary = census.summary.set_index("accounting").loc[choice.accounting]
+        return [KnobWarning("below-reachable", f"no knob value fits {choice.budget:,} bytes ({choice.accounting}): "
+                            f"the smallest peak the knob reaches is {int(summary['min_peak']):,} bytes, at knob "
+                            f"{summary['largest_knob_at_min']:g}; see DTR's and monotone(dtr)'s outcome at this "
+                            "budget above")]
+    warnings = []
+    if not choice.lowering_is_safe:
+        warnings.append(KnobWarning("lowering-unsafe", f"{choice.describe()} at {choice.budget:,} bytes "
+                                    f"({choice.accounting})"))
+    cliff = _cliff(knobs, peaks, knob)
+    if cliff is not None:
+        warnings.append(cliff)
+    return warnings
+
+
+def _cliff(knobs: list[float], peaks: list[int], knob: float) -> KnobWarning | None:
+    """The 1.0-against-below-1.0 warning when ``knob`` is 1.0 or the largest evaluated knob below it and
+    the two peaks differ. At exactly 1.0 torch's partitioner returns its default min-cut
+    (torch/_functorch/partitioners.py:3480, torch 2.14); below 1.0 it may take a more aggressive cut before
+    any knapsack (:3510), so the step between 1.0 and 0.99 is a change of regime, not of degree."""
+    peak_of = dict(zip(knobs, peaks))
+    below = max((k for k in knobs if k < 1.0), default=None)
+    if 1.0 not in peak_of or below is None or peak_of[1.0] == peak_of[below] or knob not in (1.0, below):
+        return None
+    change = peak_of[below] / peak_of[1.0] - 1
+    if knob == 1.0:
+        return KnobWarning("cliff", f"the chosen knob 1.0 is torch's default, where the partitioner keeps its "
+                           f"default min-cut; at {below:g} it may cut differently and the peak changes by "
+                           f"{change:+.1%} ({peak_of[below] - peak_of[1.0]:+,} bytes): the step from 1.0 to "
+                           f"{below:g} is a change of regime")
+    return KnobWarning("cliff", f"the chosen knob {below:g} sits just below the 1.0 cliff: 1.0 (torch's default) "
+                       f"peaks at {peak_of[1.0]:,} bytes and does not fit; {below:g} fits because below 1.0 the "
+                       f"partitioner cuts differently ({change:+.1%})")
 
 
 def memory_name(semantics: Semantics, device: str) -> str:

@@ -272,7 +272,7 @@ def inclusion_census(traces, policies=("dtr", "msps"), *, ratios="0.05:1.0:0.02"
     processes; a progress bar with ``execution.progress``; nothing is cached).
     """
     from joblib import Parallel, delayed
-    from tqdm.auto import tqdm
+    from ..progress import progress_bar
 
     from ..sweep import parse_ratios
 
@@ -288,7 +288,7 @@ def inclusion_census(traces, policies=("dtr", "msps"), *, ratios="0.05:1.0:0.02"
     tasks = [(trace, policy) for trace in traces for policy in policies]
     results = Parallel(n_jobs=execution.jobs, return_as="generator")(
         delayed(_pairs_of)(trace, policy, per_trace[trace.name], semantics) for trace, policy in tasks)
-    rows = [row for rows in tqdm(results, total=len(tasks), desc="inclusion census", unit="config",
+    rows = [row for rows in progress_bar(results, total=len(tasks), desc="inclusion census", unit="config",
                                  disable=not execution.progress) for row in rows]
     all_ratios = tuple(sorted({r for ratio_list in per_trace.values() for r in ratio_list}))
     return InclusionCensus(ratios=all_ratios, pairs=pd.DataFrame(rows, columns=PAIR_COLUMNS))

@@ -268,9 +268,9 @@ class _Evaluator:
 def _progress_bar(progress: bool, total: int, name: str):
     if not progress:
         return None
-    from tqdm.auto import tqdm
+    from ..progress import progress_bar
 
-    return tqdm(total=total, desc=f"knob {name}".strip(), unit="knob")
+    return progress_bar(total=total, desc=f"knob {name}".strip(), unit="knob")
 
 
 def _check_row(row: dict, knob: float, accountings: tuple[str, ...]) -> None:

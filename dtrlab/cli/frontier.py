@@ -156,10 +156,10 @@ def run(args) -> int:
                          "--resume continues it (or delete that directory to start over)")
     print(f"scope: {SCOPE_NOTE}", flush=True)
 
-    from tqdm.auto import tqdm
+    from ..progress import progress_bar
 
     # The number of solves is adaptive (bisection, probes), so the bar counts them and their rate, with no total.
-    bar = tqdm(desc=f"frontier {trace.name}", unit="solve", disable=args.quiet)
+    bar = progress_bar(desc=f"frontier {trace.name}", unit="solve", disable=args.quiet)
 
     def progress(row):
         bar.update()

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from ..plots.style import figure_directory, trace_set_name  # the notebooks derive figures_dir the same way
+from ..progress import interactive
 
 #: The checkout dtrlab is installed from (``pip install -e``): the notebooks, traces and results live there.
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,8 +64,9 @@ def run_notebook(path: Path, output_dir: Path, parameters: dict) -> Path:
     os.environ["MPLBACKEND"] = "agg"  # the kernel inherits it
     output_dir.mkdir(parents=True, exist_ok=True)
     output = output_dir / path.name
+    # papermill's bar of cells only on a terminal (dtrlab.progress's rule); dtrlab figures prints a line per notebook
     papermill.execute_notebook(str(path), str(output), parameters=parameters, kernel_name=KERNEL,
-                               cwd=str(NOTEBOOKS), progress_bar=True)
+                               cwd=str(NOTEBOOKS), progress_bar=interactive(sys.stderr))
     return output
 
 

@@ -45,6 +45,7 @@ def plot_hole_census(table: pd.DataFrame, holes: pd.DataFrame, *, titles: dict[s
         _bytes_log_axis(widths.xaxis, holes.loc[holes["width_bytes"] > 0, "width_bytes"])
     else:
         widths.text(0.5, 0.5, "no holes at this sampling", ha="center", va="center", transform=widths.transAxes)
+        widths.set_xticks([])  # no widths to scale
     widths.set_xlabel("hole width (between the passing budgets around it; 1 MB = 10^6 B)")
     widths.set_title("hole widths after edge refinement")
     fig.tight_layout()
@@ -86,8 +87,9 @@ def plot_variant_census(table: pd.DataFrame, *, titles: dict[str, str] | None = 
                              squeeze=False)
     for ax, value in zip(axes[0], values):
         grid = table.pivot(index="policy", columns="trace", values=value).loc[policies, traces]
+        # vmax at least 1: a grid of zeros is drawn white (none), not in the colour map's middle
         image = ax.imshow(grid.to_numpy(dtype=float), aspect="auto", cmap="Purples" if value == "holes" else "Reds",
-                          vmin=0)
+                          vmin=0, vmax=max(1.0, float(np.nanmax(grid.to_numpy(dtype=float)))))
         for (i, j), count in np.ndenumerate(grid.to_numpy()):
             dark = count > 0.6 * np.nanmax(grid.to_numpy(dtype=float))
             ax.text(j, i, f"{count:g}", ha="center", va="center", fontsize=8, color="white" if dark else "black")

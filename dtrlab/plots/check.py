@@ -1,5 +1,7 @@
-"""``dtrlab check``'s report: its figure and a self-contained HTML page (figures embedded as
-base64 PNG; no network, no script, no external style), beside the JSON record."""
+"""``dtrlab check``'s report: its figures and a self-contained HTML page (figures embedded as
+base64 PNG; no network, no script, no external style), beside the JSON record. With a knob census
+(``dtrlab check --knob``) the page gains a section on torch.compile's activation_memory_budget: the
+choice under each accounting, the warnings, and the peak-against-knob figure."""
 
 from __future__ import annotations
 
@@ -17,10 +19,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 from ..analysis.check import CheckReport, describe_position  # noqa: E402
 from ..integrity import atomic_write_bytes  # noqa: E402
 from .anatomy import ANATOMY_COLORS, ANATOMY_LABELS  # noqa: E402
-from .style import STATUS_COLORS, STATUS_LABELS  # noqa: E402
+from .knob import byte_unit, plot_knob_peaks  # noqa: E402
+from .style import HOLE_COLOR, STATUS_COLORS, STATUS_LABELS  # noqa: E402
 
 #: The second semantics' line and hole hatching (the first, flat, is solid).
 _SEMANTICS_STYLE = ({"linestyle": "-", "hatch": None}, {"linestyle": "--", "hatch": "//"})
+#: The chosen knob's mark (apart from the accountings' blue, orange and green and the statuses' colours).
+_CHOSEN = "#e377c2"
 
 
 def plot_check(report: CheckReport):
@@ -71,20 +76,56 @@ def figure_png(fig) -> bytes:
     return buffer.getvalue()
 
 
-def report_html(report: CheckReport, png: bytes) -> str:
-    """The report as one HTML page with ``png`` embedded."""
+def plot_check_knob(report: CheckReport):
+    """torch.compile's knob at the budget: the step's peak against the knob under each accounting of the
+    census (:func:`~dtrlab.plots.knob.plot_knob_peaks`), the budget as a black line, the holes at the budget
+    (knobs that do not fit between knobs that do, under the accounting the report answers for) shaded, and
+    the chosen knob (the largest that fits) marked. Needs ``report.knob_census``."""
+    census, choice = report.knob_census, report.knob
+    fig, ax = plt.subplots(figsize=(10.0, 3.6))
+    plot_knob_peaks(census, ax, legend=False, regions=False,
+                    title=f"{census.name}: torch.compile activation_memory_budget at the budget "
+                          f"({choice['accounting']})")
+    knobs, peaks = census.curve(choice["accounting"])
+    every = census.samples[list(census.plan.accountings)].to_numpy().ravel()
+    scale, unit = byte_unit(every)
+    for index, (first, last) in enumerate(choice["holes"]):
+        after = next((k for k in knobs if k > last), last)  # the step drawn from ``last`` reaches the next knob
+        ax.axvspan(first, after, color=HOLE_COLOR, alpha=0.3, lw=0,
+                   label="hole: does not fit between fitting knobs" if index == 0 else None)
+        ax.plot([(first + after) / 2], [0.02], "^", color=HOLE_COLOR, ms=6, transform=ax.get_xaxis_transform())
+    low, high = every.min() / scale, every.max() / scale
+    budget = report.budget_bytes / scale
+    if low / 2 <= budget <= high * 2:
+        ax.axhline(budget, color="black", lw=1.4, label=f"the budget ({budget:.4g} {unit})")
+        ax.set_ylim(min(low, budget) * 0.95, max(high, budget) * 1.05)
+    else:
+        ax.text(0.01, 0.97 if budget > high else 0.03, f"the budget, {budget:.4g} {unit}, is off this scale "
+                f"({'above' if budget > high else 'below'} every peak)", transform=ax.transAxes, fontsize=8,
+                va="top" if budget > high else "bottom")
+    chosen = choice["largest_fitting_knob"]
+    if chosen is not None:
+        peak = dict(zip(knobs, peaks))[chosen] / scale
+        ax.axvline(chosen, color=_CHOSEN, lw=1.2, linestyle="-.")
+        ax.plot([chosen], [peak], "o", color=_CHOSEN, ms=7, zorder=4,
+                label=f"chosen knob {chosen:g} (largest that fits)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def report_html(report: CheckReport, png: bytes, knob_png: bytes | None = None) -> str:
+    """The report as one HTML page with ``png`` (and, with a knob census, ``knob_png``) embedded."""
     e = html.escape
-    rows = "".join(
-        f"<tr><td>{e(c.policy)}</td><td>{e(c.memory)}</td><td>{e(describe_position(c))}</td>"
-        f"<td>{_cell(c.safe_below, report)}</td><td>{_cell(c.safe_above, report)}</td>"
-        f"<td>{'' if c.threshold_ratio is None else f'{c.threshold_ratio:.4f}'}</td></tr>" for c in report.checks)
-    holes = "".join(
-        f"<tr><td>{e(c.policy)}</td><td>{e(c.memory)}</td><td>{h['fail_low_ratio']:.4f}-{h['fail_high_ratio']:.4f}"
-        f"</td><td>{h['width_bytes'] / 2**20:.1f}</td><td>{e(str(h['kinds']))}</td>"
-        f"<td class='kind'>{e(str(h.get('anatomy') or ''))}</td><td>{_number(h.get('closes_at'), 'never')}</td>"
-        f"<td>{_number(h.get('needed_remat'), '')}</td><td>{'yes' if c.hole == h else ''}</td></tr>"
-        for c in report.checks for h in c.holes)
+    rows = [[e(c.policy), e(c.memory), e(describe_position(c)), _cell(c.safe_below, report),
+             _cell(c.safe_above, report), '' if c.threshold_ratio is None else f'{c.threshold_ratio:.4f}']
+            for c in report.checks]
+    holes = [[e(c.policy), e(c.memory), f"{h['fail_low_ratio']:.4f}-{h['fail_high_ratio']:.4f}",
+              f"{h['width_bytes'] / 2**20:.1f}", e(str(h['kinds'])), e(str(h.get('anatomy') or '')),
+              _number(h.get('closes_at'), 'never'), _number(h.get('needed_remat'), ''), 'yes' if c.hole == h else '']
+             for c in report.checks for h in c.holes]
     monotone = "" if report.monotone is None else _monotone_html(report.monotone)
+    knob = "" if report.knob is None else _knob_html(report, knob_png)
     summary = "<br>".join(e(line) for line in report.summary())
     image = base64.b64encode(png).decode("ascii")
     return f"""<!DOCTYPE html>
@@ -101,25 +142,64 @@ window is found. A <i>safe</i> budget passes with no failing sample within one c
 <i>near-miss</i> needs at most 10% more than the limit allows; <i>limit</i>: the limit cuts a gradual rise
 (docs/sweeps.md, "Hole anatomy").</p>
 <h2>At the budget</h2>
-<table><tr><th>policy</th><th>memory</th><th>outcome</th><th>safe below</th><th>safe above</th>
-<th>threshold in the window</th></tr>{rows}</table>
+{_table(("policy", "memory", "outcome", "safe below", "safe above", "threshold in the window"), rows)}
 <h2>Holes in the window</h2>
-<table><tr><th>policy</th><th>memory</th><th>failing ratios</th><th>MiB</th><th>kinds</th><th>anatomy</th>
-<th>closes at limit</th><th>needed recompute</th><th>holds the budget</th></tr>{holes}</table>
+{_table(("policy", "memory", "failing ratios", "MiB", "kinds", "anatomy", "closes at limit", "needed recompute",
+         "holds the budget"), holes, cell_class={5: "kind"})}
 {monotone}
 <h2>Figure</h2>
 <img id="check-figure" alt="outcomes around the budget" src="data:image/png;base64,{image}">
+{knob}
 </body></html>
 """
+
+
+def _table(headers, rows: list[list[str]], cell_class: dict[int, str] | None = None) -> str:
+    """An HTML table of ``rows`` (cells already escaped) under ``headers``, or "none" when there are no rows."""
+    if not rows:
+        return '<p class="none">none</p>'
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td class='{(cell_class or {})[i]}'>{cell}</td>" if i in (cell_class or {})
+                                    else f"<td>{cell}</td>" for i, cell in enumerate(row)) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _knob_html(report: CheckReport, png: bytes | None) -> str:
+    """The knob section: the choice under each accounting, the warnings, and the figure."""
+    e = html.escape
+    choices = [[e(c["accounting"]) + (" (answers)" if c["answers"] else ""), _knob(c["largest_fitting_knob"]),
+                _number(c["peak"], ""), _number(c["margin"], ""), _number(c["recompute_flops"], ""),
+                _knob(c["smallest_fitting_knob"]), "yes" if c["lowering_is_safe"] else "NO",
+                ", ".join(f"{a:g}..{b:g}" for a, b in c["holes"]) or "none", _number(c["min_peak"], ""),
+                _knob(c["knob_at_min"])] for c in report.knob_choices]
+    warnings = "".join(f"<li class='warning {e(w['kind'])}'><b>{e(w['kind'])}</b>: {e(w['message'])}</li>"
+                       for w in report.knob_warnings)
+    figure = "" if png is None else (f'<img id="knob-figure" alt="peak against the knob, with the budget" '
+                                     f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">')
+    plan = e(report.knob_census.plan.describe())
+    return f"""<h2 id="knob">torch.compile activation_memory_budget</h2>
+<p>From a census of the knob on the same step (knobs {plan}): the largest knob whose peak fits {report.budget_bytes:,} bytes under each accounting
+(the report answers for allocated bytes under the caching allocator), its margin, its recompute, and whether a
+smaller knob is safe (docs/compile.md).</p>
+{_table(("accounting", "largest knob that fits", "its peak (bytes)", "margin (bytes)", "recompute FLOPs",
+         "smallest knob that fits", "lowering safe", "holes below (knobs)", "smallest peak reachable",
+         "at knob"), choices)}
+<h3>Warnings</h3>
+{f"<ul>{warnings}</ul>" if warnings else '<p class="none">none</p>'}
+{figure}"""
 
 
 def write_check_report(report: CheckReport, html_path: str | Path, json_path: str | Path,
                        png_path: str | Path | None = None) -> None:
     """Write the HTML report, the JSON record and (with ``png_path``) the figure alone, each atomically."""
     png = figure_png(plot_check(report))
-    atomic_write_bytes(html_path, report_html(report, png).encode())
+    knob_png = None if report.knob_census is None else figure_png(plot_check_knob(report))
+    atomic_write_bytes(html_path, report_html(report, png, knob_png).encode())
     if png_path is not None:
         atomic_write_bytes(png_path, png)
+        if knob_png is not None:
+            png_path = Path(png_path)
+            atomic_write_bytes(png_path.with_name(f"{png_path.stem}-knob.png"), knob_png)
     atomic_write_bytes(json_path, (json.dumps(report.to_dict(), indent=1) + "\n").encode())
 
 
@@ -133,6 +213,10 @@ def _monotone_html(monotone: dict) -> str:
 
 def _cell(budget: int | None, report: CheckReport) -> str:
     return "none in the window" if budget is None else f"{budget:,} ({budget / report.peak_bytes:.4f})"
+
+
+def _knob(value) -> str:
+    return "none" if value is None else f"{value:g}"
 
 
 def _number(value, missing: str) -> str:

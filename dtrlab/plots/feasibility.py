@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from .style import HOLE_COLOR, STATUS_COLORS, STATUS_LABELS, THRESHOLD_COLOR, use_style
+from .style import HOLE_COLOR, STATUS_COLORS, STATUS_LABELS, THRESHOLD_COLOR, legend_below, use_style
 
 
 def _cell_edges(ratios: np.ndarray) -> np.ndarray:
@@ -80,8 +80,7 @@ def plot_feasibility_map(censuses, *, titles: dict[str, str] | None = None, colu
     handles = [Patch(color=STATUS_COLORS[s], label=STATUS_LABELS[s]) for s in STATUS_COLORS]
     handles += [Patch(color=HOLE_COLOR, alpha=0.35, label="hole (fails between passing budgets)"),
                 Line2D([], [], color=THRESHOLD_COLOR, linestyle="--", label="feasibility threshold")]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False,
-               bbox_to_anchor=(0.5, -0.06 / rows))
+    legend_below(fig, handles)
     return fig
 
 

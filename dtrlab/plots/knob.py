@@ -26,9 +26,9 @@ def _axes(ax):
     return plt.subplots(figsize=(6, 3.6))[1] if ax is None else ax
 
 
-def plot_knob_peaks(census, ax=None, *, title: str | None = None, legend: bool = True):
-    """The step's peak (GiB, or MiB below one GiB) against the knob under each accounting; the non-monotone regions of the
-    first accounting (knobs some larger knob beats) shaded."""
+def plot_knob_peaks(census, ax=None, *, title: str | None = None, legend: bool = True, regions: bool = True):
+    """The step's peak (GiB, or MiB below one GiB) against the knob under each accounting; with ``regions``, the
+    non-monotone regions of the first accounting (knobs some larger knob beats) shaded."""
     ax = _axes(ax)
     scale, unit = byte_unit(census.samples[list(census.plan.accountings)].to_numpy().ravel())
     for accounting in census.plan.accountings:
@@ -36,8 +36,7 @@ def plot_knob_peaks(census, ax=None, *, title: str | None = None, legend: bool =
         label, color, linestyle = ACCOUNTING_STYLES.get(accounting, (accounting, None, "-"))
         ax.step(knobs, np.array(peaks) / scale, where="post", color=color, linestyle=linestyle, label=label)
     shaded = census.plan.accountings[0]
-    regions = census.regions[census.regions.accounting == shaded]
-    for index, region in enumerate(regions.itertuples()):
+    for index, region in enumerate(census.regions[census.regions.accounting == shaded].itertuples() if regions else ()):
         ax.axvspan(region.knob_from, region.beaten_by_knob, color=HOLE_COLOR, alpha=0.15, lw=0,
                    label=f"non-monotone ({ACCOUNTING_STYLES.get(shaded, (shaded,))[0]})" if index == 0 else None)
     ax.set_xlabel("activation_memory_budget (knob)")

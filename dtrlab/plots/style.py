@@ -93,6 +93,22 @@ def panel_grid(n: int, columns: int = 4, panel_size: tuple[float, float] = (3.6,
     return fig, flat[:n]
 
 
+def legend_below(fig, handles, *, min_width: float = 7.5, gap: float = 0.02):
+    """A figure legend under every visible axes and its labels, so it never covers an x-axis label
+    (a fixed offset did on a one-panel figure), in as many columns as fit ``min_width`` inches or the
+    figure's width, whichever is wider (``savefig.bbox = "tight"`` keeps a legend wider than the figure)."""
+    fig.canvas.draw()  # the labels' extents
+    renderer = fig.canvas.get_renderer()
+    to_figure = fig.transFigure.inverted()
+    bottom = min(ax.get_tightbbox(renderer).transformed(to_figure).y0 for ax in fig.axes if ax.get_visible())
+    longest = max(len(h.get_label()) for h in handles)
+    size = mpl.rcParams["legend.fontsize"]
+    entry = 0.065 * longest * (size if isinstance(size, (int, float)) else 9) / 9 + 0.7  # inches: a label and its key
+    columns = max(1, min(len(handles), int(max(min_width, fig.get_figwidth()) // entry)))
+    return fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, bottom - gap / fig.get_figheight()),
+                      ncol=columns, frameon=False)
+
+
 def short_trace_name(name: str) -> str:
     """``resnet32-56-9000000000.0-2020-...-default`` -> ``resnet32-56``: model and batch of a DTR log name."""
     parts = name.split("-")

@@ -36,8 +36,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pandas as pd
-from tqdm.auto import tqdm
 
+from ..progress import progress_bar
 from ..sweep.budget_sweep import parse_ratios
 from ..sweep.execution import SERIAL, Execution
 from .evaluate import SEARCH_RATIOS, evaluate, objective_value, summarize
@@ -267,7 +267,7 @@ def _search(traces, storage, study_name, n_trials, timeout, ratios, seed, prune_
     started = time.monotonic()
     done_before = completed()
     target = n_trials if n_trials is not None else None
-    bar = tqdm(total=target, initial=min(done_before, target or done_before), desc=f"search {study_name}",
+    bar = progress_bar(total=target, initial=min(done_before, target or done_before), desc=f"search {study_name}",
                unit="trial", disable=not execution.progress)
     try:
         while (target is None or completed() < target) and (timeout is None or time.monotonic() - started < timeout):

@@ -15,9 +15,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from tqdm.auto import tqdm
-
 from ..policies import Policy
+from ..progress import progress_bar
 from ..runtime import REFERENCE, Intervention, RunResult, Semantics, simulate
 from ..trace.model import Trace
 from .execution import SERIAL, Execution
@@ -92,7 +91,7 @@ def iter_runs(trace: Trace, specs: list[RunSpec], *, execution: Execution = SERI
         if not isinstance(spec, RunSpec):
             raise TypeError(f"run_many takes a list of RunSpec, got {type(spec).__name__}")
     jobs = _jobs(execution.jobs)
-    bar = tqdm(total=len(specs), desc=desc or trace.name, unit="run", disable=not execution.progress or not specs)
+    bar = progress_bar(total=len(specs), desc=desc or trace.name, unit="run", disable=not execution.progress or not specs)
     try:
         if backend == "dask":
             runs = _iter_dask(trace, specs, client)
@@ -160,8 +159,8 @@ def run_many(trace: Trace, specs: list[RunSpec], *, execution: Execution = SERIA
     ``execution.backend``: ``"sequential"`` (this process), ``"loky"`` (``jobs`` local
     processes through joblib's loky executor; ``jobs=1`` runs in this process) or
     ``"dask"`` (``client`` is a ``distributed.Client`` or a scheduler address, which must
-    answer within :data:`SCHEDULER_TIMEOUT_S`; giving a client selects Dask). A tqdm bar
-    shows progress unless ``execution.progress`` is False; ``execution.cache`` is not used.
+    answer within :data:`SCHEDULER_TIMEOUT_S`; giving a client selects Dask). A progress bar (one line per stage off a
+    terminal, :mod:`dtrlab.progress`) shows progress unless ``execution.progress`` is False; ``execution.cache`` is not used.
     """
     results: list[RunResult | None] = [None] * len(specs)
     for i, result, _ in iter_runs(trace, specs, execution=execution, desc=desc):

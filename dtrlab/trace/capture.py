@@ -70,8 +70,8 @@ import torch._dynamo  # noqa: F401
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
-from tqdm.auto import tqdm
 
+from ..progress import progress_bar
 from .costs import check_cost_model, roofline_gpu, roofline_ns
 
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
@@ -425,7 +425,7 @@ def record(module: torch.nn.Module, inputs, *, loss_fn: Callable | None = None,
                          "--real, or choose --cost flops or roofline:GPU)")
     module.zero_grad(set_to_none=True)
     recorder = (recorder_class or Recorder)(cost, repeats)
-    bar = tqdm(desc="capture forward", unit="op", disable=not progress)
+    bar = progress_bar(desc="capture forward", unit="op", disable=not progress)
     recorder.bar = bar
     gc_was_enabled = gc.isenabled()
     gc.disable()  # collection of cycles at random points would make the log nondeterministic

@@ -1,0 +1,112 @@
+"""``dtrlab check --knob``'s knob section: the choice under each accounting, the warnings the census can
+tell (a smaller knob that does not fit, the 1.0 cliff, a budget below every peak), the hook for warnings
+only a capture can tell, the figure, and "none" for an empty table. On a planted census (exact answers)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from dtrlab.analysis.check import CheckPlan, KnobWarning, census_knob_warnings, check, knob_choices
+from dtrlab.analysis.knob_census import KnobPlan, analyse
+from dtrlab.plots.check import plot_check_knob, report_html, write_check_report
+from dtrlab.sweep.execution import Execution
+
+QUIET = Execution(cache=False, progress=False)
+UNIT = 100_000
+KNOBS = (0.0, 0.2, 0.4, 0.6, 0.8, 0.99, 1.0)
+
+
+def planted(allocated: list[int], name: str = "planted"):
+    """A census of ``allocated`` peaks (in UNITs) at KNOBS; flat one byte less, reserved rounded up to 2 MiB."""
+    peaks = [a * UNIT for a in allocated]
+    samples = pd.DataFrame({"knob": KNOBS, "flat_peak": [p - 1 for p in peaks], "allocated_peak": peaks,
+                            "reserved_peak": [-(-p // 2**21) * 2**21 for p in peaks],
+                            "recompute_flops": [1000 * (10 - i) for i in range(len(KNOBS))]})
+    return analyse(samples, KnobPlan(knobs=KNOBS), name)
+
+
+#: 0.2, 0.6 and 0.8 fit 100 units; 0.4 between them does not (a hole), nor does 0.0; 0.99 and 1.0 differ.
+CENSUS = planted([150, 90, 120, 95, 100, 105, 110])
+
+
+def warnings_at(census, units: int) -> dict[str, str]:
+    choice = census.knob_for_budget(units * UNIT, "allocated_peak")
+    return {w.kind: w.message for w in census_knob_warnings(census, choice)}
+
+
+def test_a_hole_below_the_choice_is_named():
+    warnings = warnings_at(CENSUS, 100)
+    assert set(warnings) == {"lowering-unsafe"}
+    assert "largest knob that fits 0.8" in warnings["lowering-unsafe"] and "0.4..0.4" in warnings["lowering-unsafe"]
+
+
+def test_the_cliff_on_either_side_of_one():
+    at_one = warnings_at(CENSUS, 110)
+    assert "1.0 is torch's default" in at_one["cliff"] and "-4.5%" in at_one["cliff"]
+    below = warnings_at(CENSUS, 107)
+    assert "0.99 sits just below the 1.0 cliff" in below["cliff"] and f"{110 * UNIT:,}" in below["cliff"]
+    assert "cliff" not in warnings_at(planted([150, 90, 120, 95, 100, 110, 110]), 110)  # equal peaks: no cliff
+    assert "cliff" not in warnings_at(CENSUS, 100)  # a choice away from 1.0
+
+
+def test_a_budget_below_every_peak():
+    warnings = warnings_at(CENSUS, 80)
+    assert list(warnings) == ["below-reachable"]
+    assert f"{90 * UNIT:,} bytes, at knob 0.2" in warnings["below-reachable"]
+
+
+def test_the_table_of_choices():
+    rows = {r["accounting"]: r for r in knob_choices(CENSUS, 100 * UNIT)}
+    allocated = rows["allocated_peak"]
+    assert allocated["answers"] and not rows["flat_peak"]["answers"]
+    assert allocated["largest_fitting_knob"] == 0.8 and allocated["peak"] == 100 * UNIT and allocated["margin"] == 0
+    assert allocated["recompute_flops"] == 6000 and allocated["holes"] == [[0.4, 0.4]]
+    assert allocated["min_peak"] == 90 * UNIT and allocated["knob_at_min"] == 0.2
+    assert rows["flat_peak"]["margin"] == 1
+
+
+@pytest.fixture(scope="module")
+def report(small_resnet):
+    extra = (KnobWarning("random-ops", "native_dropout is recomputed"),)
+    return check(small_resnet, 100 * UNIT, "A100-80GB", knob=CENSUS, knob_warnings=extra,
+                 plan=CheckPlan(window=0.01, delta=0.005, policies=("dtr",), monotone=False), execution=QUIET)
+
+
+def test_the_report_carries_the_knob_section(report, tmp_path):
+    write_check_report(report, tmp_path / "r.html", tmp_path / "r.json", tmp_path / "r.png")
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert [w["kind"] for w in record["knob_warnings"]] == ["lowering-unsafe", "random-ops"]  # the hook's after
+    assert len(record["knob_choices"]) == 3 and "knob_census" not in record
+    page = (tmp_path / "r.html").read_text()
+    assert 'id="knob-figure"' in page and "native_dropout is recomputed" in page and "0.4..0.4" in page
+    assert (tmp_path / "r-knob.png").stat().st_size > 5000
+
+
+def test_knob_warnings_need_a_census(small_resnet):
+    with pytest.raises(ValueError, match="knob_warnings need a knob census"):
+        check(small_resnet, 100 * UNIT, "A100-80GB", knob_warnings=(KnobWarning("random-ops", "x"),),
+              plan=CheckPlan(window=0.01, delta=0.005, policies=("dtr",), monotone=False), execution=QUIET)
+
+
+def test_the_figure_marks_the_budget_the_hole_and_the_choice(report):
+    fig = plot_check_knob(report)
+    ax = fig.axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert "chosen knob 0.8 (largest that fits)" in labels and "hole: does not fit between fitting knobs" in labels
+    budget = [line for line in ax.lines if line.get_label().startswith("the budget")]
+    assert len(budget) == 1 and budget[0].get_ydata()[0] == pytest.approx(100 * UNIT / 2**20)
+    (span,) = [p for p in ax.patches if p.get_label().startswith("hole")]
+    assert span.get_x() == pytest.approx(0.4) and span.get_width() == pytest.approx(0.2)  # 0.4 up to 0.6
+
+
+def test_empty_tables_say_none(report):
+    no_holes = replace(report, checks=[replace(c, holes=[]) for c in report.checks], knob_warnings=[])
+    page = report_html(no_holes, b"", b"")
+    holes = page.split("<h2>Holes in the window</h2>", 1)[1].split("<h2>", 1)[0]
+    warnings = page.split("<h3>Warnings</h3>", 1)[1].split("<img", 1)[0]
+    assert "<th>" not in holes and '<p class="none">none</p>' in holes
+    assert '<p class="none">none</p>' in warnings
