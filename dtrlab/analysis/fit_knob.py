@@ -313,8 +313,8 @@ def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solve
         return dataclasses.replace(cached, seconds=time.perf_counter() - started, from_cache=True)
     with _estimator(runtime_estimator):
         search = search_budget(_evaluator(joint, solver, backend), budget, column, grid, scan_step)
-        chosen = _choice_details(joint, search, solver)
-    fit = _record(joint, search, chosen, key, time.perf_counter() - started)
+        random = recomputed_random(joint, search.choice, solver) if search.choice is not None else ()
+    fit = _record(joint, search, random, key, time.perf_counter() - started)
     if fit.knob is None:
         fit = dataclasses.replace(fit, instead=_instead_of_knob(workload, budget),
                                   seconds=time.perf_counter() - started)
@@ -361,15 +361,14 @@ def _estimator(runtime_estimator: str | None):
     return functorch_config.patch(activation_memory_budget_runtime_estimator=runtime_estimator)
 
 
-def _choice_details(joint, search: BudgetSearch, solver) -> dict:
-    """At the choice: the recomputed random operators (a partition kept whole for their names)."""
+def recomputed_random(joint, knob: float, solver: str | None = None) -> tuple[str, ...]:
+    """Forward random operators that torch's partition of ``joint`` at ``knob`` recomputes in the backward,
+    by joint-graph name (pytorch#190758: each recompute draws fresh randomness)."""
     from ..trace.partition import partition
 
-    if search.choice is None:
-        return {"random": ()}
-    step = partition(joint, search.choice, solver=solver)
+    step = partition(joint, knob, solver=solver)
     nodes = {node.name: node for node in joint.graph_module.graph.nodes}
-    return {"random": tuple(name for name in dict.fromkeys(step.recomputed) if _is_random(nodes.get(name)))}
+    return tuple(name for name in dict.fromkeys(step.recomputed) if _is_random(nodes.get(name)))
 
 
 def _is_random(node) -> bool:
@@ -380,7 +379,7 @@ def _is_random(node) -> bool:
     return node is not None and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
 
 
-def _record(joint, search: BudgetSearch, chosen: dict, key: dict, seconds: float) -> KnobFit:
+def _record(joint, search: BudgetSearch, random: tuple, key: dict, seconds: float) -> KnobFit:
     column, rows = key["accounting"], search.rows
     knobs = sorted(rows)
     minimum = min(knobs, key=lambda k: (rows[k][column], -k))
@@ -395,7 +394,7 @@ def _record(joint, search: BudgetSearch, chosen: dict, key: dict, seconds: float
         recompute_runtime=float(row["proxy_recompute_runtime"]) if row else None,
         lowering_is_safe=row is not None and not search.holes and search.fails_below is None,
         holes=search.holes, fails_below=search.fails_below, min_peak_knob=minimum, min_peak=int(rows[minimum][column]),
-        peak_at_1=int(rows[1.0][column]), peak_at_099=int(rows[0.99][column]), recomputed_random=chosen["random"],
+        peak_at_1=int(rows[1.0][column]), peak_at_099=int(rows[0.99][column]), recomputed_random=random,
         instead=None, evaluated=tuple((k, int(rows[k][column])) for k in knobs), seconds=seconds,
         graph_hash=key["graph"], torch_version=key["torch"])
 
