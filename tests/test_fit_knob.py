@@ -209,7 +209,7 @@ def test_two_compiled_models_keep_their_own_knob(seen_knobs):
 # ---------------------------------------------------------------- proved on real CPU steps (slow)
 
 REAL_MODELS = {
-    "mlp": lambda: (DropoutMLP(0.0, width=512), (torch.randn(64, 64),), None),
+    "mlp": lambda: (DropoutMLP(0.0), (torch.randn(1024, 64),), None),
     "transformer": None,  # the zoo's (dtrlab.trace.models.build)
     "llama-tiny": None,
 }

@@ -11,15 +11,17 @@ copied nor touched: :func:`dtrlab.trace.partition.fake_module`, then
 :func:`~dtrlab.trace.partition.trace_step`, the work behind ``dtrlab knob``) and asks torch's
 own partitioner only what the budget needs (:func:`search_budget`), not a full census:
 
-1. knob 1.0 and 0.99 (the cliff: at 1.0 the partitioner skips its knapsack);
-2. bisection over the census grid (0..1 every 0.01) for the largest knob that fits: the grid
-   knob just above the answer does not fit, so the answer is the largest at the grid's
-   resolution *locally*. A knob above it that fits again (a hole above the answer) is not
-   looked for: that is a census's job (``dtrlab knob``);
-3. below the answer, a coarse scan (every ``scan_step``, 0.1) and a bisection of every edge
-   between fitting and failing scanned knobs down to the grid: the holes below the answer
-   and whether lowering it is safe, *at the scan's resolution* (a hole narrower than the
-   scan step between two fitting scanned knobs is not seen).
+1. knob 1.0 and 0.99 (the cliff: at 1.0 the partitioner skips its knapsack), and a coarse
+   scan of the census grid (0..1 every 0.01) every ``scan_step`` (0.2: knobs 0, 0.2, ... 0.8);
+2. bisection on the grid between the largest scanned knob that fits and the next scanned
+   knob above it: the grid knob just above the answer does not fit, so the answer is the
+   largest at the grid's resolution *locally*. A knob above it that fits again between two
+   failing scanned knobs (a hole above the answer narrower than the scan) is not seen: that
+   is a census's job (``dtrlab knob``);
+3. below the answer, a bisection of every edge between fitting and failing evaluated knobs
+   down to the grid: the holes below the answer and whether lowering it is safe, *at the
+   scan's resolution* (a hole narrower than the scan step between two fitting scanned knobs
+   is not seen).
 
 The smallest peak reported is the smallest among the knobs evaluated (the scan and the
 bisections), not a census's minimum.
@@ -193,7 +195,7 @@ class BudgetSearch:
 
 
 def search_budget(evaluate: Callable[[float], dict], budget: int, accounting: str,
-                  grid: list[float], scan_step: float = 0.1) -> BudgetSearch:
+                  grid: list[float], scan_step: float = 0.2) -> BudgetSearch:
     """The largest grid knob that fits ``budget`` under ``accounting``, and the holes below it (module docstring).
 
     ``evaluate``: knob -> a row with the accounting's peak (``knob_peaks`` bound to a joint graph, or a
@@ -209,34 +211,20 @@ def search_budget(evaluate: Callable[[float], dict], budget: int, accounting: st
     top = len(grid) - 1
     below_top = grid.index(0.99) if 0.99 in grid else top - 1
     fits(below_top)  # the cliff's two sides are always evaluated
-    choice = top if fits(top) else below_top if fits(below_top) else _largest_fitting(fits, below_top)
-    if choice is None:
-        _scan(fits, grid, top, scan_step)
+    fits(top)
+    _scan(fits, grid, top, scan_step)
+    index = {knob: i for i, knob in enumerate(grid)}
+    fitting = [index[k] for k in rows if rows[k][accounting] <= budget]
+    if not fitting:
         return BudgetSearch(None, rows, (), None)
-    _scan(fits, grid, choice, scan_step)
-    _refine_edges(fits, grid, rows, choice, budget, accounting)
-    holes, fails_below = _below(rows, grid[choice], budget, accounting)
-    return BudgetSearch(grid[choice], rows, holes, fails_below)
-
-
-def _largest_fitting(fits: Callable[[int], bool], top: int) -> int | None:
-    """Bisection below the failing ``top``: halve down until a knob fits, then close in on its failing neighbour."""
-    high, low = top, None
-    while low is None:
-        middle = high // 2 if high > 1 else 0
-        if fits(middle):
-            low = middle
-        elif middle == 0:
-            return None
-        else:
-            high = middle
-    while high - low > 1:
+    low = max(fitting)
+    high = min((index[k] for k in rows if index[k] > low), default=None)
+    while high is not None and high - low > 1:  # bisect the edge above the largest fitting scanned knob
         middle = (low + high) // 2
-        if fits(middle):
-            low = middle
-        else:
-            high = middle
-    return low
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    _refine_edges(fits, grid, rows, low, budget, accounting)
+    holes, fails_below = _below(rows, grid[low], budget, accounting)
+    return BudgetSearch(grid[low], rows, holes, fails_below)
 
 
 def _scan(fits: Callable[[int], bool], grid: list[float], up_to: int, scan_step: float) -> None:
@@ -277,7 +265,7 @@ def _below(rows: dict, choice: float, budget: int, accounting: str) -> tuple[tup
 
 def fit_knob(model, example_inputs=(), loss_fn=None, *, budget, device: str | None = None,
              accounting: str | None = None, backend: str = BACKENDS[0], solver: str | None = None,
-             runtime_estimator: str | None = None, cache=True, scan_step: float = 0.1) -> KnobFit:
+             runtime_estimator: str | None = None, cache=True, scan_step: float = 0.2) -> KnobFit:
     """The largest ``activation_memory_budget`` whose predicted peak fits ``budget`` (see the module docstring).
 
     ``model``: a live ``nn.Module`` (with ``example_inputs``, a tensor or a tuple, and ``loss_fn(output)``

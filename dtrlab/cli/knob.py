@@ -31,15 +31,12 @@ def knob_range(text: str) -> dict:
 
 def byte_budget(text: str) -> int:
     """``--budget``: bytes, a size such as ``40GiB`` or a GPU preset such as ``A100-80GB``."""
-    from ..memory.device import device_capacity
+    from ..analysis.fit_knob import budget_bytes
 
     try:
-        capacity = device_capacity(text)
+        return budget_bytes(text)[0]
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).replace("device capacity", "budget")) from None
-    if capacity.bytes is None:
-        raise argparse.ArgumentTypeError(f"a budget is bytes (40GiB, 42949672960 or a GPU preset), got {text!r}")
-    return capacity.bytes
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def output_directory(text: str) -> str:
