@@ -17,6 +17,7 @@ from torch.nn import functional as F  # noqa: E402
 import dtrlab  # noqa: E402
 from dtrlab.analysis.fit_knob import budget_bytes, fit_knob, search_budget  # noqa: E402
 from dtrlab.analysis.knob_census import KnobPlan  # noqa: E402
+from dtrlab.trace.partition import LossStep  # noqa: E402
 
 GRID = KnobPlan().grid()
 
@@ -227,13 +228,11 @@ def _real_workload(name: str):
     return workload.module, tuple(workload.inputs), workload.loss_fn
 
 
-def _measured_step_peak(compiled, inputs, loss_fn) -> int:
+def _measured_step_peak(compiled, inputs) -> int:
     """Bytes the CPU allocator held at the step's peak above those live at its start (torch.profiler)."""
     gc.collect()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        output = compiled(*inputs)
-        (loss_fn(output) if loss_fn else output.sum()).backward()
-        del output
+        compiled(*inputs).backward()
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
     live = peak = 0
     for _, nbytes in events:
@@ -264,17 +263,35 @@ def test_the_pick_holds_on_a_real_step(name, tmp_path):
     for budget in (low, (low + high) // 2, (low + 3 * high) // 4):
         model.zero_grad(set_to_none=True)
         torch._dynamo.reset()
-        compiled = dtrlab.compile(model, budget=budget, example_inputs=inputs, loss_fn=loss_fn, accounting="flat",
+        # The step as the prediction traces it: the model and its loss as one graph (LossStep). Compiling the
+        # model alone leaves the loss eager, and the output it holds comes on top (docs/compile.md).
+        compiled = dtrlab.compile(LossStep(model, loss_fn), budget=budget, example_inputs=inputs, accounting="flat",
                                   backend="aot_eager", cache=tmp_path)
         fit = compiled.knob_fit
         assert fit.knob is not None and fit.peak <= budget
         peaks = dict(fit.evaluated)
         if fit.knob < 1.0:
             assert peaks[round(fit.knob + 0.01, 2)] > budget  # the next grid knob would not have fitted
-        output = compiled(*inputs)  # the first call compiles at the chosen knob
-        (loss_fn(output) if loss_fn else output.sum()).backward()
-        del output
+        compiled(*inputs).backward()  # the first call compiles at the chosen knob
         model.zero_grad(set_to_none=True)
-        measured = _constant_bytes(model, inputs) + _measured_step_peak(compiled, inputs, loss_fn)
+        measured = _constant_bytes(model, inputs) + _measured_step_peak(compiled, inputs)
         assert measured <= budget, f"{name} at {budget:,} B: knob {fit.knob} measured {measured:,} B"
     torch._dynamo.reset()
+
+
+def test_solver_limits_flag_a_choice_over_its_limit(monkeypatch):
+    """dp keeps its limit on this step; a planted greedy solver that saves everything is reported over it."""
+    from torch._functorch import partitioners
+
+    from dtrlab.analysis.knob_solvers import solver_limits
+    from dtrlab.trace.partition import fake_module, trace_step
+
+    torch.manual_seed(0)
+    joint = trace_step(*fake_module(DropoutMLP(0.0), (torch.randn(1024, 64),), "cpu"), source="mlp")
+    rows = solver_limits(joint, [0.3], solvers=("dp", "greedy"))
+    assert {r["solver"] for r in rows} == {"dp", "greedy"} and not any(r["over"] for r in rows)
+    monkeypatch.setattr(partitioners, "greedy_knapsack",
+                        lambda memory, runtimes, max_memory: (0.0, list(range(len(memory))), []))
+    planted = solver_limits(joint, [0.3], solvers=("greedy",))
+    assert planted and all(r["over"] for r in planted)
+    assert solver_limits(joint, [0.3], solvers=("nope",))[0]["error"].startswith("ValueError")

@@ -120,7 +120,9 @@ class KnobFit:
         """What a user must know at this choice, one line each."""
         found = []
         if self.recomputed_random:
-            found.append(f"knob {self.knob:g} recomputes random operators ({', '.join(self.recomputed_random)}): "
+            names = ", ".join(self.recomputed_random[:4]) + (f" and {len(self.recomputed_random) - 4} more"
+                                                             if len(self.recomputed_random) > 4 else "")
+            found.append(f"knob {self.knob:g} recomputes {len(self.recomputed_random)} random operators ({names}): "
                          "below 1.0 the recompute draws fresh randomness, so the gradients are silently wrong "
                          "(pytorch/pytorch#190758)")
         if abs(self.cliff - 1) > CLIFF_WARNING and self.knob is not None and self.knob >= 0.99:
@@ -289,7 +291,7 @@ def fit_knob(model, example_inputs=(), loss_fn=None, *, budget, device: str | No
 
 def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solver, runtime_estimator, cache,
                scan_step: float, started: float) -> KnobFit:
-    from ..trace.partition import joint_hash
+    from ..trace.partition import joint_hash, partitioner_config
 
     grid = KnobPlan().grid()
     key = {"format": FIT_FORMAT, "graph": joint_hash(joint), "torch": joint.torch_version, "accounting": column,
@@ -299,7 +301,7 @@ def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solve
     cached = _read_cached(path, key) if path is not None else None
     if cached is not None:
         return dataclasses.replace(cached, seconds=time.perf_counter() - started, from_cache=True)
-    with _estimator(runtime_estimator):
+    with partitioner_config(None, runtime_estimator=runtime_estimator):
         search = search_budget(_evaluator(joint, solver, backend), budget, column, grid, scan_step)
         random = recomputed_random(joint, search.choice, solver) if search.choice is not None else ()
     fit = _record(joint, search, random, key, time.perf_counter() - started)
@@ -337,16 +339,6 @@ def _evaluator(joint, solver, backend) -> Callable[[float], dict]:
 
     del backend  # the one backend today: knob_peaks' aot_eager replay (see BACKENDS)
     return lambda knob: knob_peaks(joint, round(knob, KNOB_DECIMALS), solver=solver)
-
-
-def _estimator(runtime_estimator: str | None):
-    import contextlib
-
-    import torch._functorch.config as functorch_config
-
-    if runtime_estimator is None:
-        return contextlib.nullcontext()
-    return functorch_config.patch(activation_memory_budget_runtime_estimator=runtime_estimator)
 
 
 def recomputed_random(joint, knob: float, solver: str | None = None) -> tuple[str, ...]:

@@ -71,6 +71,9 @@ from .simrd_log import parse_lines
 
 KNOB = "activation_memory_budget"
 SOLVERS = ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg")
+#: The partitioner's recompute cost estimators (torch/_functorch/partitioners.py:3401, ``estimate_runtime``;
+#: "profile" benchmarks each operator on a GPU).
+RUNTIME_ESTIMATORS = ("flops", "profile", "testing")
 #: How a node is forced in :func:`partition`: torch's selective-checkpoint policies, the
 #: partitioner's own hooks (``node.meta["recompute"]``).
 FORCINGS = ("save", "recompute")
@@ -332,15 +335,26 @@ def _forward_nodes(graph: fx.Graph) -> frozenset[str]:
 
 
 @contextlib.contextmanager
-def partitioner_config(knob: float, solver: str | None = None) -> Iterator[None]:
-    """``torch._functorch.config`` with the knob (and solver) patched, as a user sets them."""
+def partitioner_config(knob: float | None, solver: str | None = None,
+                       runtime_estimator: str | None = None) -> Iterator[None]:
+    """``torch._functorch.config`` with the knob (and solver, runtime estimator) patched, as a user sets them;
+    None leaves a setting as it is."""
     import torch._functorch.config as functorch_config
 
-    settings = {KNOB: check_knob(knob)}
+    from ..suggest import did_you_mean
+
+    settings = {KNOB: check_knob(knob)} if knob is not None else {}
     if solver is not None:
         if solver not in SOLVERS:
-            raise ValueError(f"unknown activation_memory_budget_solver {solver!r}; torch's are {', '.join(SOLVERS)}")
+            raise ValueError(f"unknown activation_memory_budget_solver {solver!r}{did_you_mean(solver, SOLVERS)}; "
+                             f"torch's are {', '.join(SOLVERS)}")
         settings["activation_memory_budget_solver"] = solver
+    if runtime_estimator is not None:
+        if runtime_estimator not in RUNTIME_ESTIMATORS:
+            raise ValueError(f"unknown activation_memory_budget_runtime_estimator {runtime_estimator!r}"
+                             f"{did_you_mean(runtime_estimator, RUNTIME_ESTIMATORS)}; torch's are "
+                             f"{', '.join(RUNTIME_ESTIMATORS)}")
+        settings["activation_memory_budget_runtime_estimator"] = runtime_estimator
     with functorch_config.patch(**settings):
         yield
 
