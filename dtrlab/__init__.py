@@ -7,7 +7,8 @@ from .trace import Trace, load, load_log
 from . import calibrated  # noqa: F401  (registers monotone; every import of a dtrlab module runs this file first)
 
 __all__ = ["__version__", "available_policies", "get_policy", "register", "score_policy", "Intervention",
-           "RunResult", "Semantics", "Execution", "baseline", "simulate", "sweep", "Trace", "load", "load_log"]
+           "RunResult", "Semantics", "Execution", "baseline", "simulate", "sweep", "Trace", "load", "load_log", "fit_knob",
+           "compile"]
 
 
 def __getattr__(name):
@@ -17,6 +18,10 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module(".sweep", __name__)
+    if name in ("fit_knob", "compile"):  # torch.compile's knob for a byte budget: needs torch
+        from .analysis import fit_knob, knob_compile
+
+        return fit_knob.fit_knob if name == "fit_knob" else knob_compile.compile
     if name == "Execution":
         from .sweep.execution import Execution
 

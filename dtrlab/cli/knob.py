@@ -31,15 +31,39 @@ def knob_range(text: str) -> dict:
 
 def byte_budget(text: str) -> int:
     """``--budget``: bytes, a size such as ``40GiB`` or a GPU preset such as ``A100-80GB``."""
-    from ..memory.device import device_capacity
+    from ..analysis.fit_knob import budget_bytes
 
     try:
-        capacity = device_capacity(text)
+        return budget_bytes(text)[0]
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).replace("device capacity", "budget")) from None
-    if capacity.bytes is None:
-        raise argparse.ArgumentTypeError(f"a budget is bytes (40GiB, 42949672960 or a GPU preset), got {text!r}")
-    return capacity.bytes
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _names(text: str, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
+    from ..suggest import did_you_mean
+
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    for name in names:
+        if name not in choices:
+            raise argparse.ArgumentTypeError(f"unknown {what} {name!r}{did_you_mean(name, choices)}; choose from "
+                                             f"{', '.join(choices)}")
+    if not names:
+        raise argparse.ArgumentTypeError(f"give at least one {what}")
+    return names
+
+
+def solver_list(text: str) -> tuple[str, ...]:
+    """``--solver dp,greedy``: knapsack solvers torch's partitioner knows."""
+    from ..trace.partition import SOLVERS
+
+    return _names(text, SOLVERS, "solver")
+
+
+def estimator_list(text: str) -> tuple[str, ...]:
+    """``--runtime-estimator flops,testing``: the partitioner's runtime estimators."""
+    from ..trace.partition import RUNTIME_ESTIMATORS
+
+    return _names(text, RUNTIME_ESTIMATORS, "runtime estimator")
 
 
 def output_directory(text: str) -> str:
@@ -77,6 +101,13 @@ def register(subparsers) -> None:
     parser.add_argument("--accounting", choices=tuple(ACCOUNTING_NAMES), default="allocated",
                         help="the peak --budget and the holes are read under: flat bytes, or the caching "
                              "allocator's allocated or reserved bytes (default allocated)")
+    parser.add_argument("--solver", type=solver_list, default=None, metavar="NAME[,NAME...]",
+                        help="activation_memory_budget_solver values, one census each (dp, greedy, ilp, "
+                             "dp_knapsack_sliding_hirschberg; default torch's configured one); each census also "
+                             "counts the knob values where the solver's choice saves more than its own limit")
+    parser.add_argument("--runtime-estimator", type=estimator_list, default=None, metavar="NAME[,NAME...]",
+                        help="activation_memory_budget_runtime_estimator values, one census each (flops, "
+                             "profile: needs a GPU, testing; default torch's configured one)")
     parser.add_argument("--out", type=output_directory, metavar="DIR",
                         help="write the census's tables (parquet) and its JSON here")
     parser.add_argument("-j", "--jobs", type=jobs_count, default=1,
@@ -91,22 +122,29 @@ def run(args) -> int:
 
     plan = KnobPlan(**(args.knobs or knob_range("0:1:0.01")), resolution=args.resolution,
                     refine=args.refine)
-    started = time.perf_counter()
     if args.source.endswith(".json") and Path(args.source).is_file():
-        census = read_census(args.source)
+        censuses = [(lambda: read_census(args.source), "")]
     else:
-        evaluate, name = model_evaluation(args)
-        census = census_knob(evaluate, plan, name=name, execution=Execution(jobs=args.jobs, progress=not args.quiet))
-    seconds = time.perf_counter() - started
-    report(census, ACCOUNTING_NAMES[args.accounting], args.budget)
-    written = write_census(census, args.out) if args.out else []
-    print(f"\n{len(census.samples)} knob values ({census.plan.describe()}) in {seconds:.1f} s"
-          + (f"; wrote {written[-1]} and {len(written) - 1} tables" if written else ""))
+        evaluations = model_evaluations(args)
+        execution = Execution(jobs=args.jobs, progress=not args.quiet)
+        censuses = [(functools.partial(census_knob, evaluate, plan, name=name, execution=execution), axes)
+                    for evaluate, name, axes in evaluations]
+    for make, axes in censuses:
+        started = time.perf_counter()
+        census = make()
+        seconds = time.perf_counter() - started
+        if axes:
+            print(f"\n== {axes}")
+        report(census, ACCOUNTING_NAMES[args.accounting], args.budget)
+        written = write_census(census, args.out) if args.out else []
+        print(f"\n{len(census.samples)} knob values ({census.plan.describe()}) in {seconds:.1f} s"
+              + (f"; wrote {written[-1]} and {len(written) - 1} tables" if written else ""))
     return 0
 
 
-def model_evaluation(args):
-    """(knob -> peaks, the census's name) for a model source: traced once, torch's partitioner per knob."""
+def model_evaluations(args) -> list[tuple]:
+    """(knob -> peaks, the census's name, its axes) per solver and runtime estimator asked for: the model
+    source traced once, torch's partitioner per knob (watched: does the knapsack keep its limit)."""
     try:
         import torch
     except ImportError as exc:
@@ -120,7 +158,22 @@ def model_evaluation(args):
     sizes = {key: getattr(args, key) for key in SIZE_KEYS}
     joint = trace_joint(args.source, batch=args.batch, seq=args.seq, image=args.image,
                         dtype=getattr(torch, args.dtype) if args.dtype else None, **sizes)
-    return functools.partial(knob_peaks, joint), census_name(args.source, args)
+    name = census_name(args.source, args)
+    solvers, estimators = getattr(args, "solver", None), getattr(args, "runtime_estimator", None)
+    if solvers is None and estimators is None:
+        return [(functools.partial(knob_peaks, joint), name, "")]
+    from ..analysis.knob_solvers import watched_peaks
+
+    return [(functools.partial(watched_peaks, joint, solver=solver, runtime_estimator=estimator),
+             name + "".join(f"-{part}" for part in (solver, estimator) if part),
+             f"solver {solver or 'configured'}, runtime estimator {estimator or 'configured'}")
+            for solver in solvers or (None,) for estimator in estimators or (None,)]
+
+
+def model_evaluation(args):
+    """(knob -> peaks, the census's name) for a model source with torch's configured solver and estimator."""
+    evaluate, name, _ = model_evaluations(args)[0]
+    return evaluate, name
 
 
 def census_name(source: str, args) -> str:
@@ -146,6 +199,12 @@ def report(census, accounting: str, budgets: list[int]) -> None:
     if len(holes):
         print(f"\nholes ({accounting}): knobs that do not fit a budget although a smaller and a larger knob do")
         print_table(holes.drop(columns="accounting").astype(object).where(holes.notna(), None).to_dict("records"))
+    if "knapsack_over" in census.samples:
+        over = census.samples[census.samples.knapsack_over > 0]
+        print(f"\nknapsack over its own memory limit (pytorch#197871) at {len(over)} of {len(census.samples)} knob "
+              "values" + (f", by up to {census.samples.knapsack_worst.max():.6f}x the limit: knobs "
+                          + ", ".join(f"{k:g}" for k in over.knob[:8]) + (" ..." if len(over) > 8 else "")
+                          if len(over) else ""))
     for budget in budgets:
         choice = census.knob_for_budget(budget, accounting)
         print(f"\nbudget {budget:,} bytes ({human_bytes(budget)}), {accounting}: " + choice.describe())

@@ -7,6 +7,7 @@
     dtrlab figures --traces traces/models --only 12  # hole anatomy, from results/shipped/anatomy/
     dtrlab figures --traces traces/models --only 03 04   # today's models -> figures/models/
     dtrlab figures --traces traces/models --only 13  # the knob census, from results/shipped/knob/
+    dtrlab figures --only 14                        # fit a model into a byte budget (its parameters: source, budget)
 
 Figures go to ``figures/<trace set>/`` (the trace set is the name of the traces
 directory, so the DTR logs never overwrite the shipped traces' figures, and a

@@ -71,6 +71,9 @@ from .simrd_log import parse_lines
 
 KNOB = "activation_memory_budget"
 SOLVERS = ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg")
+#: The partitioner's recompute cost estimators (torch/_functorch/partitioners.py:3401, ``estimate_runtime``;
+#: "profile" benchmarks each operator on a GPU).
+RUNTIME_ESTIMATORS = ("flops", "profile", "testing")
 #: How a node is forced in :func:`partition`: torch's selective-checkpoint policies, the
 #: partitioner's own hooks (``node.meta["recompute"]``).
 FORCINGS = ("save", "recompute")
@@ -185,10 +188,9 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
     attention, with no GPU needed). Raises ``ValueError`` (one line)
     for an unknown source or a step dynamo cannot capture in one graph.
     """
-    from torch._dynamo.backends.common import aot_autograd
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .models import ModelSourceError, build
+    from .models import build
 
     check_torch_has_knob()
     options = {"batch": batch, "seq": seq, "image": image, "dtype": dtype, **sizes}
@@ -198,7 +200,27 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
             # A library that makes some tensors on the meta device itself (transformers' rotary
             # frequencies): fake tensors on the device like the rest (values never matter here).
             workload.module.to_empty(device=device)
-    step = LossStep(workload.module, workload.loss_fn)
+    build_options = tuple(sorted((k, _option_value(v)) for k, v in {**options, "device": device}.items()
+                                 if v is not None))
+    return trace_step(workload.module, workload.inputs, workload.loss_fn, source=source,
+                      build_options=build_options, desc=workload.desc)
+
+
+def trace_step(module: nn.Module, inputs, loss_fn=None, *, source: str, build_options: tuple = (),
+               desc: str = "") -> JointGraph:
+    """The joint graph of ``loss_fn(module(*inputs))`` (``loss_fn`` None: the sum of every output that
+    requires grad), as torch.compile would partition it: :func:`trace_joint`'s work once the model is
+    built. ``module`` and ``inputs`` should be fake tensors (:func:`fake_module`, or built under a
+    ``FakeTensorMode``): dynamo fakes real ones itself, but the caller then holds their memory.
+    Raises :class:`~dtrlab.trace.models.ModelSourceError` (a ValueError, one line) for a step dynamo
+    cannot capture in one graph or one that does not return one scalar."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    from .models import ModelSourceError
+
+    check_torch_has_knob()
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    step = LossStep(module, loss_fn)
     kept: dict = {}
 
     def keep_joint(joint_module, joint_inputs, **kwargs):
@@ -208,7 +230,7 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
     backend = aot_autograd(fw_compiler=_identity_compiler, partition_fn=keep_joint)
     torch._dynamo.reset()
     try:
-        torch.compile(step, backend=backend, fullgraph=True, dynamic=False)(*workload.inputs)
+        torch.compile(step, backend=backend, fullgraph=True, dynamic=False)(*inputs)
     except Exception as exc:  # dynamo wraps what the backend raises
         if "graph_module" not in kept:
             cause = getattr(exc, "inner_exception", None) or exc  # what the backend itself raised
@@ -222,12 +244,55 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
         raise ModelSourceError(f"{source}: its joint graph has {len(tangents)} tangents; the step must return "
                                "one scalar loss")
     return JointGraph(
-        source=source, build_options=tuple(sorted((k, _option_value(v))
-                                                  for k, v in {**options, "device": device}.items() if v is not None)),
+        source=source, build_options=build_options,
         graph_module=graph_module, joint_inputs=tuple(kept["joint_inputs"]),
         num_fwd_outputs=kept["num_fwd_outputs"],
         static_lifetime_input_indices=tuple(kept.get("static_lifetime_input_indices") or ()),
-        forward_nodes=_forward_nodes(graph_module.graph), torch_version=torch.__version__, desc=workload.desc)
+        forward_nodes=_forward_nodes(graph_module.graph), torch_version=torch.__version__, desc=desc)
+
+
+def meta_module(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` whose parameters and buffers are on the meta device (no memory, no values):
+    ``copy.deepcopy`` with each tensor's meta twin in its memo, so the live module is neither copied nor
+    touched (hooks, training mode and attributes come along)."""
+    memo: dict = {}
+    for name, tensor in [*module.named_parameters(remove_duplicate=True), *module.named_buffers()]:
+        if id(tensor) in memo:
+            continue
+        twin = torch.empty_like(tensor, device="meta")
+        memo[id(tensor)] = nn.Parameter(twin, requires_grad=tensor.requires_grad) \
+            if isinstance(tensor, nn.Parameter) else twin
+    return copy.deepcopy(module, memo)
+
+
+def fake_module(module: nn.Module, inputs, device: str | torch.device) -> tuple[nn.Module, tuple]:
+    """``module`` and ``inputs`` as fake tensors on ``device`` (any device, no GPU needed; values never
+    matter to the partitioner): the live model is not copied, its parameters are not touched."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    twin = meta_module(module)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        twin.to_empty(device=device)
+        fake_inputs = torch.utils._pytree.tree_map_only(
+            torch.Tensor, lambda t: torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
+                                                        device=device).requires_grad_(t.requires_grad), inputs)
+    return twin, fake_inputs
+
+
+def joint_hash(joint: JointGraph) -> str:
+    """sha256 of the joint graph's content: its nodes (operators, arguments), every placeholder's shape,
+    strides and dtype, and how many outputs the forward has. Equal graphs, equal hashes; node names are
+    dynamo's, deterministic for one model and torch version."""
+    import hashlib
+
+    digest = hashlib.sha256(str(joint.graph_module.graph).encode())
+    for node in joint.graph_module.graph.find_nodes(op="placeholder"):
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            digest.update(f"{node.name}:{tuple(value.shape)}:{value.stride()}:{value.dtype}:{value.device}".encode())
+    digest.update(f"{joint.num_fwd_outputs}:{joint.static_lifetime_input_indices}".encode())
+    return digest.hexdigest()
 
 
 class LossStep(nn.Module):
@@ -270,15 +335,26 @@ def _forward_nodes(graph: fx.Graph) -> frozenset[str]:
 
 
 @contextlib.contextmanager
-def partitioner_config(knob: float, solver: str | None = None) -> Iterator[None]:
-    """``torch._functorch.config`` with the knob (and solver) patched, as a user sets them."""
+def partitioner_config(knob: float | None, solver: str | None = None,
+                       runtime_estimator: str | None = None) -> Iterator[None]:
+    """``torch._functorch.config`` with the knob (and solver, runtime estimator) patched, as a user sets them;
+    None leaves a setting as it is."""
     import torch._functorch.config as functorch_config
 
-    settings = {KNOB: check_knob(knob)}
+    from ..suggest import did_you_mean
+
+    settings = {KNOB: check_knob(knob)} if knob is not None else {}
     if solver is not None:
         if solver not in SOLVERS:
-            raise ValueError(f"unknown activation_memory_budget_solver {solver!r}; torch's are {', '.join(SOLVERS)}")
+            raise ValueError(f"unknown activation_memory_budget_solver {solver!r}{did_you_mean(solver, SOLVERS)}; "
+                             f"torch's are {', '.join(SOLVERS)}")
         settings["activation_memory_budget_solver"] = solver
+    if runtime_estimator is not None:
+        if runtime_estimator not in RUNTIME_ESTIMATORS:
+            raise ValueError(f"unknown activation_memory_budget_runtime_estimator {runtime_estimator!r}"
+                             f"{did_you_mean(runtime_estimator, RUNTIME_ESTIMATORS)}; torch's are "
+                             f"{', '.join(RUNTIME_ESTIMATORS)}")
+        settings["activation_memory_budget_runtime_estimator"] = runtime_estimator
     with functorch_config.patch(**settings):
         yield
 

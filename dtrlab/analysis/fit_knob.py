@@ -1,0 +1,484 @@
+"""A byte budget for torch.compile: the ``activation_memory_budget`` knob that fits it, found cheaply, with warnings.
+
+::
+
+    fit = dtrlab.fit_knob(model, (tokens,), loss_fn, budget="A100-80GB")
+    print(fit.describe())      # the knob, its margin and recompute, what lies below it, the warnings
+    fit.knob                   # None when no knob value fits
+
+:func:`fit_knob` traces the training step once on fake tensors (the live model is neither
+copied nor touched: :func:`dtrlab.trace.partition.fake_module`, then
+:func:`~dtrlab.trace.partition.trace_step`, the work behind ``dtrlab knob``) and asks torch's
+own partitioner only what the budget needs (:func:`search_budget`), not a full census:
+
+1. knob 1.0 and 0.99 (the cliff: at 1.0 the partitioner skips its knapsack), and a coarse
+   scan of the census grid (0..1 every 0.01) every ``scan_step`` (0.2: knobs 0, 0.2, ... 0.8);
+2. bisection on the grid between the largest scanned knob that fits and the next scanned
+   knob above it: the grid knob just above the answer does not fit, so the answer is the
+   largest at the grid's resolution *locally*. A knob above it that fits again between two
+   failing scanned knobs (a hole above the answer narrower than the scan) is not seen: that
+   is a census's job (``dtrlab knob``);
+3. below the answer, a bisection of every edge between fitting and failing evaluated knobs
+   down to the grid: the holes below the answer and whether lowering it is safe, *at the
+   scan's resolution* (a hole narrower than the scan step between two fitting scanned knobs
+   is not seen).
+
+The smallest peak reported is the smallest among the knobs evaluated (the scan and the
+bisections), not a census's minimum.
+
+At the answer it says what a user must know: recomputed random operators (pytorch#190758:
+below 1.0 a recomputed dropout draws fresh randomness, so the gradients are silently wrong),
+the cliff between 1.0 and 0.99, and, when no evaluated knob fits, what DTR and
+``monotone(dtr)`` do at that budget on the same model's eager capture.
+
+The answer is cached (``$DTRLAB_CACHE/fit_knob``, JSON written atomically, its record's
+sha256 checked on every read; a damaged entry is moved aside and recomputed) under the
+traced graph's content hash, the torch version, the accounting, the backend, the solver,
+the runtime estimator, the search's grid and the budget: a second run traces (seconds) and
+reads the answer.
+
+Accounting: ``backend="aot_eager"`` (today's: the graphs aot_eager runs, replayed by
+:func:`dtrlab.memory.partitioned.knob_peaks`); the accounting of the peak is flat,
+allocated or reserved bytes, reserved by default for a GPU preset (what the device
+enforces), allocated otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..integrity import IntegrityError, atomic_write_json, quarantine, read_json
+from ..memory.device import GPU_PRESETS, device_capacity
+from ..suggest import did_you_mean
+from .knob_census import ACCOUNTINGS, KNOB_DECIMALS, KnobPlan
+
+#: Accountings by their short names (``dtrlab knob --accounting``) and their peak columns.
+ACCOUNTING_NAMES = {"flat": "flat_peak", "allocated": "allocated_peak", "reserved": "reserved_peak"}
+#: The accountings of the step's graphs ``knob_peaks`` offers; the first is the default. The Inductor
+#: accounting joins here (and becomes the default) when dtrlab.memory.partitioned offers it.
+BACKENDS = ("aot_eager",)
+#: A cliff worth a warning: the peaks at 1.0 and 0.99 differ by more than this fraction.
+CLIFF_WARNING = 0.01
+FIT_FORMAT = "dtrlab-fit-knob-1"
+
+
+@dataclass(frozen=True)
+class KnobFit:
+    """:func:`fit_knob`'s answer for one model and one byte budget (bytes are ints; knobs grid values)."""
+
+    source: str
+    budget: int
+    accounting: str
+    backend: str
+    solver: str
+    runtime_estimator: str
+    #: The largest knob that fits (its grid neighbour above does not), or None when no evaluated knob fits.
+    knob: float | None
+    peak: int | None
+    margin: int | None
+    #: What the choice recomputes: FLOPs (capture's FLOP model) and the partitioner's runtime estimate.
+    recompute_flops: int | None
+    recompute_runtime: float | None
+    #: Every evaluated knob at or below the choice fits (at the scan's resolution).
+    lowering_is_safe: bool
+    #: (first, last) evaluated knob of each failing run below the choice with a fitting knob below it.
+    holes: tuple[tuple[float, float], ...]
+    #: The largest knob below which no evaluated knob fits (None: the lowest evaluated one fits).
+    fails_below: float | None
+    min_peak_knob: float
+    min_peak: int
+    peak_at_1: int
+    peak_at_099: int
+    #: Forward random operators the choice recomputes in the backward (pytorch#190758), by joint-graph name.
+    recomputed_random: tuple[str, ...]
+    #: When no knob fits: DTR's and monotone(dtr)'s outcome at the budget on the eager capture (or why not).
+    instead: dict | None
+    #: Every evaluated (knob, peak), in knob order.
+    evaluated: tuple[tuple[float, int], ...]
+    seconds: float
+    graph_hash: str
+    torch_version: str
+    from_cache: bool = False
+
+    @property
+    def evaluations(self) -> int:
+        return len(self.evaluated)
+
+    @property
+    def cliff(self) -> float:
+        """The peak at knob 1.0 over the peak at 0.99 (the knapsack skipped against run)."""
+        return self.peak_at_1 / self.peak_at_099 if self.peak_at_099 else math.inf
+
+    def warnings(self) -> list[str]:
+        """What a user must know at this choice, one line each."""
+        found = []
+        if self.recomputed_random:
+            names = ", ".join(self.recomputed_random[:4]) + (f" and {len(self.recomputed_random) - 4} more"
+                                                             if len(self.recomputed_random) > 4 else "")
+            found.append(f"knob {self.knob:g} recomputes {len(self.recomputed_random)} random operators ({names}): "
+                         "below 1.0 the recompute draws fresh randomness, so the gradients are silently wrong "
+                         "(pytorch/pytorch#190758)")
+        if abs(self.cliff - 1) > CLIFF_WARNING and self.knob is not None and self.knob >= 0.99:
+            found.append(f"cliff: the peak at knob 1.0 (knapsack skipped) is {_size(self.peak_at_1)}, "
+                         f"{self.cliff:.2f}x the {_size(self.peak_at_099)} at 0.99")
+        if self.knob is None:
+            found.append(f"no knob fits {_size(self.budget)}: the smallest peak found is {_size(self.min_peak)} "
+                         f"(knob {self.min_peak_knob:g})" + (f"; instead: {_instead(self.instead)}"
+                                                             if self.instead else ""))
+        elif not self.lowering_is_safe:
+            below = ", ".join(f"{a:g}..{b:g}" for a, b in self.holes)
+            found.append("lowering the knob is NOT safe: " + "; ".join(
+                part for part in (f"holes at {below}" if below else "",
+                                  f"no knob at or below {self.fails_below:g} fits"
+                                  if self.fails_below is not None else "") if part))
+        return found
+
+    def describe(self) -> str:
+        """The choice in plain lines: what fits, what it costs, what lies below, the warnings."""
+        head = (f"{self.source}: budget {_size(self.budget)} ({self.budget:,} bytes, {_short(self.accounting)}, "
+                f"{self.backend} graphs, solver {self.solver}, estimator {self.runtime_estimator})")
+        lines = [head]
+        if self.knob is not None:
+            lines.append(f"knob {self.knob:g}: predicted peak {_size(self.peak)}, margin {_size(self.margin)}; "
+                         f"recomputes {self.recompute_flops:,} FLOPs (partitioner's estimate "
+                         f"{self.recompute_runtime:.4g}); {_above(self.knob)}")
+            if self.lowering_is_safe:
+                lines.append("every smaller knob evaluated fits too")
+        lines.append(f"smallest peak found: {_size(self.min_peak)} at knob {self.min_peak_knob:g}; "
+                     f"{self.evaluations} knob values evaluated in {self.seconds:.1f} s"
+                     + (" (cached answer)" if self.from_cache else ""))
+        lines += [f"WARNING: {w}" for w in self.warnings()]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "from_cache"}
+
+
+def budget_bytes(spec) -> tuple[int, bool]:
+    """``spec`` (int bytes, a size such as ``"40GiB"``, or a GPU preset such as ``"A100-80GB"``) in bytes,
+    and whether it named a preset. A one-line ValueError naming ``budget`` otherwise."""
+    try:
+        capacity = device_capacity(spec)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("device capacity", "budget")) from None
+    if capacity.bytes is None:
+        raise ValueError(f"a budget is bytes (40GiB, 42949672960 or a GPU preset), got {spec!r}")
+    return capacity.bytes, isinstance(spec, str) and spec in GPU_PRESETS
+
+
+def accounting_column(accounting: str | None, preset: bool) -> str:
+    """The peak column for ``accounting`` (flat, allocated, reserved or a column name); None: reserved
+    bytes for a GPU preset (what the device enforces), allocated bytes otherwise."""
+    if accounting is None:
+        return "reserved_peak" if preset else "allocated_peak"
+    if accounting in ACCOUNTINGS:
+        return accounting
+    if accounting not in ACCOUNTING_NAMES:
+        raise ValueError(f"unknown accounting {accounting!r}{did_you_mean(accounting, ACCOUNTING_NAMES)}; "
+                         f"choose {', '.join(ACCOUNTING_NAMES)}")
+    return ACCOUNTING_NAMES[accounting]
+
+
+@dataclass(frozen=True)
+class BudgetSearch:
+    """:func:`search_budget`'s findings: the choice's grid index (None: none fits) and every evaluated row."""
+
+    choice: float | None
+    rows: dict
+    holes: tuple[tuple[float, float], ...]
+    fails_below: float | None
+
+
+def search_budget(evaluate: Callable[[float], dict], budget: int, accounting: str,
+                  grid: list[float], scan_step: float = 0.2) -> BudgetSearch:
+    """The largest grid knob that fits ``budget`` under ``accounting``, and the holes below it (module docstring).
+
+    ``evaluate``: knob -> a row with the accounting's peak (``knob_peaks`` bound to a joint graph, or a
+    planted curve in the tests). ``grid`` ascending, ending at 1.0 (with 0.99 in it: the cliff)."""
+    rows: dict[float, dict] = {}
+
+    def fits(index: int) -> bool:
+        knob = grid[index]
+        if knob not in rows:
+            rows[knob] = dict(evaluate(knob))
+        return rows[knob][accounting] <= budget
+
+    top = len(grid) - 1
+    below_top = grid.index(0.99) if 0.99 in grid else top - 1
+    fits(below_top)  # the cliff's two sides are always evaluated
+    fits(top)
+    _scan(fits, grid, top, scan_step)
+    index = {knob: i for i, knob in enumerate(grid)}
+    fitting = [index[k] for k in rows if rows[k][accounting] <= budget]
+    if not fitting:
+        return BudgetSearch(None, rows, (), None)
+    low = max(fitting)
+    high = min((index[k] for k in rows if index[k] > low), default=None)
+    while high is not None and high - low > 1:  # bisect the edge above the largest fitting scanned knob
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    _refine_edges(fits, grid, rows, low, budget, accounting)
+    holes, fails_below = _below(rows, grid[low], budget, accounting)
+    return BudgetSearch(grid[low], rows, holes, fails_below)
+
+
+def _scan(fits: Callable[[int], bool], grid: list[float], up_to: int, scan_step: float) -> None:
+    """Evaluate every ``scan_step`` of the grid from its start up to index ``up_to``."""
+    stride = max(1, round(scan_step / (grid[1] - grid[0]))) if len(grid) > 1 else 1
+    for index in range(0, up_to, stride):
+        fits(index)
+
+
+def _refine_edges(fits, grid: list[float], rows: dict, choice: int, budget: int, accounting: str) -> None:
+    """Bisect, on the grid, every edge between a fitting and a failing evaluated knob below the choice."""
+    index = {knob: i for i, knob in enumerate(grid)}
+    while True:
+        evaluated = sorted(i for i in (index[k] for k in rows) if i <= choice)
+        edges = [(a, b) for a, b in zip(evaluated, evaluated[1:])
+                 if b - a > 1 and (rows[grid[a]][accounting] <= budget) != (rows[grid[b]][accounting] <= budget)]
+        if not edges:
+            return
+        for a, b in edges:
+            fits((a + b) // 2)
+
+
+def _below(rows: dict, choice: float, budget: int, accounting: str) -> tuple[tuple, float | None]:
+    """Failing runs of evaluated knobs below ``choice``: holes (a fitting knob below them) and the bottom run."""
+    knobs = sorted(k for k in rows if k <= choice)
+    runs, start = [], None
+    for i, knob in enumerate(knobs):
+        failing = rows[knob][accounting] > budget
+        if failing and start is None:
+            start = i
+        if not failing and start is not None:
+            runs.append((start, i - 1))
+            start = None
+    holes = tuple((knobs[a], knobs[b]) for a, b in runs if a > 0)
+    fails_below = knobs[runs[0][1]] if runs and runs[0][0] == 0 else None
+    return holes, fails_below
+
+
+def fit_knob(model, example_inputs=(), loss_fn=None, *, budget, device: str | None = None,
+             accounting: str | None = None, backend: str = BACKENDS[0], solver: str | None = None,
+             runtime_estimator: str | None = None, cache=True, scan_step: float = 0.2) -> KnobFit:
+    """The largest ``activation_memory_budget`` whose predicted peak fits ``budget`` (see the module docstring).
+
+    ``model``: a live ``nn.Module`` (with ``example_inputs``, a tensor or a tuple, and ``loss_fn(output)``
+    returning the scalar loss; None sums the outputs) or a ``dtrlab capture`` source string (then
+    ``example_inputs`` is a dict of its build options: ``{"batch": 8, "seq": 1024}``). ``device``: the device
+    the fake tensors claim (default: the model's; ``"cuda"`` needs no GPU). ``budget``: int bytes, a size
+    (``"40GiB"``) or a GPU preset (:data:`dtrlab.memory.device.GPU_PRESETS`). ``cache``: True
+    (``$DTRLAB_CACHE``), a directory, or False."""
+    budget, preset = budget_bytes(budget)
+    column = accounting_column(accounting, preset)
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}{did_you_mean(backend, BACKENDS)}; "
+                         f"the peak is replayed for {', '.join(BACKENDS)}")
+    if not (isinstance(scan_step, (int, float)) and 0 < scan_step <= 1):
+        raise ValueError(f"scan_step must be a knob width in (0, 1], got {scan_step!r}")
+    started = time.perf_counter()
+    joint, workload = _trace(model, example_inputs, loss_fn, device)
+    return _fit_joint(joint, workload, budget=budget, column=column, backend=backend, solver=solver,
+                      runtime_estimator=runtime_estimator, cache=cache, scan_step=scan_step, started=started)
+
+
+def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solver, runtime_estimator, cache,
+               scan_step: float, started: float) -> KnobFit:
+    from ..trace.partition import joint_hash, partitioner_config
+
+    grid = KnobPlan().grid()
+    key = {"format": FIT_FORMAT, "graph": joint_hash(joint), "torch": joint.torch_version, "accounting": column,
+           "backend": backend, "solver": solver, "runtime_estimator": runtime_estimator, "budget": budget,
+           "grid": [grid[0], grid[-1], len(grid)], "scan_step": scan_step}
+    path = _cache_path(cache, key)
+    cached = _read_cached(path, key) if path is not None else None
+    if cached is not None:
+        return dataclasses.replace(cached, seconds=time.perf_counter() - started, from_cache=True)
+    with partitioner_config(None, runtime_estimator=runtime_estimator):
+        search = search_budget(_evaluator(joint, solver, backend), budget, column, grid, scan_step)
+        random = recomputed_random(joint, search.choice, solver) if search.choice is not None else ()
+    fit = _record(joint, search, random, key, time.perf_counter() - started)
+    if fit.knob is None:
+        fit = dataclasses.replace(fit, instead=_instead_of_knob(workload, budget),
+                                  seconds=time.perf_counter() - started)
+    if path is not None:
+        atomic_write_json(path, {"key": key, "record": fit.to_dict(), "sha256": _record_hash(fit.to_dict())})
+    return fit
+
+
+def _trace(model, example_inputs, loss_fn, device):
+    """The joint graph, and what the eager capture needs (a source's options, or the live step)."""
+    from ..trace.partition import fake_module, trace_joint, trace_step
+
+    if isinstance(model, str):
+        options = dict(example_inputs or {})
+        if not isinstance(example_inputs or {}, dict) or loss_fn is not None:
+            raise ValueError("a model source takes its build options as a dict (example_inputs={'batch': 8}) and "
+                             "its own loss (loss_fn=None)")
+        return trace_joint(model, device=device or "cpu", **options), ("source", model, options)
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module or a dtrlab capture source, got {type(model).__name__}")
+    inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    device = device or next((t.device for t in model.parameters()), torch.device("cpu"))
+    fake, fake_inputs = fake_module(model, inputs, device)
+    name = type(model).__name__
+    return trace_step(fake, fake_inputs, loss_fn, source=name), ("module", model, (inputs, loss_fn))
+
+
+def _evaluator(joint, solver, backend) -> Callable[[float], dict]:
+    from ..memory.partitioned import knob_peaks
+
+    del backend  # the one backend today: knob_peaks' aot_eager replay (see BACKENDS)
+    return lambda knob: knob_peaks(joint, round(knob, KNOB_DECIMALS), solver=solver)
+
+
+def recomputed_random(joint, knob: float, solver: str | None = None) -> tuple[str, ...]:
+    """Forward random operators that torch's partition of ``joint`` at ``knob`` recomputes in the backward,
+    by joint-graph name (pytorch#190758: each recompute draws fresh randomness)."""
+    from ..trace.partition import partition
+
+    step = partition(joint, knob, solver=solver)
+    nodes = {node.name: node for node in joint.graph_module.graph.nodes}
+    return tuple(name for name in dict.fromkeys(step.recomputed) if _is_random(nodes.get(name)))
+
+
+def _is_random(node) -> bool:
+    """A seeded random operator: torch tags them ``nondeterministic_seeded``, the tag torch's partitioner
+    reads to find RNG ops (torch/_functorch/partitioners.py:216, ``is_rng_op``)."""
+    import torch
+
+    return node is not None and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+
+
+def _record(joint, search: BudgetSearch, random: tuple, key: dict, seconds: float) -> KnobFit:
+    column, rows = key["accounting"], search.rows
+    knobs = sorted(rows)
+    minimum = min(knobs, key=lambda k: (rows[k][column], -k))
+    row = rows.get(search.choice) if search.choice is not None else None
+    any_row = rows[knobs[-1]]
+    return KnobFit(
+        source=joint.source, budget=key["budget"], accounting=column, backend=key["backend"],
+        solver=str(any_row["solver"]), runtime_estimator=str(any_row["runtime_estimator"]),
+        knob=search.choice, peak=int(row[column]) if row else None,
+        margin=key["budget"] - int(row[column]) if row else None,
+        recompute_flops=int(row["recompute_flops"]) if row else None,
+        recompute_runtime=float(row["proxy_recompute_runtime"]) if row else None,
+        lowering_is_safe=row is not None and not search.holes and search.fails_below is None,
+        holes=search.holes, fails_below=search.fails_below, min_peak_knob=minimum, min_peak=int(rows[minimum][column]),
+        peak_at_1=int(rows[1.0][column]), peak_at_099=int(rows[0.99][column]), recomputed_random=random,
+        instead=None, evaluated=tuple((k, int(rows[k][column])) for k in knobs), seconds=seconds,
+        graph_hash=key["graph"], torch_version=key["torch"])
+
+
+def _instead_of_knob(workload, budget: int) -> dict:
+    """DTR and monotone(dtr) at ``budget`` on the same model's eager capture (flat memory: monotone's
+    guarantee needs it), or why they could not be run."""
+    from ..runtime import simulate
+    from ..runtime.semantics import REFERENCE
+
+    try:
+        trace = _eager_trace(workload)
+    except Exception as exc:  # a step that runs under torch.compile may not run on meta tensors
+        return {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"}
+    found = {"memory": "flat", "unbounded_peak": int(trace.meta.get("peak_live_bytes", 0)) or None}
+    for policy in ("dtr", "monotone"):
+        result = simulate(trace, policy, budget_bytes=budget, semantics=REFERENCE)
+        found[policy] = {"status": result.status, "overhead": result.overhead if result.passed else None}
+    return found
+
+
+def _eager_trace(workload):
+    """The eager step's dtrlab trace (FLOP costs, meta tensors), as ``dtrlab capture`` records it."""
+    import torch
+
+    from ..trace.capture import capture, record
+    from ..trace.models import meta_patches
+    from ..trace.partition import meta_module
+    from ..trace.simrd_log import parse_lines
+
+    kind, model, options = workload
+    if kind == "source":
+        recording = capture(model, cost="flops", **options)
+    else:
+        inputs, loss_fn = options
+        meta_inputs = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: torch.empty_like(
+            t, device="meta").requires_grad_(t.requires_grad), inputs)
+        with torch.device("meta"), meta_patches():
+            recording = record(meta_module(model), meta_inputs, loss_fn=loss_fn, cost="flops")
+    trace = parse_lines((), source="<fit_knob capture>", name=str(recording.meta.get("source", "model")),
+                        records=list(enumerate(recording.lines, 1)))
+    trace.meta["peak_live_bytes"] = recording.peak_live_bytes
+    return trace
+
+
+def _cache_path(cache, key: dict) -> Path | None:
+    if cache is False or cache is None:
+        return None
+    if cache is True:
+        from ..trace.cache import default_cache_dir
+
+        directory = default_cache_dir() / "fit_knob"
+    else:
+        directory = Path(cache)
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32] + ".json")
+
+
+def _record_hash(record: dict) -> str:
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def _read_cached(path: Path, key: dict) -> KnobFit | None:
+    """The cached answer, verified (its key and its record's sha256); a damaged one is moved aside."""
+    if not path.exists():
+        return None
+    try:
+        document = read_json(path)
+        if not isinstance(document, dict) or document.get("key") != key or \
+                _record_hash(document.get("record")) != document.get("sha256"):
+            raise IntegrityError(f"{path}: its key or record does not match its sha256")
+        return _from_dict(document["record"])
+    except (IntegrityError, KeyError, TypeError) as exc:
+        quarantine(path, str(exc))
+        return None
+
+
+def _from_dict(record: dict) -> KnobFit:
+    tuples = {"holes": tuple(tuple(h) for h in record["holes"]),
+              "evaluated": tuple(tuple(e) for e in record["evaluated"]),
+              "recomputed_random": tuple(record["recomputed_random"])}
+    return KnobFit(**{**record, **tuples})
+
+
+def _instead(instead: dict) -> str:
+    if "error" in instead:
+        return f"DTR could not be simulated on the eager capture ({instead['error']})"
+    parts = [f"{name} {instead[name]['status']}" + (f" at overhead {instead[name]['overhead']:.3f}"
+                                                    if instead[name]["overhead"] is not None else "")
+             for name in ("dtr", "monotone")]
+    return ", ".join(parts) + " at this budget (flat bytes, eager step)"
+
+
+def _above(knob: float) -> str:
+    return "the top of the knob's range" if knob >= 1.0 else f"the grid knob above it, {round(knob + 0.01, 2):g}, does not fit"
+
+
+def _short(column: str) -> str:
+    return column.removesuffix("_peak") + " bytes"
+
+
+def _size(count: int | None) -> str:
+    if count is None:
+        return "-"
+    sign = "-" if count < 0 else ""
+    count = abs(count)
+    return sign + (f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.2f} MiB")

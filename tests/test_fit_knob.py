@@ -1,0 +1,297 @@
+"""dtrlab.fit_knob and dtrlab.compile: the knob for a byte budget, its search, cache and warnings, and the
+compile that applies it to one model alone; slow: proved on real CPU steps."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+import dtrlab  # noqa: E402
+from dtrlab.analysis.fit_knob import budget_bytes, fit_knob, search_budget  # noqa: E402
+from dtrlab.analysis.knob_census import KnobPlan  # noqa: E402
+from dtrlab.trace.partition import LossStep  # noqa: E402
+
+GRID = KnobPlan().grid()
+
+
+def planted(curve):
+    """An evaluation from ``knob -> peak`` that counts its calls."""
+    calls = []
+
+    def evaluate(knob):
+        calls.append(knob)
+        return {"flat_peak": curve(knob)}
+
+    evaluate.calls = calls
+    return evaluate
+
+
+def _brute_largest(curve, budget):
+    fitting = [k for k in GRID if curve(k) <= budget]
+    return max(fitting) if fitting else None
+
+
+def test_bisection_finds_the_largest_knob_on_a_monotone_curve():
+    curve = lambda k: 100 + int(1000 * k)  # noqa: E731
+    for budget in (100, 350, 777, 1089, 1100, 5000):
+        evaluate = planted(curve)
+        found = search_budget(evaluate, budget, "flat_peak", GRID)
+        assert found.choice == _brute_largest(curve, budget)
+        assert found.holes == () and found.fails_below is None
+        assert len(evaluate.calls) <= 22  # a tenth of a grid census and its refinement, not the grid
+    assert search_budget(planted(curve), 99, "flat_peak", GRID).choice is None
+
+
+def test_the_grid_knob_above_the_choice_does_not_fit_and_holes_below_are_found():
+    """A curve like GPT-2's: high at the bottom, lowest in the middle, a hole at 0.40-0.44, a cliff at 1.0."""
+    def curve(k):
+        if k >= 1.0:
+            return 900
+        if k < 0.2:
+            return 1000
+        return 700 if 0.40 <= k <= 0.44 else 300 + int(500 * k)
+
+    found = search_budget(planted(curve), 650, "flat_peak", GRID)
+    assert found.choice == 0.7
+    assert curve(0.71) > 650 and curve(0.7) <= 650
+    assert found.holes == ((0.4, 0.44),)  # both edges bisected to the grid
+    assert found.fails_below == 0.19
+    planted_bug = search_budget(planted(curve), 650, "flat_peak", GRID, scan_step=0.5)
+    assert planted_bug.holes == ()  # a scan coarser than the hole misses it: the stated limit
+
+
+def test_budget_parsing():
+    assert budget_bytes(123) == (123, False)
+    assert budget_bytes("40GiB") == (40 << 30, False)
+    assert budget_bytes("A100-80GB") == (80 << 30, True)
+    with pytest.raises(ValueError, match="^unknown budget 'A100-80G'.*did you mean 'A100-80GB'"):
+        budget_bytes("A100-80G")
+    with pytest.raises(ValueError, match="a budget is bytes"):
+        budget_bytes("1.25x")
+
+
+class DropoutMLP(nn.Module):
+    def __init__(self, dropout: float = 0.1, width: int = 256):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(64, width), nn.Linear(width, width), nn.Linear(width, 10)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.c(F.gelu(self.b(self.dropout(F.gelu(self.a(x))))))
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    torch.manual_seed(0)
+    return DropoutMLP(), torch.randn(32, 64)
+
+
+def test_fit_knob_on_a_live_module(mlp, tmp_path):
+    model, x = mlp
+    before = [p.detach().clone() for p in model.parameters()]
+    loose = fit_knob(model, (x,), budget=1 << 30, accounting="flat", cache=tmp_path)
+    assert loose.knob == 1.0 and loose.margin == (1 << 30) - loose.peak and loose.lowering_is_safe
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the live model is untouched
+    tight = fit_knob(model, (x,), budget=loose.min_peak, accounting="flat", cache=tmp_path)
+    assert tight.knob is not None and tight.peak <= loose.min_peak
+    assert tight.evaluations < len(GRID) / 4
+    lines = tight.describe().splitlines()
+    assert lines[0].startswith("DropoutMLP: budget") and any("margin" in line for line in lines)
+
+
+def test_recomputed_dropout_is_named(mlp):
+    """At knob 0 the partitioner recomputes the dropout (pytorch#190758); at 1.0 nothing random is recomputed."""
+    from dtrlab.analysis.fit_knob import recomputed_random
+    from dtrlab.trace.partition import fake_module, trace_step
+
+    model, x = mlp
+    joint = trace_step(*fake_module(model, (x,), "cpu"), source="mlp")
+    assert recomputed_random(joint, 0.0) == ("native_dropout",)
+    assert recomputed_random(joint, 1.0) == ()
+    fit = fit_knob(model, (x,), budget=1 << 30, accounting="flat", cache=False)
+    assert fit.recomputed_random == () and not any("190758" in w for w in fit.warnings())
+    warned = dataclasses.replace(fit, knob=0.0, recomputed_random=("native_dropout",))
+    assert "native_dropout" in warned.warnings()[0] and "pytorch/pytorch#190758" in warned.warnings()[0]
+
+
+def test_budget_below_every_peak_says_what_would_fit(mlp):
+    model, x = mlp
+    fit = fit_knob(model, (x,), budget=1000, accounting="flat", cache=False)
+    assert fit.knob is None and fit.peak is None
+    assert set(fit.instead) >= {"dtr", "monotone"} and fit.instead["dtr"]["status"] in ("oom", "thrash")
+    assert "no knob fits" in fit.warnings()[0] and "dtr" in fit.warnings()[0]
+
+
+def test_cache_answers_again_and_recomputes_a_damaged_entry(mlp, tmp_path):
+    model, x = mlp
+    first = fit_knob(model, (x,), budget=1 << 30, accounting="flat", cache=tmp_path)
+    second = fit_knob(model, (x,), budget=1 << 30, accounting="flat", cache=tmp_path)
+    assert second.from_cache and not first.from_cache
+    assert second.to_dict() | {"seconds": 0} == first.to_dict() | {"seconds": 0}
+    other = fit_knob(model, (x,), budget=(1 << 30) - 1, accounting="flat", cache=tmp_path)
+    assert not other.from_cache  # the budget is in the key
+    (entry,) = [p for p in tmp_path.glob("*.json") if json.loads(p.read_text())["key"]["budget"] == 1 << 30]
+    document = json.loads(entry.read_text())
+    document["record"]["knob"] = 0.5  # a planted corruption: the record no longer matches its sha256
+    entry.write_text(json.dumps(document))
+    with pytest.warns(UserWarning, match="ignoring damaged cache file"):
+        again = fit_knob(model, (x,), budget=1 << 30, accounting="flat", cache=tmp_path)
+    assert not again.from_cache and again.knob == first.knob
+
+
+def test_bad_arguments(mlp):
+    model, x = mlp
+    with pytest.raises(ValueError, match="unknown accounting 'reserve'.*did you mean 'reserved'"):
+        fit_knob(model, (x,), budget=1 << 30, accounting="reserve")
+    with pytest.raises(ValueError, match="unknown backend 'aot_eagr'.*did you mean 'aot_eager'"):
+        fit_knob(model, (x,), budget=1 << 30, backend="aot_eagr")
+    with pytest.raises(ValueError, match="needs example_inputs"):
+        dtrlab.compile(model, budget=1 << 30)
+
+
+def test_preset_budget_defaults_to_reserved_bytes(mlp):
+    model, x = mlp
+    assert fit_knob(model, (x,), budget="A100-80GB", cache=False).accounting == "reserved_peak"
+    assert fit_knob(model, (x,), budget="80GiB", cache=False).accounting == "allocated_peak"
+
+
+@pytest.fixture
+def seen_knobs(monkeypatch):
+    """The knob torch's partitioner reads each time it partitions (``choose_saved_values_set`` reads it)."""
+    import torch._functorch.config as functorch_config
+    from torch._functorch import partitioners
+
+    seen = []
+    original = partitioners.choose_saved_values_set
+
+    def spy(*args, **kwargs):
+        seen.append(functorch_config.activation_memory_budget)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(partitioners, "choose_saved_values_set", spy)
+    return seen
+
+
+def test_two_compiled_models_keep_their_own_knob(seen_knobs):
+    """Two budgets in one process, compiled lazily and called interleaved (and recompiled): each partition
+    sees its own model's knob, and the global configuration is never left changed."""
+    import torch._functorch.config as functorch_config
+
+    torch.manual_seed(0)
+    models = [DropoutMLP(0.0), DropoutMLP(0.0)]
+    x = torch.randn(1024, 64)  # a batch whose activations move the peak with the knob (a cliff at 1.0)
+    loose = dtrlab.compile(models[0], budget=1 << 30, example_inputs=(x,), accounting="flat", backend="aot_eager",
+                           cache=False)
+    tight = dtrlab.compile(models[1], budget=loose.knob_fit.min_peak, example_inputs=(x,), accounting="flat",
+                           backend="aot_eager", cache=False)
+    seen_knobs.clear()  # the picks partitioned copies of the graph; from here on only torch.compile partitions
+    assert loose.knob_fit.knob == 1.0 and tight.knob_fit.knob < 1.0
+    torch._dynamo.reset()
+    for compiled in (tight, loose, tight):
+        compiled(x).sum().backward()
+        assert functorch_config.activation_memory_budget == 1.0
+    compiled_knobs = list(seen_knobs)
+    loose(torch.randn(8, 64)).sum().backward()  # a new shape: a recompile partitions again
+    tight(torch.randn(8, 64)).sum().backward()
+    torch._dynamo.reset()
+    assert compiled_knobs == [tight.knob_fit.knob, 1.0]
+    assert seen_knobs[2:] == [1.0, tight.knob_fit.knob]
+    assert functorch_config.activation_memory_budget == 1.0
+
+
+# ---------------------------------------------------------------- proved on real CPU steps (slow)
+
+REAL_MODELS = {
+    "mlp": lambda: (DropoutMLP(0.0), (torch.randn(1024, 64),), None),
+    "transformer": None,  # the zoo's (dtrlab.trace.models.build)
+    "llama-tiny": None,
+}
+LLAMA_TINY = {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "intermediate": 128, "vocab": 256, "batch": 2,
+              "seq": 64}
+
+
+def _real_workload(name: str):
+    from dtrlab.trace.models import build
+
+    if name == "mlp":
+        return REAL_MODELS["mlp"]()
+    workload = build("transformer", device="cpu") if name == "transformer" else build("hf:llama", device="cpu",
+                                                                                       **LLAMA_TINY)
+    return workload.module, tuple(workload.inputs), workload.loss_fn
+
+
+def _measured_step_peak(compiled, inputs) -> int:
+    """Bytes the CPU allocator held at the step's peak above those live at its start (torch.profiler)."""
+    gc.collect()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        compiled(*inputs).backward()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
+def _constant_bytes(model, inputs) -> int:
+    tensors = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in
+               [*model.parameters(), *model.buffers(), *[i for i in inputs if isinstance(i, torch.Tensor)]]}
+    return sum(tensors.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(REAL_MODELS))
+def test_the_pick_holds_on_a_real_step(name, tmp_path):
+    """Three budgets between the smallest and the largest peak: the compiled step's real CPU peak (the bytes
+    live before it, parameters and inputs, plus what the allocator held above them) is within the budget,
+    and the grid knob above the choice was evaluated and does not fit. aot_eager: the Inductor accounting
+    is not merged yet (docs/compile.md, "Budget in bytes")."""
+    model, inputs, loss_fn = _real_workload(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        probe = fit_knob(model, inputs, loss_fn, budget=1 << 40, accounting="flat", cache=tmp_path)
+    low, high = probe.min_peak, max(p for _, p in probe.evaluated)
+    assert low < high, f"{name}: the knob does not move this step's peak"
+    for budget in (low, (low + high) // 2, (low + 3 * high) // 4):
+        model.zero_grad(set_to_none=True)
+        torch._dynamo.reset()
+        # The step as the prediction traces it: the model and its loss as one graph (LossStep). Compiling the
+        # model alone leaves the loss eager, and the output it holds comes on top (docs/compile.md).
+        compiled = dtrlab.compile(LossStep(model, loss_fn), budget=budget, example_inputs=inputs, accounting="flat",
+                                  backend="aot_eager", cache=tmp_path)
+        fit = compiled.knob_fit
+        assert fit.knob is not None and fit.peak <= budget
+        peaks = dict(fit.evaluated)
+        if fit.knob < 1.0:
+            assert peaks[round(fit.knob + 0.01, 2)] > budget  # the next grid knob would not have fitted
+        compiled(*inputs).backward()  # the first call compiles at the chosen knob
+        model.zero_grad(set_to_none=True)
+        measured = _constant_bytes(model, inputs) + _measured_step_peak(compiled, inputs)
+        assert measured <= budget, f"{name} at {budget:,} B: knob {fit.knob} measured {measured:,} B"
+    torch._dynamo.reset()
+
+
+def test_solver_limits_flag_a_choice_over_its_limit(monkeypatch):
+    """dp keeps its limit on this step; a planted greedy solver that saves everything is reported over it."""
+    from torch._functorch import partitioners
+
+    from dtrlab.analysis.knob_solvers import solver_limits
+    from dtrlab.trace.partition import fake_module, trace_step
+
+    torch.manual_seed(0)
+    joint = trace_step(*fake_module(DropoutMLP(0.0), (torch.randn(1024, 64),), "cpu"), source="mlp")
+    rows = solver_limits(joint, [0.3], solvers=("dp", "greedy"))
+    assert {r["solver"] for r in rows} == {"dp", "greedy"} and not any(r["over"] for r in rows)
+    monkeypatch.setattr(partitioners, "greedy_knapsack",
+                        lambda memory, runtimes, max_memory: (0.0, list(range(len(memory))), []))
+    planted = solver_limits(joint, [0.3], solvers=("greedy",))
+    assert planted and all(r["over"] for r in planted)
+    assert solver_limits(joint, [0.3], solvers=("nope",))[0]["error"].startswith("ValueError")
