@@ -46,3 +46,26 @@ def test_variant_heatmap_of_zeros_is_white():
     (image,) = holes.get_images()
     assert image.norm.vmin == 0 and image.norm.vmax == 1
     plt.close(fig)
+
+
+@pytest.mark.parametrize("panels", [1, 7])
+def test_overhead_curves_title_and_legend_hug_the_panels(panels):
+    """Notebook 10's overhead curves: the title sits just above the panels' strips (no band of empty space,
+    no overlap) and the legend below every label, with one trace or many."""
+    import numpy as np
+    import pandas as pd
+
+    from dtrlab.plots.search import plot_overhead_curves
+
+    rows = [{"trace": f"t{t}", "policy": p, "ratio": r, "status": "pass" if r > 0.4 else "thrash",
+             "overhead": 2 - r} for t in range(panels) for p in ("dtr", "msps") for r in np.linspace(0.05, 1, 20)]
+    fig = plot_overhead_curves(pd.DataFrame(rows))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [ax.get_tightbbox(renderer) for ax in fig.axes if ax.get_visible()]
+    top = max(box.y1 for box in boxes)
+    title = fig.get_suptitle() and fig._suptitle.get_window_extent(renderer)
+    assert top <= title.y0 <= top + 0.2 * fig.dpi  # within a fifth of an inch above the strips' titles
+    (legend,) = fig.legends
+    assert legend.get_window_extent(renderer).y1 <= min(box.y0 for box in boxes)
+    plt.close(fig)

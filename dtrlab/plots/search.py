@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .style import STATUS_COLORS, panel_grid, policy_styles
+from .style import STATUS_COLORS, legend_below, panel_grid, policy_styles, title_above
 
 
 def plot_overhead_curves(samples: pd.DataFrame, titles: dict[str, str] | None = None, columns: int = 4):
@@ -43,11 +43,9 @@ def plot_overhead_curves(samples: pd.DataFrame, titles: dict[str, str] | None = 
         ax.set_xlim(0, 1.02)
         ax.set_xlabel("budget / baseline peak")
         ax.set_ylabel("overhead")
-    fig.suptitle("Overhead of the passing budgets; above each panel, one row per policy: its failing budgets",
-                 y=1.0)
     fig.tight_layout()
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0),
-               ncols=len(styles), frameon=False)
+    title_above(fig, "Overhead of the passing budgets; above each panel, one row per policy: its failing budgets")
+    legend_below(fig, axes[0].get_legend_handles_labels()[0])
     return fig
 
 

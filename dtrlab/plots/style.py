@@ -93,14 +93,31 @@ def panel_grid(n: int, columns: int = 4, panel_size: tuple[float, float] = (3.6,
     return fig, flat[:n]
 
 
+def axes_extent(fig) -> tuple[float, float]:
+    """The bottom and top, in figure coordinates, of every visible axes with its labels, titles and insets."""
+    fig.canvas.draw()  # the labels' extents
+    renderer = fig.canvas.get_renderer()
+    to_figure = fig.transFigure.inverted()
+    boxes = [ax.get_tightbbox(renderer).transformed(to_figure) for ax in fig.axes if ax.get_visible()]
+    return min(b.y0 for b in boxes), max(b.y1 for b in boxes)
+
+
+def title_above(fig, text: str, *, gap: float = 0.08):
+    """A figure title just above every visible axes and its titles (``suptitle`` at a fixed height left a
+    gap over panels with strips above them, or overlapped them), wrapped at "; " when wider than the figure."""
+    _, top = axes_extent(fig)
+    title = fig.suptitle(text, y=top + gap / fig.get_figheight(), va="bottom")
+    fig.canvas.draw()
+    if title.get_window_extent().width > fig.bbox.width:
+        title.set_text(text.replace("; ", ";\n", 1))
+    return title
+
+
 def legend_below(fig, handles, *, min_width: float = 7.5, gap: float = 0.02):
     """A figure legend under every visible axes and its labels, so it never covers an x-axis label
     (a fixed offset did on a one-panel figure), in as many columns as fit ``min_width`` inches or the
     figure's width, whichever is wider (``savefig.bbox = "tight"`` keeps a legend wider than the figure)."""
-    fig.canvas.draw()  # the labels' extents
-    renderer = fig.canvas.get_renderer()
-    to_figure = fig.transFigure.inverted()
-    bottom = min(ax.get_tightbbox(renderer).transformed(to_figure).y0 for ax in fig.axes if ax.get_visible())
+    bottom, _ = axes_extent(fig)
     longest = max(len(h.get_label()) for h in handles)
     size = mpl.rcParams["legend.fontsize"]
     entry = 0.065 * longest * (size if isinstance(size, (int, float)) else 9) / 9 + 0.7  # inches: a label and its key
