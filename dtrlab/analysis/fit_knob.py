@@ -6,10 +6,10 @@
     print(fit.describe())      # the knob, its margin and recompute, what lies below it, the warnings
     fit.knob                   # None when no knob value fits
 
-:func:`fit_knob` traces the training step once on fake tensors (the live model is neither
-copied nor touched: :func:`dtrlab.trace.partition.fake_module`, then
-:func:`~dtrlab.trace.partition.trace_step`, the work behind ``dtrlab knob``) and asks torch's
-own partitioner only what the budget needs (:func:`search_budget`), not a full census:
+:func:`fit_knob` traces the training step once (:func:`~dtrlab.trace.partition.trace_step`, the
+work behind ``dtrlab knob``: dynamo fakes the live model and inputs, no step runs and nothing is
+allocated; for another ``device``, a fake copy there, :func:`~dtrlab.trace.partition.fake_module`)
+and asks torch's own partitioner only what the budget needs (:func:`search_budget`), not a full census:
 
 1. knob 1.0 and 0.99 (the cliff: at 1.0 the partitioner skips its knapsack), and a coarse
    scan of the census grid (0..1 every 0.01) every ``scan_step`` (0.2: knobs 0, 0.2, ... 0.8);
@@ -328,10 +328,15 @@ def _trace(model, example_inputs, loss_fn, device):
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"model must be a torch.nn.Module or a dtrlab capture source, got {type(model).__name__}")
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
-    device = device or next((t.device for t in model.parameters()), torch.device("cpu"))
-    fake, fake_inputs = fake_module(model, inputs, device)
+    own = next((t.device for t in model.parameters()), torch.device("cpu"))
     name = type(model).__name__
-    return trace_step(fake, fake_inputs, loss_fn, source=name), ("module", model, (inputs, loss_fn))
+    if device is None or torch.device(device) == own:
+        # dynamo fakes the live model and inputs itself (no step runs, nothing is allocated), keeping what they
+        # share with the loss (a closure's labels that are the inputs, tied weights) shared, as the real step does.
+        joint = trace_step(model, inputs, loss_fn, source=name)
+    else:  # another device: a fake copy there (tensors a loss closes over must then not be on the model's device)
+        joint = trace_step(*fake_module(model, inputs, device), loss_fn, source=name)
+    return joint, ("module", model, (inputs, loss_fn))
 
 
 def _evaluator(joint, solver, backend) -> Callable[[float], dict]:
