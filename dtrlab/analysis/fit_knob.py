@@ -357,11 +357,18 @@ def recomputed_random(joint, knob: float, solver: str | None = None) -> tuple[st
 
 
 def _is_random(node) -> bool:
-    """A seeded random operator: torch tags them ``nondeterministic_seeded``, the tag torch's partitioner
-    reads to find RNG ops (torch/_functorch/partitioners.py:216, ``is_rng_op``)."""
+    """A random operator whose randomness matters: torch's partitioner's own test (``is_rng_op``,
+    torch/_functorch/partitioners.py:216: the ``nondeterministic_seeded`` tag, except attention with a dropout
+    probability of 0, which the tag also marks); the tag alone where this torch lacks it."""
     import torch
 
-    return node is not None and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+    if node is None:
+        return False
+    try:
+        from torch._functorch.partitioners import is_rng_op
+    except ImportError:
+        return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+    return bool(is_rng_op(node))
 
 
 def _record(joint, search: BudgetSearch, random: tuple, key: dict, seconds: float) -> KnobFit:
