@@ -481,7 +481,9 @@ def _instead(instead: dict) -> str:
 
 
 def _above(knob: float) -> str:
-    return "the top of the knob's range" if knob >= 1.0 else f"the grid knob above it, {round(knob + 0.01, 2):g}, does not fit"
+    if knob >= 1.0:
+        return "the top of the knob's range"
+    return f"the grid knob above it, {round(knob + 0.01, 2):g}, does not fit"
 
 
 def _short(column: str) -> str:
