@@ -63,7 +63,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--accounting", choices=tuple(ACCOUNTING_NAMES), default="allocated")
     parser.add_argument("--budgets", type=int, default=9, help="budgets per census in the replay (>= 2)")
-    parser.add_argument("--scan-step", type=float, default=0.2, help="fit_knob's scan_step (default 0.2)")
+    parser.add_argument("--scan-step", type=float, default=0.2,
+                        help="search_budget's scan_step (default 0.2, fit_knob's SCAN_STEP)")
     parser.add_argument("--source", help="time one real pick on this model source instead")
     parser.add_argument("--budget", default="12GiB")
     parser.add_argument("--batch", type=int)

@@ -7,8 +7,10 @@ from .trace import Trace, load, load_log
 from . import calibrated  # noqa: F401  (registers monotone; every import of a dtrlab module runs this file first)
 
 __all__ = ["__version__", "available_policies", "get_policy", "register", "score_policy", "Intervention",
-           "RunResult", "Semantics", "Execution", "baseline", "simulate", "sweep", "Trace", "load", "load_log", "fit_knob",
-           "compile"]
+           "RunResult", "Semantics", "Execution", "baseline", "simulate", "sweep", "Trace", "load", "load_log",
+           "fit_knob"]
+# dtrlab.compile (torch.compile at the knob that fits a byte budget) is left out of __all__: a star import
+# would shadow the builtin compile.
 
 
 def __getattr__(name):

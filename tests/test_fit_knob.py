@@ -218,6 +218,12 @@ LLAMA_TINY = {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "intermediat
               "seq": 64}
 
 
+#: What a real step allocates outside the partitioned graphs (autograd's and aot_eager's own small tensors,
+#: not modelled): at a budget equal to the predicted peak (no margin) the tiny decoder's step measured 32 B over
+#: it. The allowance is 1 KiB; the grid knob above a pick misses the budget by far more (asserted too).
+OUTSIDE_GRAPHS = 1024
+
+
 def _real_workload(name: str):
     from dtrlab.trace.models import build
 
@@ -275,7 +281,7 @@ def test_the_pick_holds_on_a_real_step(name, tmp_path):
         compiled(*inputs).backward()  # the first call compiles at the chosen knob
         model.zero_grad(set_to_none=True)
         measured = _constant_bytes(model, inputs) + _measured_step_peak(compiled, inputs)
-        assert measured <= budget, f"{name} at {budget:,} B: knob {fit.knob} measured {measured:,} B"
+        assert measured <= budget + OUTSIDE_GRAPHS, f"{name} at {budget:,} B: knob {fit.knob} measured {measured:,} B"
     torch._dynamo.reset()
 
 
@@ -295,3 +301,20 @@ def test_solver_limits_flag_a_choice_over_its_limit(monkeypatch):
     planted = solver_limits(joint, [0.3], solvers=("greedy",))
     assert planted and all(r["over"] for r in planted)
     assert solver_limits(joint, [0.3], solvers=("nope",))[0]["error"].startswith("ValueError")
+
+
+def test_knob_cli_censuses_each_solver_and_counts_overruns(capsys, tmp_path):
+    from dtrlab.cli import main
+
+    assert main(["knob", "tests.test_partition:tiny_mlp", "--knobs", "0.5,1", "--solver", "dp,greedy",
+                 "--runtime-estimator", "testing", "--quiet", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("== solver") == 2 and "solver greedy, runtime estimator testing" in out
+    assert out.count("knapsack over its own memory limit (pytorch#197871) at") == 2
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["tests.test_partition-tiny_mlp-dp-testing.json",
+                                                              "tests.test_partition-tiny_mlp-greedy-testing.json"]
+    for argv, name in ((["--solver", "dq,greedy"], "unknown solver 'dq'"),
+                       (["--runtime-estimator", "flop"], "did you mean 'flops'")):
+        code = main(["knob", "tests.test_partition:tiny_mlp", *argv])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and name in err, err

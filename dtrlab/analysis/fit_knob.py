@@ -6,13 +6,13 @@
     print(fit.describe())      # the knob, its margin and recompute, what lies below it, the warnings
     fit.knob                   # None when no knob value fits
 
-:func:`fit_knob` traces the training step once on fake tensors (the live model is neither
-copied nor touched: :func:`dtrlab.trace.partition.fake_module`, then
-:func:`~dtrlab.trace.partition.trace_step`, the work behind ``dtrlab knob``) and asks torch's
-own partitioner only what the budget needs (:func:`search_budget`), not a full census:
+:func:`fit_knob` traces the training step once (:func:`~dtrlab.trace.partition.trace_step`, the
+work behind ``dtrlab knob``: dynamo fakes the live model and inputs, no step runs and nothing is
+allocated; for another ``device``, a fake copy there, :func:`~dtrlab.trace.partition.fake_module`)
+and asks torch's own partitioner only what the budget needs (:func:`search_budget`), not a full census:
 
 1. knob 1.0 and 0.99 (the cliff: at 1.0 the partitioner skips its knapsack), and a coarse
-   scan of the census grid (0..1 every 0.01) every ``scan_step`` (0.2: knobs 0, 0.2, ... 0.8);
+   scan of the census grid (0..1 every 0.01) every ``SCAN_STEP`` (0.2: knobs 0, 0.2, ... 0.8);
 2. bisection on the grid between the largest scanned knob that fits and the next scanned
    knob above it: the grid knob just above the answer does not fit, so the answer is the
    largest at the grid's resolution *locally*. A knob above it that fits again between two
@@ -67,6 +67,8 @@ BACKENDS = ("aot_eager",)
 #: A cliff worth a warning: the peaks at 1.0 and 0.99 differ by more than this fraction.
 CLIFF_WARNING = 0.01
 FIT_FORMAT = "dtrlab-fit-knob-1"
+#: The scan's knob step (docs/compile.md, "Budget in bytes": 0.2 meets a tenth of a census on the full models).
+SCAN_STEP = 0.2
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,7 @@ class BudgetSearch:
 
 
 def search_budget(evaluate: Callable[[float], dict], budget: int, accounting: str,
-                  grid: list[float], scan_step: float = 0.2) -> BudgetSearch:
+                  grid: list[float], scan_step: float = SCAN_STEP) -> BudgetSearch:
     """The largest grid knob that fits ``budget`` under ``accounting``, and the holes below it (module docstring).
 
     ``evaluate``: knob -> a row with the accounting's peak (``knob_peaks`` bound to a joint graph, or a
@@ -267,7 +269,7 @@ def _below(rows: dict, choice: float, budget: int, accounting: str) -> tuple[tup
 
 def fit_knob(model, example_inputs=(), loss_fn=None, *, budget, device: str | None = None,
              accounting: str | None = None, backend: str = BACKENDS[0], solver: str | None = None,
-             runtime_estimator: str | None = None, cache=True, scan_step: float = 0.2) -> KnobFit:
+             runtime_estimator: str | None = None, cache=True) -> KnobFit:
     """The largest ``activation_memory_budget`` whose predicted peak fits ``budget`` (see the module docstring).
 
     ``model``: a live ``nn.Module`` (with ``example_inputs``, a tensor or a tuple, and ``loss_fn(output)``
@@ -281,28 +283,26 @@ def fit_knob(model, example_inputs=(), loss_fn=None, *, budget, device: str | No
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}{did_you_mean(backend, BACKENDS)}; "
                          f"the peak is replayed for {', '.join(BACKENDS)}")
-    if not (isinstance(scan_step, (int, float)) and 0 < scan_step <= 1):
-        raise ValueError(f"scan_step must be a knob width in (0, 1], got {scan_step!r}")
     started = time.perf_counter()
     joint, workload = _trace(model, example_inputs, loss_fn, device)
     return _fit_joint(joint, workload, budget=budget, column=column, backend=backend, solver=solver,
-                      runtime_estimator=runtime_estimator, cache=cache, scan_step=scan_step, started=started)
+                      runtime_estimator=runtime_estimator, cache=cache, started=started)
 
 
 def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solver, runtime_estimator, cache,
-               scan_step: float, started: float) -> KnobFit:
+               started: float) -> KnobFit:
     from ..trace.partition import joint_hash, partitioner_config
 
     grid = KnobPlan().grid()
     key = {"format": FIT_FORMAT, "graph": joint_hash(joint), "torch": joint.torch_version, "accounting": column,
            "backend": backend, "solver": solver, "runtime_estimator": runtime_estimator, "budget": budget,
-           "grid": [grid[0], grid[-1], len(grid)], "scan_step": scan_step}
+           "grid": [grid[0], grid[-1], len(grid)], "scan_step": SCAN_STEP}
     path = _cache_path(cache, key)
     cached = _read_cached(path, key) if path is not None else None
     if cached is not None:
         return dataclasses.replace(cached, seconds=time.perf_counter() - started, from_cache=True)
     with partitioner_config(None, runtime_estimator=runtime_estimator):
-        search = search_budget(_evaluator(joint, solver, backend), budget, column, grid, scan_step)
+        search = search_budget(_evaluator(joint, solver, backend), budget, column, grid, SCAN_STEP)
         random = recomputed_random(joint, search.choice, solver) if search.choice is not None else ()
     fit = _record(joint, search, random, key, time.perf_counter() - started)
     if fit.knob is None:
@@ -328,10 +328,15 @@ def _trace(model, example_inputs, loss_fn, device):
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"model must be a torch.nn.Module or a dtrlab capture source, got {type(model).__name__}")
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
-    device = device or next((t.device for t in model.parameters()), torch.device("cpu"))
-    fake, fake_inputs = fake_module(model, inputs, device)
+    own = next((t.device for t in model.parameters()), torch.device("cpu"))
     name = type(model).__name__
-    return trace_step(fake, fake_inputs, loss_fn, source=name), ("module", model, (inputs, loss_fn))
+    if device is None or torch.device(device) == own:
+        # dynamo fakes the live model and inputs itself (no step runs, nothing is allocated), keeping what they
+        # share with the loss (a closure's labels that are the inputs, tied weights) shared, as the real step does.
+        joint = trace_step(model, inputs, loss_fn, source=name)
+    else:  # another device: a fake copy there (tensors a loss closes over must then not be on the model's device)
+        joint = trace_step(*fake_module(model, inputs, device), loss_fn, source=name)
+    return joint, ("module", model, (inputs, loss_fn))
 
 
 def _evaluator(joint, solver, backend) -> Callable[[float], dict]:
@@ -352,11 +357,18 @@ def recomputed_random(joint, knob: float, solver: str | None = None) -> tuple[st
 
 
 def _is_random(node) -> bool:
-    """A seeded random operator: torch tags them ``nondeterministic_seeded``, the tag torch's partitioner
-    reads to find RNG ops (torch/_functorch/partitioners.py:216, ``is_rng_op``)."""
+    """A random operator whose randomness matters: torch's partitioner's own test (``is_rng_op``,
+    torch/_functorch/partitioners.py:216: the ``nondeterministic_seeded`` tag, except attention with a dropout
+    probability of 0, which the tag also marks); the tag alone where this torch lacks it."""
     import torch
 
-    return node is not None and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+    if node is None:
+        return False
+    try:
+        from torch._functorch.partitioners import is_rng_op
+    except ImportError:
+        return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+    return bool(is_rng_op(node))
 
 
 def _record(joint, search: BudgetSearch, random: tuple, key: dict, seconds: float) -> KnobFit:
@@ -469,7 +481,9 @@ def _instead(instead: dict) -> str:
 
 
 def _above(knob: float) -> str:
-    return "the top of the knob's range" if knob >= 1.0 else f"the grid knob above it, {round(knob + 0.01, 2):g}, does not fit"
+    if knob >= 1.0:
+        return "the top of the knob's range"
+    return f"the grid knob above it, {round(knob + 0.01, 2):g}, does not fit"
 
 
 def _short(column: str) -> str:

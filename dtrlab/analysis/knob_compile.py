@@ -1,4 +1,4 @@
-"""``dtrlab.compile``: torch.compile with the ``activation_memory_budget`` that fits a byte budget, for this model alone.
+"""``dtrlab.compile``: torch.compile with the ``activation_memory_budget`` that fits a byte budget, for one model.
 
 ::
 
