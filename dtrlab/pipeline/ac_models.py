@@ -10,17 +10,31 @@ import torch
 import torch.nn.functional as F
 
 
-def vit_tiny(batch: int = 4):
-    """torchvision's VisionTransformer at 32px: patch 8 (16 patches), 4 blocks of width 64, 4 heads, MLP 128;
-    cross-entropy on 10 classes."""
+def vit_tiny(batch: int = 4, layers: int = 4):
+    """torchvision's VisionTransformer at 32px: patch 8 (16 patches), ``layers`` blocks of width 64, 4 heads,
+    MLP 128; cross-entropy on 10 classes."""
     from unittest import mock
 
     from torchvision.models import VisionTransformer
 
     # As in dtrlab.pipeline.knob_models: its truncated-normal initialiser reads data, which meta tensors lack.
     with mock.patch("torch.nn.init.trunc_normal_", lambda tensor, *args, **kwargs: tensor):
-        model = VisionTransformer(image_size=32, patch_size=8, num_layers=4, num_heads=4, hidden_dim=64,
+        model = VisionTransformer(image_size=32, patch_size=8, num_layers=layers, num_heads=4, hidden_dim=64,
                                   mlp_dim=128, num_classes=10)
     model.train()
     labels = torch.randint(0, 10, (batch,))
     return model, torch.randn(batch, 3, 32, 32), lambda logits: F.cross_entropy(logits, labels)
+
+
+def vit_tiny_l2(batch: int = 4):
+    """:func:`vit_tiny` two blocks deep (what the exact solvers can bracket)."""
+    return vit_tiny(batch, layers=2)
+
+
+def resnet_small(batch: int = 16):
+    """The zoo's CIFAR ResNet (dtrlab.trace.zoo.ResNet32) with 2 basic blocks per stage (ResNet-14, 6 blocks) on
+    32x32 images; cross-entropy on 10 classes."""
+    from ..trace.zoo import ResNet32
+
+    labels = torch.randint(0, 10, (batch,))
+    return ResNet32(blocks_per_stage=2), torch.randn(batch, 3, 32, 32), lambda logits: F.cross_entropy(logits, labels)

@@ -1,0 +1,114 @@
+"""``dtrlab ship ac``: every rematerialization system at the same byte budget (notebook 15 reads it).
+
+    dtrlab ship ac                        # the four small models of MODELS
+    dtrlab ship ac --only gpt2-l2 --ratios 0.4:1.0:0.05 --time-limit 5
+
+For each model (a decoder, GPT-2, a ViT, a CNN; two blocks deep or six for the CNN, small enough for
+the exact solvers, recorded on real CPU tensors with FLOP costs), into ``results/shipped/ac/``:
+
+* ``<name>.jsonl.gz``: the plain step (the trace DTR, monotone(DTR) and the solvers run on);
+* ``<name>-plans.parquet``: every checkpointing plan's peaks and recompute
+  (:func:`dtrlab.analysis.checkpointing.plan_table`);
+* ``<name>-knob.json`` and its tables: the knob census of the same step (grid ``--knobs``, refined to
+  ``--knob-resolution``);
+* ``<name>-frontier.parquet`` (:func:`dtrlab.solvers.frontier.store.write_frontier`): the
+  solvers' bracket at the budget grid (no bisection; ``--time-limit`` per stage-model solve, 4x per
+  relaxation);
+* ``<name>-side.parquet``: the side-by-side table (:func:`dtrlab.solvers.side_by_side.side_by_side`).
+
+Every file is written atomically and recorded in ``results/shipped/MANIFEST.json`` after each model.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import time
+from pathlib import Path
+
+#: name: (source, build options, title). Sizes: activations well above the parameters, few operators.
+MODELS = {
+    "decoder-l2": ("hf:llama", dict(batch=4, seq=128, layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128,
+                                    vocab=256), "Llama-style decoder, 2 layers of width 64 (4x128)"),
+    "gpt2-l2": ("hf:gpt2", dict(batch=4, seq=128, layers=2, hidden=64, heads=4, vocab=256),
+                "GPT-2, 2 layers of width 64 (4x128)"),
+    "vit-l2": ("dtrlab.pipeline.ac_models:vit_tiny_l2", dict(batch=16), "ViT (torchvision), 2 blocks of width 64 (16x32px)"),
+    "resnet14": ("dtrlab.pipeline.ac_models:resnet_small", dict(batch=16), "CIFAR ResNet-14, 6 blocks (16x32px)"),
+}
+
+
+def _parquet(table, path: Path) -> Path:
+    from ..integrity import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    table.to_parquet(buffer, index=False)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+def ship_one(name: str, directory: Path, ratios: list[float], knobs: str, knob_resolution: float,
+             time_limit: float) -> list[Path]:
+    """Record, census, solve and compare one model; the files written."""
+    from ..analysis.checkpointing import plan_table
+    from ..analysis.knob_census import KnobPlan, census_knob, parse_knobs, write_census
+    from ..memory.partitioned import knob_peaks
+    from ..runtime import budget_for
+    from ..solvers.frontier.plan import FrontierPlan
+    from ..solvers.frontier.steps import compute_frontier
+    from ..solvers.frontier.store import write_frontier
+    from ..solvers.side_by_side import side_by_side
+    from ..trace import load_log
+    from ..trace.checkpointing import capture_plans
+    from ..trace.partition import trace_joint
+
+    source, options, title = MODELS[name]
+    started = time.perf_counter()
+    recordings = capture_plans(source, real=True, cost="flops", **options)
+    directory.mkdir(parents=True, exist_ok=True)
+    trace_path = recordings["none"].write(directory / f"{name}.jsonl.gz")
+    trace = load_log(trace_path, cache=False)
+    plans = plan_table(recordings).assign(model=name, title=title)
+    budgets = sorted({budget_for(trace, ratio) for ratio in ratios})
+    print(f"dtrlab ship ac: {name}: {len(plans)} plans recorded ({len(trace.operators)} operators)", flush=True)
+    frontier = compute_frontier(trace, FrontierPlan(ratios=tuple(ratios), bisect=False, stage_probes=0,
+                                                    time_limit_s=time_limit), cache=False)
+    print(f"dtrlab ship ac: {name}: frontier {frontier.summary()}", flush=True)
+    census = census_knob(functools.partial(knob_peaks, trace_joint(source, **options)),
+                         KnobPlan(**parse_knobs(knobs), resolution=knob_resolution), name=f"{name}-knob")
+    census.meta.update(source=source, title=title)
+    table = side_by_side(trace, plans, census, frontier, budgets).assign(model=name, title=title)
+    print(f"dtrlab ship ac: {name}: done in {time.perf_counter() - started:.0f} s", flush=True)
+    return [trace_path, _parquet(plans, directory / f"{name}-plans.parquet"), *write_census(census, directory),
+            write_frontier(frontier, directory / f"{name}-frontier.parquet"),
+            _parquet(table, directory / f"{name}-side.parquet")]
+
+
+def add_arguments(parser) -> None:
+    """The options of ``dtrlab ship ac``."""
+    parser.add_argument("--only", nargs="+", metavar="NAME", help=f"only these models ({', '.join(MODELS)})")
+    parser.add_argument("--ratios", default="0.4:1.0:0.05",
+                        help="budgets as fractions of the plain step's peak, START:STOP:STEP (default 0.4:1.0:0.05)")
+    parser.add_argument("--knobs", default="0:1:0.05", help="knob grid, START:STOP:STEP (default 0:1:0.05)")
+    parser.add_argument("--knob-resolution", type=float, default=0.01, help="knob bisection (default 0.01)")
+    parser.add_argument("--time-limit", type=float, default=5.0, help="seconds per stage-model solve (default 5)")
+
+
+def run(args, parser) -> int:
+    from ..integrity import write_manifest
+    from ..suggest import did_you_mean
+    from ..sweep.budget_sweep import parse_ratios
+    from ..sweep.shipped import DEFAULT_SHIPPED_DIR as SHIPPED
+
+    for name in args.only or ():
+        if name not in MODELS:
+            parser.error(f"--only {name!r}: not a model here{did_you_mean(name, MODELS)}; models: {', '.join(MODELS)}")
+    try:
+        ratios = parse_ratios(args.ratios)
+    except ValueError as error:
+        parser.error(f"--ratios: {error}")
+    written = []
+    for name in args.only or MODELS:
+        written += ship_one(name, SHIPPED / "ac", ratios, args.knobs, args.knob_resolution, args.time_limit)
+        write_manifest(SHIPPED, written)
+    print(f"dtrlab ship ac: wrote {len(written)} files; {SHIPPED / 'MANIFEST.json'} updated")
+    return 0
