@@ -38,3 +38,21 @@ def resnet_small(batch: int = 16):
 
     labels = torch.randint(0, 10, (batch,))
     return ResNet32(blocks_per_stage=2), torch.randn(batch, 3, 32, 32), lambda logits: F.cross_entropy(logits, labels)
+
+
+class ResidualMLP(torch.nn.Module):
+    """``x + Linear(GELU(Linear(x)))``, hidden 4x the width: one block of :func:`mlp_blocks`."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * width, width))
+
+    def forward(self, x):
+        return x + self.mlp(x)
+
+
+def mlp_blocks(batch: int = 256):
+    """Three residual MLP blocks of width 16 (about 100 operators: small enough for the solvers to bracket);
+    the loss is the sum of the output."""
+    return torch.nn.Sequential(*(ResidualMLP(16) for _ in range(3))), torch.randn(batch, 16), None

@@ -3,8 +3,9 @@
     dtrlab ship ac                        # the four small models of MODELS
     dtrlab ship ac --only gpt2-l2 --ratios 0.4:1.0:0.05 --time-limit 5
 
-For each model (a decoder, GPT-2, a ViT, a CNN; two blocks deep or six for the CNN, small enough for
-the exact solvers, recorded on real CPU tensors with FLOP costs), into ``results/shipped/ac/``:
+For each model (a decoder, GPT-2, a ViT, a CNN, two blocks deep or six for the CNN, and three residual MLP
+blocks, the one model small enough for the relaxation to bound on a CPU in seconds; recorded on real CPU tensors with FLOP costs), into ``results/shipped/ac/models/`` (one
+level below the shipped sweeps, whose reader takes ``results/shipped/*/*.parquet``):
 
 * ``<name>.jsonl.gz``: the plain step (the trace DTR, monotone(DTR) and the solvers run on);
 * ``<name>-plans.parquet``: every checkpointing plan's peaks and recompute
@@ -34,6 +35,7 @@ MODELS = {
                 "GPT-2, 2 layers of width 64 (4x128)"),
     "vit-l2": ("dtrlab.pipeline.ac_models:vit_tiny_l2", dict(batch=16), "ViT (torchvision), 2 blocks of width 64 (16x32px)"),
     "resnet14": ("dtrlab.pipeline.ac_models:resnet_small", dict(batch=16), "CIFAR ResNet-14, 6 blocks (16x32px)"),
+    "mlp3": ("dtrlab.pipeline.ac_models:mlp_blocks", dict(batch=256), "3 residual MLP blocks of width 16 (256)"),
 }
 
 
@@ -47,7 +49,7 @@ def _parquet(table, path: Path) -> Path:
 
 
 def ship_one(name: str, directory: Path, ratios: list[float], knobs: str, knob_resolution: float,
-             time_limit: float) -> list[Path]:
+             time_limits: tuple[float, float | None]) -> list[Path]:
     """Record, census, solve and compare one model; the files written."""
     from ..analysis.checkpointing import plan_table
     from ..analysis.knob_census import KnobPlan, census_knob, parse_knobs, write_census
@@ -71,7 +73,8 @@ def ship_one(name: str, directory: Path, ratios: list[float], knobs: str, knob_r
     budgets = sorted({budget_for(trace, ratio) for ratio in ratios})
     print(f"dtrlab ship ac: {name}: {len(plans)} plans recorded ({len(trace.operators)} operators)", flush=True)
     frontier = compute_frontier(trace, FrontierPlan(ratios=tuple(ratios), bisect=False, stage_probes=0,
-                                                    time_limit_s=time_limit), cache=False)
+                                                    time_limit_s=time_limits[0], relax_time_limit_s=time_limits[1]),
+                                cache=False)
     print(f"dtrlab ship ac: {name}: frontier {frontier.summary()}", flush=True)
     census = census_knob(functools.partial(knob_peaks, trace_joint(source, **options)),
                          KnobPlan(**parse_knobs(knobs), resolution=knob_resolution), name=f"{name}-knob")
@@ -83,6 +86,24 @@ def ship_one(name: str, directory: Path, ratios: list[float], knobs: str, knob_r
             _parquet(table, directory / f"{name}-side.parquet")]
 
 
+def read_shipped(directory: str | Path, manifest_dir: str | Path):
+    """``(side-by-side tables, plan tables)`` of every model shipped in ``directory``, one DataFrame each, every
+    file checked against ``manifest_dir/MANIFEST.json`` first (an IntegrityError names a damaged one)."""
+    import pandas as pd
+
+    from ..integrity import verify_in_manifest
+
+    tables = {"side": [], "plans": []}
+    for path in sorted(Path(directory).glob("*-side.parquet")):
+        for kind in tables:
+            part = path.with_name(path.name.replace("-side.parquet", f"-{kind}.parquet"))
+            verify_in_manifest(part, manifest_dir)
+            tables[kind].append(pd.read_parquet(part))
+    if not tables["side"]:
+        raise FileNotFoundError(f"no side-by-side table is shipped in {directory}; write them with `dtrlab ship ac`")
+    return pd.concat(tables["side"], ignore_index=True), pd.concat(tables["plans"], ignore_index=True)
+
+
 def add_arguments(parser) -> None:
     """The options of ``dtrlab ship ac``."""
     parser.add_argument("--only", nargs="+", metavar="NAME", help=f"only these models ({', '.join(MODELS)})")
@@ -91,6 +112,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--knobs", default="0:1:0.05", help="knob grid, START:STOP:STEP (default 0:1:0.05)")
     parser.add_argument("--knob-resolution", type=float, default=0.01, help="knob bisection (default 0.01)")
     parser.add_argument("--time-limit", type=float, default=5.0, help="seconds per stage-model solve (default 5)")
+    parser.add_argument("--relax-time-limit", type=float, help="seconds per relaxation solve (default 4x --time-limit)")
 
 
 def run(args, parser) -> int:
@@ -108,7 +130,8 @@ def run(args, parser) -> int:
         parser.error(f"--ratios: {error}")
     written = []
     for name in args.only or MODELS:
-        written += ship_one(name, SHIPPED / "ac", ratios, args.knobs, args.knob_resolution, args.time_limit)
+        written += ship_one(name, SHIPPED / "ac" / "models", ratios, args.knobs, args.knob_resolution,
+                            (args.time_limit, args.relax_time_limit))
         write_manifest(SHIPPED, written)
     print(f"dtrlab ship ac: wrote {len(written)} files; {SHIPPED / 'MANIFEST.json'} updated")
     return 0

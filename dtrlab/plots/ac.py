@@ -1,0 +1,44 @@
+"""The side-by-side figure (:mod:`dtrlab.solvers.side_by_side`, notebook 15): every rematerialization system's
+overhead at each byte budget, beside the solvers' bracket on the optimum."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .knob import _axes
+
+#: system: (label, colour, marker and line)
+SYSTEM_STYLES = {"dtr": ("DTR", "#1f77b4", "o-"), "monotone": ("monotone(DTR)", "#17becf", "x--"),
+                 "knob": ("largest fitting knob", "#9467bd", "s-"), "ac": ("cheapest checkpointing plan", "#d62728", "D-")}
+
+
+def plot_side_by_side(table, ax=None, *, title: str = ""):
+    """Overhead ((compute + recompute) / compute, FLOPs) against the budget as a fraction of the plain step's peak:
+    each system where it fits (no marker: it does not), the cheapest plan's name at its points, and the band
+    between the solvers' lower and upper bounds on the optimum (hatched up from the lower bound where no
+    schedule was found; grey where no schedule can fit)."""
+    ax = _axes(ax)
+    ratios = table.ratio.to_numpy()
+    finite = [v for s in SYSTEM_STYLES for v in table[f"{s}_overhead"][table[f"{s}_fits"]] if math.isfinite(v)]
+    top = max([1.05, *finite]) * 1.05
+    lower = table.opt_lower.to_numpy(dtype=float)
+    upper = table.opt_upper.to_numpy(dtype=float)
+    ax.fill_between(ratios, np.minimum(lower, top), np.minimum(upper, top), step="mid", color="#2ca02c", alpha=0.2,
+                    label="optimum lies here (solvers)", hatch="//", edgecolor="#2ca02c", linewidth=0)
+    ax.fill_between(ratios, 1, top, where=~np.isfinite(lower), step="mid", color="grey", alpha=0.25,
+                    label="no schedule fits", linewidth=0)
+    for system, (label, color, style) in SYSTEM_STYLES.items():
+        fits = table[f"{system}_fits"].to_numpy(dtype=bool)
+        ax.plot(ratios[fits], table[f"{system}_overhead"].to_numpy(dtype=float)[fits], style, color=color, ms=3.5,
+                label=label)
+    for row in table[table.ac_fits].itertuples():
+        ax.annotate(row.ac_plan, (row.ratio, row.ac_overhead), fontsize="xx-small", color="#d62728",
+                    textcoords="offset points", xytext=(2, 3))
+    ax.set_ylim(0.98, top)
+    ax.set_xlabel("byte budget / plain step's peak")
+    ax.set_ylabel("overhead (FLOPs)")
+    ax.set_title(title)
+    ax.legend(fontsize="xx-small", loc="upper right")
+    return ax
