@@ -103,3 +103,37 @@ def test_bad_plans_and_models():
         parse_plan("every:0")
     with pytest.raises(ValueError, match="Linear: no repeated blocks"):
         find_blocks(nn.Linear(2, 2))
+
+
+def test_check_ac_lists_the_plans_that_fit(tmp_path, capsys):
+    """``dtrlab check MODEL --ac``: the last summary line names the fitting plans, cheapest first, as the plan
+    table of the same step says; the JSON record holds every plan with ``fits``."""
+    import json
+    from pathlib import Path
+
+    from dtrlab.analysis.checkpointing import plan_table
+    from dtrlab.cli import main
+
+    source = "dtrlab.pipeline.ac_models:mlp_blocks"
+    plans = plan_table(capture_plans(source, batch=32)).set_index("plan")
+    budget = int(plans.at["every:2", "flat_peak"])  # every:2, full and op fit; none and every:3 do not
+    status = main(["check", source, "--batch", "32", "--device", "A100-80GB", "--budget", str(budget), "--ac",
+                   "--policies", "dtr", "--no-monotone", "--window", "0.02", "--delta", "0.01", "--no-cache", "--quiet",
+                   "--out", str(tmp_path)])
+    out = capsys.readouterr().out.splitlines()
+    assert status == 0, out
+    fitting = plans[plans.flat_peak <= budget].sort_values(["recompute_flops", "flat_peak"])
+    assert out[-2] == "activation checkpointing (flat peak): fits with " + ", ".join(
+        f"{name} (overhead {row.overhead:.3f})" for name, row in fitting.iterrows())
+    assert list(fitting.index) == ["every:2", "full", "op"]
+    report = json.loads(Path(out[-1].split("JSON: ")[1].rstrip(")")).read_text())
+    assert {p["plan"]: p["fits"] for p in report["ac"]} == {name: name in fitting.index for name in plans.index}
+
+
+def test_check_ac_needs_a_model_source(tmp_path, capsys):
+    from dtrlab.cli import main
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("")
+    assert main(["check", str(trace), "--device", "A100-80GB", "--budget", "0.5", "--ac", "--out", str(tmp_path)]) == 2
+    assert "--ac needs a model source" in capsys.readouterr().err

@@ -4,7 +4,9 @@
     dtrlab ship ac --only gpt2-l2 --ratios 0.4:1.0:0.05 --time-limit 5
 
 For each model (a decoder, GPT-2, a ViT, a CNN, two blocks deep or six for the CNN, and three residual MLP
-blocks, the one model small enough for the relaxation to bound on a CPU in seconds; recorded on real CPU tensors with FLOP costs), into ``results/shipped/ac/models/`` (one
+blocks, the one model small enough for the relaxation to bound on a CPU in seconds; recorded on real CPU
+tensors with FLOP costs: the kernels the knob census's joint graph (fake CPU tensors) runs too, where the
+meta device would run GPT-2's masked attention as the flash kernel, see tests/test_checkpointing.py), into ``results/shipped/ac/models/`` (one
 level below the shipped sweeps, whose reader takes ``results/shipped/*/*.parquet``):
 
 * ``<name>.jsonl.gz``: the plain step (the trace DTR, monotone(DTR) and the solvers run on);
