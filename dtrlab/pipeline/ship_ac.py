@@ -1,6 +1,6 @@
 """``dtrlab ship ac``: every rematerialization system at the same byte budget (notebook 15 reads it).
 
-    dtrlab ship ac                        # the four small models of MODELS
+    dtrlab ship ac                        # the five small models of MODELS (shipped: --relax-time-limit 60 for mlp3)
     dtrlab ship ac --only gpt2-l2 --ratios 0.4:1.0:0.05 --time-limit 5
 
 For each model (a decoder, GPT-2, a ViT, a CNN, two blocks deep or six for the CNN, and three residual MLP
