@@ -4,6 +4,7 @@ model: the plan table, the cheapest fitting plan, the solvers' bracket and the s
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,42 @@ def test_best_is_the_cheapest_fitting_system(compared):
         fitting = {name: row[f"{name}_overhead"] for name in SYSTEMS if row[f"{name}_fits"]}
         best = row["best"] if isinstance(row["best"], str) else None  # pandas reads a missing one as NaN
         assert best == (min(fitting, key=fitting.get) if fitting else None)
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "results" / "shipped"
+
+
+def test_shipped_tables_are_whole_and_recompute():
+    """The shipped comparison (dtrlab ship ac) reads through the manifest, covers five models at 13 budgets, and
+    the MLP's table is what side_by_side computes again from its shipped trace, plans, census and frontier."""
+    import pandas as pd
+
+    from dtrlab.analysis.knob_census import read_census
+    from dtrlab.pipeline.ship_ac import read_shipped
+    from dtrlab.solvers.frontier.store import read_frontier
+    from dtrlab.trace import load_log
+
+    directory = SHIPPED / "ac" / "models"
+    side, plans = read_shipped(directory, SHIPPED)
+    assert side.groupby("model").ratio.count().to_dict() == {m: 13 for m in
+                                                          ("decoder-l2", "gpt2-l2", "mlp3", "resnet14", "vit-l2")}
+    trace = load_log(directory / "mlp3.jsonl.gz", cache=False)
+    shipped = side[side.model == "mlp3"].drop(columns=["model", "title"]).reset_index(drop=True)
+    again = side_by_side(trace, plans[plans.model == "mlp3"], read_census(directory / "mlp3-knob.json", SHIPPED),
+                         read_frontier(directory / "mlp3-frontier.parquet", trace), list(shipped.budget_bytes))
+    pd.testing.assert_frame_equal(again[shipped.columns], shipped, check_dtype=False)
+
+
+def test_a_damaged_shipped_table_is_refused(tmp_path):
+    import shutil
+
+    from dtrlab.integrity import IntegrityError
+    from dtrlab.pipeline.ship_ac import read_shipped
+
+    copy = tmp_path / "shipped"
+    shutil.copytree(SHIPPED / "ac", copy / "ac")
+    shutil.copy(SHIPPED / "MANIFEST.json", copy / "MANIFEST.json")
+    damaged = copy / "ac" / "models" / "mlp3-plans.parquet"
+    damaged.write_bytes(damaged.read_bytes()[:-8] + b"\0" * 8)
+    with pytest.raises(IntegrityError):
+        read_shipped(copy / "ac" / "models", copy)
