@@ -21,7 +21,7 @@ NOTEBOOKS = make_figures.notebook_paths()
 
 def test_every_issue_notebook_is_there():
     assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12",
-                                            "13", "14"]
+                                            "13", "14", "15"]
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

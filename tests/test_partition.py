@@ -3,7 +3,6 @@ checked against what torch.compile itself saves and allocates on the CPU."""
 
 from __future__ import annotations
 
-import gc
 import warnings
 
 import pytest
@@ -16,6 +15,7 @@ from dtrlab.memory.partitioned import (interventions, knob_peaks, peak_compositi
                                       step_record)
 from dtrlab.trace.models import build  # noqa: E402
 from dtrlab.trace.partition import LossStep, PartitionedStep, partition, trace_joint  # noqa: E402
+from dtrlab.trace.profiled import cpu_peak_bytes  # noqa: E402
 
 KNOBS = (1.0, 0.3, 0.0)
 MLP = "tests.test_partition:tiny_mlp"
@@ -82,14 +82,7 @@ def _measure_compiled_run(source: str, knob: float):
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             loss = compiled(*workload.inputs)
         del loss
-        gc.collect()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-            compiled(*workload.inputs).backward()
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
-    live = peak = 0
-    for _, nbytes in events:
-        live += nbytes
-        peak = max(peak, live)
+        peak = cpu_peak_bytes(lambda: compiled(*workload.inputs).backward())
     torch._dynamo.reset()
     return sorted(saved), peak
 

@@ -120,6 +120,9 @@ class CheckReport:
     knob_choices: list[dict] | None = None  # the choice under each accounting of the census (knob_choices)
     knob_warnings: list[dict] | None = None  # KnobWarning's fields: what the user must know at the choice
     knob_census: KnobCensus | None = field(default=None, repr=False, compare=False)  # for the figure
+    #: Activation-checkpointing plans (``--ac``): every plan's row of dtrlab.analysis.checkpointing.plan_table
+    #: with ``fits`` (its flat peak within the budget), cheapest first.
+    ac: list[dict] | None = None
 
     def to_dict(self) -> dict:
         record = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("checks", "knob_census")}
@@ -149,7 +152,18 @@ class CheckReport:
         if self.knob is not None:
             lines.append(f"torch.compile activation_memory_budget ({self.knob['accounting']}): "
                          f"{KnobChoice(**self.knob).describe()}")
+        if self.ac is not None:
+            lines.append(self._checkpointing())
         return lines
+
+    def _checkpointing(self) -> str:
+        """One line: the checkpointing plans whose flat peak fits the budget, cheapest first, or the smallest peak."""
+        fitting = [f"{p['plan']} (overhead {p['overhead']:.3f})" for p in self.ac if p["fits"]]
+        if fitting:
+            return "activation checkpointing (flat peak): fits with " + ", ".join(fitting)
+        smallest = min(self.ac, key=lambda p: p["flat_peak"])
+        return (f"activation checkpointing (flat peak): no plan fits; the smallest peak is {smallest['plan']}'s, "
+                f"{_gib(smallest['flat_peak'])}")
 
     def _alternatives(self) -> str:
         passing = [f"{c.policy} @ {c.memory} (overhead {c.overhead:.3f})" for c in self.checks
@@ -227,14 +241,16 @@ def check_semantics(device_bytes: int, flat: Semantics = REFERENCE) -> list[Sema
 
 def check(trace: Trace, budget, device, *, plan: CheckPlan = CheckPlan(), semantics: Semantics = REFERENCE,
           execution: Execution = SERIAL, knob: KnobCensus | None = None,
-          knob_warnings: tuple[KnobWarning, ...] = ()) -> CheckReport:
+          knob_warnings: tuple[KnobWarning, ...] = (), ac=None) -> CheckReport:
     """Is ``budget`` (see :func:`parse_budget`) safe for ``trace`` on ``device`` (see :func:`parse_device`)?
     ``semantics`` is the flat configuration (its overhead limit applies to both); see the module docstring.
     ``knob``: a census of torch.compile's ``activation_memory_budget`` on the same step
     (:mod:`dtrlab.analysis.knob_census`); the report then adds the largest knob that fits the budget
     (allocated bytes under the caching allocator), the choice under every accounting
     (:func:`knob_choices`) and the census's warnings (:func:`census_knob_warnings`), followed by
-    ``knob_warnings``: those only a capture can tell (recomputed random operators), given by the caller."""
+    ``knob_warnings``: those only a capture can tell (recomputed random operators), given by the caller.
+    ``ac``: the checkpointing plans of the same step (:func:`dtrlab.analysis.checkpointing.plan_table`); the
+    report then lists each with whether its flat peak fits the budget."""
     for name in plan.policies:
         get_policy(name)  # a typo is an error now, not after the first census
     label, device_bytes = parse_device(device)
@@ -257,8 +273,14 @@ def check(trace: Trace, budget, device, *, plan: CheckPlan = CheckPlan(), semant
             bar.update()
     return CheckReport(trace=trace.name, peak_bytes=peak, device=label, device_bytes=device_bytes,
                        budget_bytes=budget, ratio=ratio, window=(low, high), delta_bytes=delta_bytes(plan.delta, peak),
-                       checks=checks, monotone=monotone if plan.monotone else None, **_knob_fields(knob, budget,
-                                                                                                   knob_warnings))
+                       checks=checks, monotone=monotone if plan.monotone else None,
+                       ac=None if ac is None else _plans_at(ac, budget), **_knob_fields(knob, budget, knob_warnings))
+
+
+def _plans_at(plans, budget: int) -> list[dict]:
+    """The plans' rows with ``fits`` (flat peak within ``budget``), the least recompute first."""
+    rows = plans.sort_values(["recompute_flops", "flat_peak", "plan"]).to_dict("records")
+    return [{**row, "fits": row["flat_peak"] <= budget} for row in rows]
 
 
 def _knob_fields(census: KnobCensus | None, budget: int, extra: tuple[KnobWarning, ...]) -> dict:

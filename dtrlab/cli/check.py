@@ -2,7 +2,8 @@
 
 Captures the model when given a model source (as ``dtrlab capture``), censuses a window around the
 budget for DTR and the zoo's best alternatives under flat memory and the caching allocator on the
-device (dtrlab.analysis.check), prints five lines and writes an HTML report and a JSON record."""
+device (dtrlab.analysis.check), prints five lines and writes an HTML report and a JSON record. ``--knob`` adds
+torch.compile's activation_memory_budget, ``--ac`` activation-checkpointing plans (dtrlab.trace.checkpointing)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ def register(subparsers) -> None:
                              "whether a smaller one sits in a hole, from a census written by dtrlab knob, or (no "
                              "file, a model source) from a census run now (0..1 every 0.01, edges against the knob "
                              "refined to 0.001; minutes)")
+    parser.add_argument("--ac", action="store_true",
+                        help="add activation checkpointing: the model's step recorded under torchtitan-style plans "
+                             "(none, full, every:N, op) and which fit the budget (flat peak), with their recompute "
+                             "(needs a model source)")
     parser.add_argument("--overhead-limit", type=overhead_limit_or_none, default=2.0,
                         help="thrash once total compute exceeds this multiple of the baseline (default 2.0; none: "
                              "no limit)")
@@ -74,9 +79,10 @@ def run(args) -> int:
                      monotone=not args.no_monotone, resolution=args.resolution)
     out = Path(args.out)
     knob = _knob_census(args)
+    ac = _checkpointing_plans(args)
     trace = _trace(args, out)
     report = check(trace, args.budget, args.device, plan=plan, semantics=Semantics(overhead_limit=args.overhead_limit),
-                   execution=execution_argument(args), knob=knob)
+                   execution=execution_argument(args), knob=knob, ac=ac)
     name = _file_name(trace.name)
     html_path, json_path = out / f"{name}.html", out / f"{name}.json"
     out.mkdir(parents=True, exist_ok=True)
@@ -103,6 +109,24 @@ def _knob_census(args):
     evaluate, name = model_evaluation(args)
     return census_knob(evaluate, KnobPlan(resolution=1e-3, refine="against"), name=name,
                        execution=Execution(jobs=args.jobs, progress=not args.quiet))
+
+
+def _checkpointing_plans(args):
+    """``--ac``: the model's plan table (dtrlab.analysis.checkpointing), None without it."""
+    if not args.ac:
+        return None
+    if Path(args.source).exists():
+        raise ValueError(f"--ac needs a model source to record under each checkpointing plan, not the trace file "
+                         f"{args.source}")
+    import torch
+
+    from ..analysis.checkpointing import plan_table
+    from ..trace.checkpointing import capture_plans
+    from ..trace.sizes import SIZE_KEYS
+
+    sizes = {key: getattr(args, key) for key in SIZE_KEYS}
+    return plan_table(capture_plans(args.source, cost=args.cost, batch=args.batch, seq=args.seq, image=args.image,
+                                    dtype=getattr(torch, args.dtype) if args.dtype else None, **sizes))
 
 
 def _trace(args, out: Path):

@@ -40,25 +40,13 @@ import contextlib
 import tempfile
 
 from ..trace.partition import JointGraph, PartitionedStep, partition
-from .caching import CachingModel
-from .flat import FlatModel
-from .replay import replay, unbounded_events
-
-#: Capacity for the unbounded replays: no model ever refuses an allocation.
-_UNBOUNDED = 1 << 62
+from .peaks import trace_peaks
+from .replay import unbounded_events
 
 
 def step_peaks(step: PartitionedStep) -> dict:
     """Flat, allocated and reserved peaks of a partitioned step (see the module docstring)."""
-    events = unbounded_events(step.trace)
-    peaks = {}
-    for label, model in (("flat", FlatModel(_UNBOUNDED)), ("caching", CachingModel(_UNBOUNDED))):
-        applied = replay(model, events)
-        assert applied == len(events), "an unbounded replay refused an allocation"
-        peaks[label] = model.stats()
-    return {"flat_peak": peaks["flat"].peak_allocated_bytes,
-            "allocated_peak": peaks["caching"].peak_allocated_bytes,
-            "reserved_peak": peaks["caching"].peak_reserved_bytes}
+    return trace_peaks(step.trace)
 
 
 def knob_peaks(joint: JointGraph, knob: float, *, solver: str | None = None,

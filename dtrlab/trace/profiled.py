@@ -1,0 +1,31 @@
+"""The real CPU peak of a piece of work: torch.profiler's memory events, summed in time order.
+
+:func:`cpu_peak_bytes` runs ``work()`` under ``torch.profiler.profile(profile_memory=True)``
+and returns the most bytes the CPU allocator had handed out at once during it, above what
+was allocated when it began (every ``[memory]`` event is one allocation, positive bytes, or
+one free, negative; frees of storages allocated before ``work`` count against the running
+sum, so the peak is relative to the start). This is what the traces' predicted peaks are
+checked against (tests/test_partition.py for torch.compile's partitioned step,
+tests/test_checkpointing.py for checkpointing plans): the prediction minus the bytes live
+before the step.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+import torch
+
+
+def cpu_peak_bytes(work: Callable[[], object]) -> int:
+    """Peak CPU allocator bytes during ``work()`` above the bytes allocated when it starts."""
+    gc.collect()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        work()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak
