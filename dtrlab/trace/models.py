@@ -126,8 +126,11 @@ def describe_sources() -> str:
 
 
 def build(source: str, *, batch: int | None = None, seq: int | None = None, image: int = 224,
-          device: str = "meta", dtype: torch.dtype | None = None, seed: int = 0, **sizes) -> Workload:
-    """Build ``source``'s training step on ``device`` ("meta": no data; "cpu": real tensors)."""
+          device: str = "meta", dtype: torch.dtype | None = None, seed: int = 0, fake: bool = False,
+          **sizes) -> Workload:
+    """Build ``source``'s training step on ``device`` ("meta": no data; "cpu": real tensors).
+
+    ``fake``: the caller builds under a ``FakeTensorMode`` (see :func:`fake_build`)."""
     sizes = {key: value for key, value in sizes.items() if value is not None}
     unknown = set(sizes) - set(SIZE_KEYS)
     if unknown:
@@ -138,7 +141,7 @@ def build(source: str, *, batch: int | None = None, seq: int | None = None, imag
     if sizes and scheme != "hf":
         raise ModelSourceError(f"{source}: {', '.join(sorted(sizes))} apply to hf: models only")
     torch.manual_seed(seed)
-    with torch.device(device):
+    with torch.device(device), (fake_build() if fake else contextlib.nullcontext()):
         if not name:
             if source not in zoo.MODELS:
                 raise ModelSourceError(f"unknown model {source!r}; sources: {describe_sources()}")
@@ -152,10 +155,34 @@ def build(source: str, *, batch: int | None = None, seq: int | None = None, imag
         else:
             workload = _user_function(source, batch, seq)
         if dtype is not None:
-            workload.module.to(dtype)
+            cast_floating(workload.module, dtype)
             workload.inputs = tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
                                     for t in workload.inputs)
     return workload
+
+
+def cast_floating(module: nn.Module, dtype: torch.dtype) -> None:
+    """``module.to(dtype)`` by replacing each floating parameter and buffer (tied ones stay tied).
+
+    ``Module.to`` swaps a fake tensor's contents in place (``torch.utils.swap_tensors``,
+    torch/nn/modules/module.py:969-988), which fails on the fake tensors
+    :func:`dtrlab.trace.partition.trace_joint` builds with; replacing the module's entries
+    is what ``Module.to`` does with ``torch.__future__.set_overwrite_module_params_on_conversion``.
+    """
+    cast: dict[int, torch.Tensor] = {}
+
+    def converted(tensor, parameter: bool):
+        if id(tensor) not in cast:
+            value = tensor.detach().to(dtype)
+            cast[id(tensor)] = nn.Parameter(value, requires_grad=tensor.requires_grad) if parameter else value
+        return cast[id(tensor)]
+
+    with torch.no_grad():
+        for sub in module.modules():
+            for table, parameter in ((sub._parameters, True), (sub._buffers, False)):
+                for key, tensor in table.items():
+                    if tensor is not None and tensor.is_floating_point():
+                        table[key] = converted(tensor, parameter)
 
 
 @contextlib.contextmanager
@@ -200,11 +227,86 @@ def _unpacked_sequences() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def fake_build() -> Iterator[None]:
+    """Building a model on fake tensors, whose initial values never matter (``trace_joint``).
+
+    * ``torch.nn.init``'s initialisers leave a fake tensor as it is: some read its data
+      (``trunc_normal_``'s rejection loop, torch/nn/init.py:111-121), which fake tensors cannot;
+    * a factory call that names the CPU device itself (timm's drop-path rates:
+      ``torch.linspace(..., device="cpu")`` then ``.item()``) makes a real CPU tensor, and
+      calls on real CPU tensors only stay real, as when a model is built on the meta device
+      for ``dtrlab capture``.
+    """
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    init = torch.nn.init
+    originals = {name: getattr(init, name) for name in dir(init)
+                 if name.endswith("_") and not name.startswith("_") and callable(getattr(init, name))}
+
+    def skipped(function):
+        def initialiser(tensor, *args, **kwargs):
+            return tensor if isinstance(tensor, FakeTensor) else function(tensor, *args, **kwargs)
+        return initialiser
+
+    for name, function in originals.items():
+        setattr(init, name, skipped(function))
+    try:
+        with _RealCpuFactories():
+            yield
+    finally:
+        for name, function in originals.items():
+            setattr(init, name, function)
+
+
+class _RealCpuFactories(torch.overrides.TorchFunctionMode):
+    """Explicit-CPU factories, and calls on the real tensors they make, run outside the fake mode."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+
+        kwargs = kwargs or {}
+        device = kwargs.get("device")
+        tensors = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        explicit_cpu = func in _FACTORIES and device is not None and torch.device(device).type == "cpu"
+        if explicit_cpu or (tensors and not any(isinstance(t, FakeTensor) or t.device.type != "cpu"
+                                                for t in tensors)):
+            with unset_fake_temporarily():
+                return func(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+_FACTORIES = {torch.linspace, torch.arange, torch.logspace}
+
+
+def _cpu_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> int:
+    """torch's CPU choice of attention kernel (``torch._fused_sdp_choice``) for meta arguments.
+
+    Asked on small CPU stand-ins: the same rank, dtype, head dimension, broadcast dimensions,
+    last-dimension stride and ``requires_grad`` (what its checks read, beside the sizes; on
+    meta tensors it always answers the math path).
+    """
+    def stand_in(t):
+        if t is None or t.dim() == 0:
+            return t
+        shape = [1 if size == 1 else min(size, 2) for size in t.shape[:-1]] + [t.shape[-1]]
+        made = torch.zeros(shape, dtype=t.dtype, device="cpu")
+        if t.stride(-1) != 1:
+            made = torch.zeros(shape[:-1] + [shape[-1] * 2], dtype=t.dtype, device="cpu")[..., ::2]
+        return made.requires_grad_(t.requires_grad)
+
+    return int(torch._fused_sdp_choice(stand_in(query), stand_in(key), stand_in(value), stand_in(attn_mask),
+                                       dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa))
+
+
+@contextlib.contextmanager
 def _flash_attention_on_meta() -> Iterator[None]:
     original = F.scaled_dot_product_attention
+    flash = int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        if query.device.type != "meta":
+        if query.device.type != "meta" or _cpu_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal,
+                                                          scale, enable_gqa) != flash:
+            # On the CPU a mask that needs a gradient (T5's learned position bias) takes the math path.
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                             scale=scale, enable_gqa=enable_gqa)
         # The CPU flash kernel takes grouped-query attention's fewer key/value heads as they are.

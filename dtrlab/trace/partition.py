@@ -193,7 +193,7 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
     check_torch_has_knob()
     options = {"batch": batch, "seq": seq, "image": image, "dtype": dtype, **sizes}
     with FakeTensorMode(allow_non_fake_inputs=True):
-        workload = build(source, device=device, **options)
+        workload = build(source, device=device, fake=True, **options)
         if any(t.is_meta for t in (*workload.module.parameters(), *workload.module.buffers())):
             # A library that makes some tensors on the meta device itself (transformers' rotary
             # frequencies): fake tensors on the device like the rest (values never matter here).
