@@ -127,15 +127,19 @@ def describe_sources() -> str:
 
 def build(source: str, *, batch: int | None = None, seq: int | None = None, image: int = 224,
           device: str = "meta", dtype: torch.dtype | None = None, seed: int = 0, fake: bool = False,
-          **sizes) -> Workload:
+          autocast: torch.dtype | None = None, **sizes) -> Workload:
     """Build ``source``'s training step on ``device`` ("meta": no data; "cpu": real tensors).
 
+    ``dtype``: cast the parameters, buffers and floating inputs. ``autocast``: keep them
+    (float32 master weights) and run the forward and the loss under
+    ``torch.autocast(device_type, autocast)`` (:class:`Autocast`).
     ``fake``: the caller builds under a ``FakeTensorMode`` (see :func:`fake_build`)."""
     sizes = {key: value for key, value in sizes.items() if value is not None}
     unknown = set(sizes) - set(SIZE_KEYS)
     if unknown:
         raise ModelSourceError(f"{source}: unknown size settings {sorted(unknown)}; known: {', '.join(SIZE_KEYS)}")
     scheme, _, name = source.partition(":")
+    check_precision(dtype, autocast)
     if source in SIXTEEN_BIT_ONLY and dtype not in (torch.bfloat16, torch.float16):
         raise ModelSourceError(f"{source}: {SIXTEEN_BIT_ONLY[source]}")
     if sizes and scheme != "hf":
@@ -158,7 +162,65 @@ def build(source: str, *, batch: int | None = None, seq: int | None = None, imag
             cast_floating(workload.module, dtype)
             workload.inputs = tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
                                     for t in workload.inputs)
+    if autocast is not None:
+        workload.module = Autocast(workload.module, autocast)
+        workload.loss_fn = workload.module.wrap_loss(workload.loss_fn)
+        workload.desc += f"; forward and loss under torch.autocast({str(autocast).removeprefix('torch.')})"
     return workload
+
+
+@contextlib.contextmanager
+def fake_workload(source: str, *, device: str = "cpu", **options) -> Iterator[Workload]:
+    """``source`` built on fake tensors claiming ``device`` (no data, no memory), inside the fake mode."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        workload = build(source, device=device, fake=True, **options)
+        if any(t.is_meta for t in (*workload.module.parameters(), *workload.module.buffers())):
+            # A library that makes some tensors on the meta device itself (transformers' rotary
+            # frequencies): fake tensors on the device like the rest (values never matter here).
+            workload.module.to_empty(device=device)
+        yield workload
+
+
+AUTOCAST_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def check_precision(dtype: torch.dtype | None, autocast: torch.dtype | None) -> None:
+    """One-line ValueErrors for a precision setting that cannot apply."""
+    if autocast is not None and autocast not in AUTOCAST_DTYPES:
+        raise ModelSourceError(f"autocast takes bfloat16 or float16, got {autocast}")
+    if autocast is not None and dtype not in (None, torch.float32):
+        raise ModelSourceError("--autocast keeps float32 master weights: drop --dtype (or use --dtype alone)")
+
+
+class Autocast(nn.Module):
+    """A model whose forward runs under ``torch.autocast`` on its parameters' device type, as AMP
+    training runs it (float32 weights; operators on autocast's lower-precision list run in ``dtype``)."""
+
+    def __init__(self, module: nn.Module, dtype: torch.dtype):
+        super().__init__()
+        self.module = module
+        self.dtype = dtype
+
+    def device_type(self, inputs) -> str:
+        tensors = [*self.module.parameters(), *(t for t in inputs if isinstance(t, torch.Tensor))]
+        return tensors[0].device.type if tensors else "cpu"
+
+    def forward(self, *inputs):
+        with torch.autocast(self.device_type(inputs), dtype=self.dtype):
+            return self.module(*inputs)
+
+    def wrap_loss(self, loss_fn):
+        """The loss under autocast too (PyTorch's AMP recipe runs model and loss in the region).
+        None stays None (the step sums the outputs)."""
+        if loss_fn is None:
+            return None
+
+        def loss(output):
+            with torch.autocast(self.device_type(()), dtype=self.dtype):
+                return loss_fn(output)
+        return loss
 
 
 def cast_floating(module: nn.Module, dtype: torch.dtype) -> None:
@@ -298,13 +360,20 @@ def _cpu_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal, scale, e
                                        dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa))
 
 
+def _without_data(tensor: torch.Tensor) -> bool:
+    """A meta tensor, or a fake CPU tensor (a capture under autocast): torch's own selector would answer math."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return tensor.device.type == "meta" or (isinstance(tensor, FakeTensor) and tensor.device.type == "cpu")
+
+
 @contextlib.contextmanager
 def _flash_attention_on_meta() -> Iterator[None]:
     original = F.scaled_dot_product_attention
     flash = int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        if query.device.type != "meta" or _cpu_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal,
+        if not _without_data(query) or _cpu_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal,
                                                           scale, enable_gqa) != flash:
             # On the CPU a mask that needs a gradient (T5's learned position bias) takes the math path.
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,

@@ -199,26 +199,21 @@ class _JointCaptured(Exception):
 
 
 def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None, image: int = 224,
-                dtype: torch.dtype | None = None, device: str = "cpu", **sizes) -> JointGraph:
+                dtype: torch.dtype | None = None, autocast: torch.dtype | None = None, device: str = "cpu",
+                **sizes) -> JointGraph:
     """Trace ``source``'s training step once into the joint graph torch.compile would partition.
 
-    Build options are :func:`dtrlab.trace.models.build`'s. ``device``: the device the fake
+    Build options are :func:`dtrlab.trace.models.build`'s (``dtype``, ``autocast`` among them). ``device``: the device the fake
     tensors claim ("cpu"; "cuda" traces the kernels a GPU step picks, e.g. its flash
     attention, with no GPU needed). Raises ``ValueError`` (one line)
     for an unknown source or a step dynamo cannot capture in one graph.
     """
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from .models import ModelSourceError, build
+    from .models import ModelSourceError, fake_workload
 
     check_torch_has_knob()
-    options = {"batch": batch, "seq": seq, "image": image, "dtype": dtype, **sizes}
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        workload = build(source, device=device, fake=True, **options)
-        if any(t.is_meta for t in (*workload.module.parameters(), *workload.module.buffers())):
-            # A library that makes some tensors on the meta device itself (transformers' rotary
-            # frequencies): fake tensors on the device like the rest (values never matter here).
-            workload.module.to_empty(device=device)
+    options = {"batch": batch, "seq": seq, "image": image, "dtype": dtype, "autocast": autocast, **sizes}
+    with fake_workload(source, device=device, **options) as workload:
+        pass  # dynamo makes its own fake tensors from these: the step is compiled outside this mode
     step = LossStep(workload.module, workload.loss_fn)
     build_options = tuple(sorted((k, _option_value(v)) for k, v in {**options, "device": device}.items()
                                  if v is not None))
@@ -246,8 +241,6 @@ def _one_graph(step: nn.Module, inputs: tuple, source: str) -> dict | None:
     """The step's joint graph when dynamo captures it in one graph (``fullgraph=True``); None at a graph break."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._dynamo.exc import Unsupported
-
-    from .models import ModelSourceError
 
     kept: dict = {}
 
@@ -709,6 +702,18 @@ class _NodeInterpreter(fx.Interpreter):
     def run_node(self, node):
         self.recorder.node_name = self.prefix + node.name
         return super().run_node(node)
+
+    def get_attr(self, target, args, kwargs):
+        """A tensor the graph holds (a constant dynamo lifted, e.g. transformers' empty KV cache
+        ``torch.tensor([])``), on the run's device like the rest: made outside the recorder, so a
+        constant of the step."""
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        value = super().get_attr(target, args, kwargs)
+        if isinstance(value, torch.Tensor) and value.device != self.device:
+            with _disable_current_modes():
+                value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=self.device)
+        return value
 
     def call_function(self, target, args, kwargs):
         def moved(value):
