@@ -76,9 +76,10 @@ def test_autocast_runs_the_forward_in_bfloat16():
     dtypes = {str(node.meta["val"].dtype) for part in joint.parts for node in part.graph_module.graph.nodes
               if node.op == "call_function" and isinstance(node.meta.get("val"), torch.Tensor)}
     assert "torch.bfloat16" in dtypes
-    primals = [node.meta["val"].dtype for part in joint.parts
-               for node in part.graph_module.graph.find_nodes(op="placeholder") if node.name.startswith("primals")]
-    assert set(primals) <= {torch.float32, torch.int64}
+    # The first graph takes parameters and the input only (later ones also take bfloat16 activations).
+    primals = [node.meta["val"].dtype for node in joint.parts[0].graph_module.graph.find_nodes(op="placeholder")
+               if node.name.startswith("primals")]
+    assert set(primals) == {torch.float32}  # float32 master weights
     assert step_peaks(partition(joint, 1.0))["flat_peak"] != step_peaks(partition(plain, 1.0))["flat_peak"]
 
 
@@ -100,7 +101,7 @@ def test_graph_breaks_make_one_step(graph_break_joint):
     """Three graphs (the module's two halves, the loss), each partitioned on its own; one trace; graphs kept."""
     joint = graph_break_joint
     assert len(joint.parts) == 3 and joint.links.loss == (2, 0)
-    assert joint.links.inputs[1][0] == ("out", 0, 0)  # the second half takes the first half's output
+    assert ("out", 0, 0) in joint.links.inputs[1]  # the second half takes the first half's output
     step = partition(joint, 0.0, keep_graphs=True)
     assert len(step.graphs) == 3 and all(len(pair) == 2 for pair in step.graphs)
     assert step.forward is None and partition(joint, 0.0).graphs == ()

@@ -251,7 +251,9 @@ def cast_floating(module: nn.Module, dtype: torch.dtype) -> None:
 def meta_patches() -> Iterator[None]:
     """What a training step on meta tensors needs to run the kernels it runs on CPU tensors.
 
-    * ``F.scaled_dot_product_attention`` runs the CPU flash kernel (not the math path);
+    * ``F.scaled_dot_product_attention`` runs the CPU flash kernel (not the math path), on
+      meta tensors and on the fake CPU tensors of a capture under autocast, unless its mask
+      needs a gradient (the flash kernel cannot give it; the math path, as on the CPU);
     * transformers' check for packed sequences (``find_packed_sequence_indices``) reads
       data (``.all()``); it computes the same tensors here and answers "not packed",
       which is what real data answers for the token positions 0..seq-1 that
@@ -340,26 +342,6 @@ class _RealCpuFactories(torch.overrides.TorchFunctionMode):
 _FACTORIES = {torch.linspace, torch.arange, torch.logspace}
 
 
-def _cpu_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> int:
-    """torch's CPU choice of attention kernel (``torch._fused_sdp_choice``) for meta arguments.
-
-    Asked on small CPU stand-ins: the same rank, dtype, head dimension, broadcast dimensions,
-    last-dimension stride and ``requires_grad`` (what its checks read, beside the sizes; on
-    meta tensors it always answers the math path).
-    """
-    def stand_in(t):
-        if t is None or t.dim() == 0:
-            return t
-        shape = [1 if size == 1 else min(size, 2) for size in t.shape[:-1]] + [t.shape[-1]]
-        made = torch.zeros(shape, dtype=t.dtype, device="cpu")
-        if t.stride(-1) != 1:
-            made = torch.zeros(shape[:-1] + [shape[-1] * 2], dtype=t.dtype, device="cpu")[..., ::2]
-        return made.requires_grad_(t.requires_grad)
-
-    return int(torch._fused_sdp_choice(stand_in(query), stand_in(key), stand_in(value), stand_in(attn_mask),
-                                       dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa))
-
-
 def _without_data(tensor: torch.Tensor) -> bool:
     """A meta tensor, or a fake CPU tensor (a capture under autocast): torch's own selector would answer math."""
     from torch._subclasses.fake_tensor import FakeTensor
@@ -370,12 +352,12 @@ def _without_data(tensor: torch.Tensor) -> bool:
 @contextlib.contextmanager
 def _flash_attention_on_meta() -> Iterator[None]:
     original = F.scaled_dot_product_attention
-    flash = int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        if not _without_data(query) or _cpu_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal,
-                                                          scale, enable_gqa) != flash:
-            # On the CPU a mask that needs a gradient (T5's learned position bias) takes the math path.
+        if not _without_data(query) or (attn_mask is not None and attn_mask.requires_grad):
+            # The CPU flash kernel is not differentiable with respect to a mask (T5's learned position
+            # bias): torch's CPU selector (torch._fused_sdp_choice on CPU tensors) answers the math path
+            # then, which the meta kernels run too. (A GPU would run memory-efficient attention.)
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                             scale=scale, enable_gqa=enable_gqa)
         # The CPU flash kernel takes grouped-query attention's fewer key/value heads as they are.
