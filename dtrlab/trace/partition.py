@@ -26,7 +26,11 @@ API (stable; dtrlab.memory.partitioned and the knob census build on it)::
   (``loss_fn(model(*inputs))``) goes through ``torch.compile(fullgraph=True)`` with an
   ``aot_autograd`` backend whose partition function keeps the joint forward+backward graph
   AOT autograd hands it (and its arguments) and stops the compile there: the joint graph
-  is exactly what torch.compile partitions, traced once.
+  is exactly what torch.compile partitions, traced once. A step with graph breaks is run
+  by torch.compile on the fake tensors instead, every graph's joint kept with the tensors
+  each graph call took and gave (``JointGraph.parts``, :class:`StepLinks`); :func:`partition`
+  partitions each graph on its own, as torch.compile does, and records the whole step
+  (:func:`run_parts`).
 * :func:`partition` copies that joint graph and calls torch's
   ``min_cut_rematerialization_partition`` on the copy with the knob patched into
   ``torch._functorch.config`` (and the solver, optionally): no recompile. The forward and
@@ -47,7 +51,7 @@ to the end of the step. Not modelled: Inductor (its joint-graph pattern passes, 
 reordering and buffer reuse: the graphs are aot_eager's), the optimizer step, and
 autograd's own small tensors outside the graphs.
 
-Bad input (a model dynamo cannot trace in one graph, a knob outside [0, 1], a torch
+Bad input (a model dynamo cannot trace, a knob outside [0, 1], a torch
 without the knob, an unknown solver or node) raises ``ValueError`` with one line naming it.
 """
 
@@ -206,7 +210,7 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
     Build options are :func:`dtrlab.trace.models.build`'s (``dtype``, ``autocast`` among them). ``device``: the device the fake
     tensors claim ("cpu"; "cuda" traces the kernels a GPU step picks, e.g. its flash
     attention, with no GPU needed). Raises ``ValueError`` (one line)
-    for an unknown source or a step dynamo cannot capture in one graph.
+    for an unknown source or a step dynamo cannot capture (graph breaks are followed: see ``parts``).
     """
     from .models import ModelSourceError, fake_workload
 
