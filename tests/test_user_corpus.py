@@ -116,11 +116,12 @@ def test_graph_breaks_make_one_step(graph_break_joint):
 @pytest.mark.parametrize("source", ["tests.user_corpus:graph_break", "tests.user_corpus:gpt2_labels"])
 def test_graph_break_peak_is_the_real_cpu_peak(source):
     """The flat prediction of a step torch.compile splits into graphs, against the real aot_eager CPU step
-    (profiler memory events, tests/test_partition.py's measurement without fullgraph).
+    (profiler memory events, tests/test_partition.py's measurement without fullgraph), minus the bytes
+    live before the step (the constants; the loss's gradient is allocated during it).
 
-    Measured (torch 2.14.1): HF GPT-2 trained with labels= (three graphs) agrees to the byte at
-    knobs 1.0, 0.5 and 0.0; the two-half MLP predicts 2,560 B (its logits) above the real peak at
-    1.0 and 0.5 and 1,536 B at 0.0. Tolerance: the step's largest tensor either way.
+    Measured (torch 2.14.1): equal to the byte at knobs 1.0, 0.5 and 0.0 for both steps (HF GPT-2
+    with labels=, three graphs; the two-half MLP, three graphs). Kernel temporaries the graphs do not
+    show (CPU dropout's mask) could only raise the real peak, by at most one tensor; none reach it here.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -131,7 +132,4 @@ def test_graph_break_peak_is_the_real_cpu_peak(source):
             constants = sum(op.total_size for op in step.trace.operators if op.is_constant)
             predicted = step_peaks(step)["flat_peak"] - constants + 4  # + the loss's gradient
             _, real = measure_compiled_run(source, knob, fullgraph=False)
-            largest = max(op.total_size for op in step.trace.operators)
-            assert abs(real - predicted) <= largest, (knob, real, predicted)
-            if source.endswith("gpt2_labels"):
-                assert real == predicted, (knob, real, predicted)
+            assert real == predicted, (knob, real, predicted)

@@ -674,13 +674,7 @@ def _run_backwards(pairs: tuple, joint: JointGraph, recorder: Recorder, saved: l
     links, gradients = joint.links, {}
     for c in reversed(range(len(pairs))):
         forward, backward = pairs[c]
-        values = [node.meta["val"] for node in _output_nodes(forward)]
-        tangents = []
-        for m, needs in enumerate(links.needs_grad[c]):
-            if needs:
-                given = tangent if (c, m) == links.loss else gradients.pop(("out", c, m), None)
-                tangents.append(given if given is not None else
-                                torch.zeros(values[m].shape, dtype=values[m].dtype, device=tangent.device))
+        tangents = _tangents(forward, c, links, gradients, tangent)
         arguments = [tangents.pop(0) if node.name.startswith("tangents") else saved[c][node.name]
                      for node in backward.graph.find_nodes(op="placeholder")]
         saved[c] = None
@@ -691,6 +685,18 @@ def _run_backwards(pairs: tuple, joint: JointGraph, recorder: Recorder, saved: l
                 gradients[key] = gradients[key] + gradient if key in gradients else gradient
         del arguments, results
     return gradients
+
+
+def _tangents(forward: fx.GraphModule, c: int, links: StepLinks, gradients: dict, tangent) -> list:
+    """Part ``c``'s tangents, taken out of ``gradients`` (so that nothing else holds them while its backward runs)."""
+    values = [node.meta["val"] for node in _output_nodes(forward)]
+    tangents = []
+    for m, needs in enumerate(links.needs_grad[c]):
+        if needs:
+            given = tangent if (c, m) == links.loss else gradients.pop(("out", c, m), None)
+            tangents.append(given if given is not None else
+                            torch.zeros(values[m].shape, dtype=values[m].dtype, device=tangent.device))
+    return tangents
 
 
 class _NodeInterpreter(fx.Interpreter):
