@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from dtrlab.cli import main  # noqa: E402
-from dtrlab.memory.partitioned import step_peaks  # noqa: E402
+from dtrlab.memory.partitioned import interventions, step_peaks  # noqa: E402
 from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
 from tests.test_partition import measure_compiled_run  # noqa: E402
 
@@ -108,8 +108,22 @@ def test_graph_breaks_make_one_step(graph_break_joint):
     assert all(name.startswith(("g0.", "g1.", "g2.")) for name in step.recomputed)
     assert step.recomputed and step.saved
     assert step_peaks(step)["flat_peak"] == step.recorded_peak_bytes
-    with pytest.raises(ValueError, match="forcing nodes is not supported on a step with graph breaks"):
-        partition(joint, 0.5, force={"g0.mm": "save"})
+    with pytest.raises(ValueError, match="no operator node 'g7.mm' in the step's graphs"):
+        partition(joint, 0.5, force={"g7.mm": "save"})
+
+
+def test_forcing_a_node_of_a_later_graph(graph_break_joint):
+    """interventions() on a step with graph breaks: nodes are named g<graph>.<node>, forced in their own graph."""
+    joint = graph_break_joint
+    base = partition(joint, 1.0)
+    later = [s.name for s in base.saved if s.name in joint.forward_nodes and not s.name.startswith("g0.")]
+    assert later
+    forced = partition(joint, 1.0, force={later[0]: "recompute"})
+    assert later[0] in forced.recomputed and later[0] not in base.recomputed
+    assert forced.forced == ((later[0], "recompute"),)
+    [row] = interventions(joint, 1.0, nodes=[later[0]])
+    assert row["forced"] == "recompute" and row["peak_delta"] == (step_peaks(forced)["flat_peak"]
+                                                                  - step_peaks(base)["flat_peak"])
 
 
 @pytest.mark.slow

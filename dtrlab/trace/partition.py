@@ -426,13 +426,13 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
     """
     check_torch_has_knob()
     knob = check_knob(knob)
-    if joint.parts and force:
-        raise ValueError(f"{joint.source}: forcing nodes is not supported on a step with graph breaks")
     parts = joint.parts or (joint,)
-    results = [_partition_graph(part, knob, solver, force or {}, reuse_min_cuts) for part in parts]
 
     def named(c: int, name: str) -> str:
         return f"g{c}.{name}" if joint.parts else name
+
+    forcings = _forcings_by_graph(joint, force or {})
+    results = [_partition_graph(part, knob, solver, forcings[c], reuse_min_cuts) for c, part in enumerate(parts)]
 
     saved = tuple(dataclasses.replace(s, name=named(c, s.name)) for c, r in enumerate(results) for s in r.saved)
     recomputed = tuple(named(c, name) for c, r in enumerate(results) for name in r.recomputed)
@@ -446,8 +446,26 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
         proxy_recompute_runtime=sum(r.proxy_runtime for r in results), trace=trace,
         recorded_peak_bytes=peak, forward_ops=forward_ops,
         forward=first.forward if keep_graphs and not joint.parts else None,
-        backward=first.backward if keep_graphs and not joint.parts else None, forced=first.forced,
+        backward=first.backward if keep_graphs and not joint.parts else None,
+        forced=tuple(sorted((named(c, name), how) for c, r in enumerate(results) for name, how in r.forced)),
         graphs=pairs if keep_graphs else ())
+
+
+def _forcings_by_graph(joint: JointGraph, force: dict[str, str]) -> list[dict[str, str]]:
+    """``force`` split by graph: a step with graph breaks names its nodes ``g<graph>.<node>``."""
+    from ..suggest import did_you_mean
+
+    if not joint.parts:
+        return [force]
+    split: list[dict[str, str]] = [{} for _ in joint.parts]
+    for name, how in force.items():
+        graph, _, node = name.partition(".")
+        index = int(graph[1:]) if graph[:1] == "g" and graph[1:].isdigit() else -1
+        if not 0 <= index < len(joint.parts):
+            raise ValueError(f"no operator node {name!r} in the step's graphs (names are g<graph>.<node>)"
+                             f"{did_you_mean(name, sorted(joint.forward_nodes))}")
+        split[index][node] = how
+    return split
 
 
 @dataclass(frozen=True)
