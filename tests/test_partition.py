@@ -55,11 +55,11 @@ def joints():
 
 def _compiled_run(source: str, knob: float):
     if (source, knob) not in _COMPILED_RUNS:
-        _COMPILED_RUNS[source, knob] = _measure_compiled_run(source, knob)
+        _COMPILED_RUNS[source, knob] = measure_compiled_run(source, knob)
     return _COMPILED_RUNS[source, knob]
 
 
-def _measure_compiled_run(source: str, knob: float):
+def measure_compiled_run(source: str, knob: float, fullgraph: bool = True):
     """torch.compile's own step (aot_eager: min-cut partitioner, eager kernels) on real CPU tensors.
 
     Returns the (shape, dtype) of every tensor the compiled forward saved for backward
@@ -70,7 +70,7 @@ def _measure_compiled_run(source: str, knob: float):
     step = LossStep(workload.module, workload.loss_fn)
     torch._dynamo.reset()  # else dynamo's cache would reuse the first knob's graphs
     with torch._functorch.config.patch(activation_memory_budget=knob):
-        compiled = torch.compile(step, backend="aot_eager", fullgraph=True, dynamic=False)
+        compiled = torch.compile(step, backend="aot_eager", fullgraph=fullgraph, dynamic=False)
         compiled(*workload.inputs).backward()  # compiles, at this knob
         step.zero_grad(set_to_none=True)
         saved = []

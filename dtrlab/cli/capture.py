@@ -25,6 +25,23 @@ def add_model_size_arguments(parser) -> None:
                             help=f"override the hf: config's {key.replace('_', ' ')}")
 
 
+def add_precision_arguments(parser) -> None:
+    """--dtype (cast the model) and --autocast (float32 weights, forward and loss under torch.autocast)."""
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                        help="cast parameters, buffers and floating inputs (default: the model's, float32)")
+    parser.add_argument("--autocast", choices=("bfloat16", "float16"), default=None,
+                        help="keep float32 master weights and run the forward and the loss under "
+                             "torch.autocast with this dtype (mixed-precision training)")
+
+
+def precision_options(options) -> dict:
+    """The build options --dtype and --autocast give (torch dtypes, or None)."""
+    import torch
+
+    return {key: getattr(torch, getattr(options, key)) if getattr(options, key) else None
+            for key in ("dtype", "autocast")}
+
+
 def register(subparsers) -> None:
     # The options' help names the model sources, which needs torch: the full parser is
     # built when the command runs (--help included), so other commands start without torch.
@@ -46,8 +63,7 @@ def capture_parser() -> Parser:
     parser.add_argument("model", help=f"model source: {describe_sources()}")
     parser.add_argument("--out", required=True, type=output_file, help="output log; gzip-compressed if it ends in .gz")
     add_model_size_arguments(parser)
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
-                        help="cast parameters and floating inputs (default: the model's, float32)")
+    add_precision_arguments(parser)
     parser.add_argument("--cost", choices=COST_MODELS, default="flops",
                         help="flops: FLOP counts; roofline:GPU: roofline time in ns on that GPU "
                              "(dtrlab.trace.costs); time: median wall time in ns (needs --real)")
@@ -61,7 +77,7 @@ def capture_parser() -> Parser:
 
 def run(args) -> int:
     try:
-        import torch
+        import torch  # noqa: F401 (installed?)
     except ImportError as exc:
         if {"-h", "--help"} & set(args.arguments):
             print(f"usage: dtrlab capture MODEL --out FILE [options]\n\nThe options need PyTorch ({exc}): "
@@ -76,8 +92,7 @@ def run(args) -> int:
     sizes = {key: getattr(options, key) for key in SIZE_KEYS}
     recording = capture(options.model, real=options.real, cost=options.cost, repeats=options.repeats,
                         batch=options.batch, seq=options.seq, image=options.image, seed=options.seed,
-                        progress=not options.quiet,
-                        dtype=getattr(torch, options.dtype) if options.dtype else None, **sizes)
+                        progress=not options.quiet, **precision_options(options), **sizes)
     recording.write(options.out)
     fraction = recording.pinned_fraction
     summary = {"model": options.model, "batch": recording.meta["batch"], "out": options.out,

@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from .capture import add_model_size_arguments
+from .capture import add_model_size_arguments, add_precision_arguments, precision_options
 from .common import jobs_count, positive_float, print_table
 
 ACCOUNTING_NAMES = {"flat": "flat_peak", "allocated": "allocated_peak", "reserved": "reserved_peak"}
@@ -85,8 +85,7 @@ def register(subparsers) -> None:
                         help="a model source as for `dtrlab capture` (zoo name, torchvision:, hf:, diffusers:, "
                              "module:function), or a census JSON written by --out")
     add_model_size_arguments(parser)
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
-                        help="cast parameters and floating inputs (default: the model's)")
+    add_precision_arguments(parser)
     parser.add_argument("--knobs", type=knob_range, default=None, metavar="START:STOP:STEP",
                         help="knob values to evaluate: a range with both ends included, or a list such as 0.05,0.15 "
                              "(default 0:1:0.01); every change of the peak between neighbours is then bisected")
@@ -146,7 +145,7 @@ def model_evaluations(args) -> list[tuple]:
     """(knob -> peaks, the census's name, its axes) per solver and runtime estimator asked for: the model
     source traced once, torch's partitioner per knob (watched: does the knapsack keep its limit)."""
     try:
-        import torch
+        import torch  # noqa: F401 (installed?)
     except ImportError as exc:
         raise ValueError(f"dtrlab knob needs PyTorch ({exc}); install it with `pip install 'dtrlab[torch]'`") \
             from None
@@ -156,8 +155,8 @@ def model_evaluations(args) -> list[tuple]:
 
     check_torch_has_knob()
     sizes = {key: getattr(args, key) for key in SIZE_KEYS}
-    joint = trace_joint(args.source, batch=args.batch, seq=args.seq, image=args.image,
-                        dtype=getattr(torch, args.dtype) if args.dtype else None, **sizes)
+    joint = trace_joint(args.source, batch=args.batch, seq=args.seq, image=args.image, **precision_options(args),
+                        **sizes)
     name = census_name(args.source, args)
     solvers, estimators = getattr(args, "solver", None), getattr(args, "runtime_estimator", None)
     if solvers is None and estimators is None:
@@ -182,7 +181,8 @@ def census_name(source: str, args) -> str:
 
     name = "".join(c if c.isalnum() or c in "._" else "-" for c in source).strip("-")
     sizes = [(key.replace("_", ""), getattr(args, key)) for key in SIZE_KEYS]
-    for flag, value in [*sizes, ("b", args.batch), ("s", args.seq)]:
+    precision = [(key, getattr(args, key, None)) for key in ("dtype", "autocast")]
+    for flag, value in [*sizes, ("b", args.batch), ("s", args.seq), *precision]:
         if value is not None:
             name += f"-{flag}{value}"
     return name

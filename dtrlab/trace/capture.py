@@ -52,6 +52,7 @@ This module imports torch; the rest of dtrlab does not.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import gzip
 import json
@@ -481,7 +482,7 @@ def capture(source: str, *, real: bool = False, cost: str = "flops", repeats: in
     shows a bar of the operators recorded.
     Errors name the model and the cause.
     """
-    from .models import ModelSourceError, build, meta_patches
+    from .models import build, fake_workload, meta_patches
 
     check_cost_model(cost)
     for key, value in {"repeats": repeats, **build_options}.items():
@@ -489,19 +490,32 @@ def capture(source: str, *, real: bool = False, cost: str = "flops", repeats: in
             raise ValueError(f"{key} must be a whole number >= 1, got {value!r}")
     if cost == "time" and not real:
         raise ValueError("cost 'time' times real operators: add --real (or choose flops or roofline:GPU)")
-    device = "cpu" if real else "meta"
-    workload = build(source, device=device, **build_options)
-    try:
-        # The step runs on the same default device: tensors the model makes itself land there too.
-        with torch.device(device), meta_patches():
-            recording = record(workload.module, workload.inputs, loss_fn=workload.loss_fn, cost=cost, repeats=repeats,
-                               progress=progress)
-    except Exception as exc:
-        where = "real tensors" if real else "meta tensors (no data; try --real to compare)"
-        raise ModelSourceError(f"{source}: the training step raised on {where}: {type(exc).__name__}: "
-                               f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
+    # Autocast has no meta device (torch._C._is_autocast_available("meta") is False): without
+    # --real, a step under autocast runs on fake CPU tensors (no data either).
+    fake = build_options.get("autocast") is not None and not real
+    device = "cpu" if real or fake else "meta"
+    with fake_workload(source, **build_options) if fake else contextlib.nullcontext() as workload:
+        workload = workload or build(source, device=device, **build_options)
+        try:
+            # The step runs on the same default device: tensors the model makes itself land there too.
+            with torch.device(device), meta_patches():
+                recording = record(workload.module, workload.inputs, loss_fn=workload.loss_fn, cost=cost,
+                                   repeats=repeats, progress=progress)
+        except Exception as exc:
+            raise _step_error(source, real, fake, exc) from exc
     recording.meta.update(source=source, batch=workload.batch, input_shape=workload.input_shape, desc=workload.desc)
+    if fake:
+        recording.meta.update(device="cpu (fake tensors)")
     return recording
+
+
+def _step_error(source: str, real: bool, fake: bool, exc: Exception) -> ValueError:
+    from .models import ModelSourceError
+
+    where = ("real tensors" if real else "fake CPU tensors (no data; try --real to compare)" if fake
+             else "meta tensors (no data; try --real to compare)")
+    return ModelSourceError(f"{source}: the training step raised on {where}: {type(exc).__name__}: "
+                            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
 
 
 def package_versions() -> dict:

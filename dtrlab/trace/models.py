@@ -126,19 +126,26 @@ def describe_sources() -> str:
 
 
 def build(source: str, *, batch: int | None = None, seq: int | None = None, image: int = 224,
-          device: str = "meta", dtype: torch.dtype | None = None, seed: int = 0, **sizes) -> Workload:
-    """Build ``source``'s training step on ``device`` ("meta": no data; "cpu": real tensors)."""
+          device: str = "meta", dtype: torch.dtype | None = None, seed: int = 0, fake: bool = False,
+          autocast: torch.dtype | None = None, **sizes) -> Workload:
+    """Build ``source``'s training step on ``device`` ("meta": no data; "cpu": real tensors).
+
+    ``dtype``: cast the parameters, buffers and floating inputs. ``autocast``: keep them
+    (float32 master weights) and run the forward and the loss under
+    ``torch.autocast(device_type, autocast)`` (:class:`Autocast`).
+    ``fake``: the caller builds under a ``FakeTensorMode`` (see :func:`fake_build`)."""
     sizes = {key: value for key, value in sizes.items() if value is not None}
     unknown = set(sizes) - set(SIZE_KEYS)
     if unknown:
         raise ModelSourceError(f"{source}: unknown size settings {sorted(unknown)}; known: {', '.join(SIZE_KEYS)}")
     scheme, _, name = source.partition(":")
+    check_precision(dtype, autocast)
     if source in SIXTEEN_BIT_ONLY and dtype not in (torch.bfloat16, torch.float16):
         raise ModelSourceError(f"{source}: {SIXTEEN_BIT_ONLY[source]}")
     if sizes and scheme != "hf":
         raise ModelSourceError(f"{source}: {', '.join(sorted(sizes))} apply to hf: models only")
     torch.manual_seed(seed)
-    with torch.device(device):
+    with torch.device(device), (fake_build() if fake else contextlib.nullcontext()):
         if not name:
             if source not in zoo.MODELS:
                 raise ModelSourceError(f"unknown model {source!r}; sources: {describe_sources()}")
@@ -152,17 +159,101 @@ def build(source: str, *, batch: int | None = None, seq: int | None = None, imag
         else:
             workload = _user_function(source, batch, seq)
         if dtype is not None:
-            workload.module.to(dtype)
+            cast_floating(workload.module, dtype)
             workload.inputs = tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
                                     for t in workload.inputs)
+    if autocast is not None:
+        workload.module = Autocast(workload.module, autocast)
+        workload.loss_fn = workload.module.wrap_loss(workload.loss_fn)
+        workload.desc += f"; forward and loss under torch.autocast({str(autocast).removeprefix('torch.')})"
     return workload
+
+
+@contextlib.contextmanager
+def fake_workload(source: str, *, device: str = "cpu", **options) -> Iterator[Workload]:
+    """``source`` built on fake tensors claiming ``device`` (no data, no memory), inside the fake mode."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        workload = build(source, device=device, fake=True, **options)
+        if any(t.is_meta for t in (*workload.module.parameters(), *workload.module.buffers())):
+            # A library that makes some tensors on the meta device itself (transformers' rotary
+            # frequencies): fake tensors on the device like the rest (values never matter here).
+            workload.module.to_empty(device=device)
+        yield workload
+
+
+AUTOCAST_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def check_precision(dtype: torch.dtype | None, autocast: torch.dtype | None) -> None:
+    """One-line ValueErrors for a precision setting that cannot apply."""
+    if autocast is not None and autocast not in AUTOCAST_DTYPES:
+        raise ModelSourceError(f"autocast takes bfloat16 or float16, got {autocast}")
+    if autocast is not None and dtype not in (None, torch.float32):
+        raise ModelSourceError("--autocast keeps float32 master weights: drop --dtype (or use --dtype alone)")
+
+
+class Autocast(nn.Module):
+    """A model whose forward runs under ``torch.autocast`` on its parameters' device type, as AMP
+    training runs it (float32 weights; operators on autocast's lower-precision list run in ``dtype``)."""
+
+    def __init__(self, module: nn.Module, dtype: torch.dtype):
+        super().__init__()
+        self.module = module
+        self.dtype = dtype
+
+    def device_type(self, inputs) -> str:
+        tensors = [*self.module.parameters(), *(t for t in inputs if isinstance(t, torch.Tensor))]
+        return tensors[0].device.type if tensors else "cpu"
+
+    def forward(self, *inputs):
+        with torch.autocast(self.device_type(inputs), dtype=self.dtype):
+            return self.module(*inputs)
+
+    def wrap_loss(self, loss_fn):
+        """The loss under autocast too (PyTorch's AMP recipe runs model and loss in the region).
+        None stays None (the step sums the outputs)."""
+        if loss_fn is None:
+            return None
+
+        def loss(output):
+            with torch.autocast(self.device_type(()), dtype=self.dtype):
+                return loss_fn(output)
+        return loss
+
+
+def cast_floating(module: nn.Module, dtype: torch.dtype) -> None:
+    """``module.to(dtype)`` by replacing each floating parameter and buffer (tied ones stay tied).
+
+    ``Module.to`` swaps a fake tensor's contents in place (``torch.utils.swap_tensors``,
+    torch/nn/modules/module.py:969-988), which fails on the fake tensors
+    :func:`dtrlab.trace.partition.trace_joint` builds with; replacing the module's entries
+    is what ``Module.to`` does with ``torch.__future__.set_overwrite_module_params_on_conversion``.
+    """
+    cast: dict[int, torch.Tensor] = {}
+
+    def converted(tensor, parameter: bool):
+        if id(tensor) not in cast:
+            value = tensor.detach().to(dtype)
+            cast[id(tensor)] = nn.Parameter(value, requires_grad=tensor.requires_grad) if parameter else value
+        return cast[id(tensor)]
+
+    with torch.no_grad():
+        for sub in module.modules():
+            for table, parameter in ((sub._parameters, True), (sub._buffers, False)):
+                for key, tensor in table.items():
+                    if tensor is not None and tensor.is_floating_point():
+                        table[key] = converted(tensor, parameter)
 
 
 @contextlib.contextmanager
 def meta_patches() -> Iterator[None]:
     """What a training step on meta tensors needs to run the kernels it runs on CPU tensors.
 
-    * ``F.scaled_dot_product_attention`` runs the CPU flash kernel (not the math path);
+    * ``F.scaled_dot_product_attention`` runs the CPU flash kernel (not the math path), on
+      meta tensors and on the fake CPU tensors of a capture under autocast, unless its mask
+      needs a gradient (the flash kernel cannot give it; the math path, as on the CPU);
     * transformers' check for packed sequences (``find_packed_sequence_indices``) reads
       data (``.all()``); it computes the same tensors here and answers "not packed",
       which is what real data answers for the token positions 0..seq-1 that
@@ -200,11 +291,73 @@ def _unpacked_sequences() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def fake_build() -> Iterator[None]:
+    """Building a model on fake tensors, whose initial values never matter (``trace_joint``).
+
+    * ``torch.nn.init``'s initialisers leave a fake tensor as it is: some read its data
+      (``trunc_normal_``'s rejection loop, torch/nn/init.py:111-121), which fake tensors cannot;
+    * a factory call that names the CPU device itself (timm's drop-path rates:
+      ``torch.linspace(..., device="cpu")`` then ``.item()``) makes a real CPU tensor, and
+      calls on real CPU tensors only stay real, as when a model is built on the meta device
+      for ``dtrlab capture``.
+    """
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    init = torch.nn.init
+    originals = {name: getattr(init, name) for name in dir(init)
+                 if name.endswith("_") and not name.startswith("_") and callable(getattr(init, name))}
+
+    def skipped(function):
+        def initialiser(tensor, *args, **kwargs):
+            return tensor if isinstance(tensor, FakeTensor) else function(tensor, *args, **kwargs)
+        return initialiser
+
+    for name, function in originals.items():
+        setattr(init, name, skipped(function))
+    try:
+        with _RealCpuFactories():
+            yield
+    finally:
+        for name, function in originals.items():
+            setattr(init, name, function)
+
+
+class _RealCpuFactories(torch.overrides.TorchFunctionMode):
+    """Explicit-CPU factories, and calls on the real tensors they make, run outside the fake mode."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+
+        kwargs = kwargs or {}
+        device = kwargs.get("device")
+        tensors = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        explicit_cpu = func in _FACTORIES and device is not None and torch.device(device).type == "cpu"
+        if explicit_cpu or (tensors and not any(isinstance(t, FakeTensor) or t.device.type != "cpu"
+                                                for t in tensors)):
+            with unset_fake_temporarily():
+                return func(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+_FACTORIES = {torch.linspace, torch.arange, torch.logspace}
+
+
+def _without_data(tensor: torch.Tensor) -> bool:
+    """A meta tensor, or a fake CPU tensor (a capture under autocast): torch's own selector would answer math."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return tensor.device.type == "meta" or (isinstance(tensor, FakeTensor) and tensor.device.type == "cpu")
+
+
+@contextlib.contextmanager
 def _flash_attention_on_meta() -> Iterator[None]:
     original = F.scaled_dot_product_attention
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        if query.device.type != "meta":
+        if not _without_data(query) or (attn_mask is not None and attn_mask.requires_grad):
+            # The CPU flash kernel is not differentiable with respect to a mask (T5's learned position
+            # bias): torch's CPU selector (torch._fused_sdp_choice on CPU tensors) answers the math path
+            # then, which the meta kernels run too. (A GPU would run memory-efficient attention.)
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                             scale=scale, enable_gqa=enable_gqa)
         # The CPU flash kernel takes grouped-query attention's fewer key/value heads as they are.

@@ -26,7 +26,11 @@ API (stable; dtrlab.memory.partitioned and the knob census build on it)::
   (``loss_fn(model(*inputs))``) goes through ``torch.compile(fullgraph=True)`` with an
   ``aot_autograd`` backend whose partition function keeps the joint forward+backward graph
   AOT autograd hands it (and its arguments) and stops the compile there: the joint graph
-  is exactly what torch.compile partitions, traced once.
+  is exactly what torch.compile partitions, traced once. A step with graph breaks is run
+  by torch.compile on the fake tensors instead, every graph's joint kept with the tensors
+  each graph call took and gave (``JointGraph.parts``, :class:`StepLinks`); :func:`partition`
+  partitions each graph on its own, as torch.compile does, and records the whole step
+  (:func:`run_parts`).
 * :func:`partition` copies that joint graph and calls torch's
   ``min_cut_rematerialization_partition`` on the copy with the knob patched into
   ``torch._functorch.config`` (and the solver, optionally): no recompile. The forward and
@@ -47,7 +51,7 @@ to the end of the step. Not modelled: Inductor (its joint-graph pattern passes, 
 reordering and buffer reuse: the graphs are aot_eager's), the optimizer step, and
 autograd's own small tensors outside the graphs.
 
-Bad input (a model dynamo cannot trace in one graph, a knob outside [0, 1], a torch
+Bad input (a model dynamo cannot trace, a knob outside [0, 1], a torch
 without the knob, an unknown solver or node) raises ``ValueError`` with one line naming it.
 """
 
@@ -55,6 +59,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import gc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -97,6 +102,10 @@ class JointGraph:
     runtime_estimates: dict = field(default_factory=dict, compare=False, repr=False)
     #: torch's ``solve_min_cut`` answers on this graph, by node names (see :func:`partition`'s ``reuse_min_cuts``).
     min_cuts: dict = field(default_factory=dict, compare=False, repr=False)
+    #: A step with graph breaks: one single-graph JointGraph per compiled-graph call, in execution order
+    #: (empty for a one-graph step, whose graph is this one's). See :class:`StepLinks`.
+    parts: tuple = field(default=(), compare=False, repr=False)
+    links: StepLinks | None = field(default=None, compare=False, repr=False)
 
     @property
     def node_count(self) -> int:
@@ -105,6 +114,21 @@ class JointGraph:
     def operator_nodes(self) -> list[str]:
         """Names of the joint graph's operator nodes (``call_function``), in graph order."""
         return [node.name for node in self.graph_module.graph.nodes if node.op == "call_function"]
+
+
+@dataclass(frozen=True)
+class StepLinks:
+    """How the graphs of a step with graph breaks hand tensors to one another (by position).
+
+    ``inputs[c][j]``: where part ``c``'s forward input ``j`` comes from: ``("out", c2, m)``, forward
+    output ``m`` of an earlier part, or ``("in", c2, j2)``, a tensor first met as an earlier (or
+    this) part's input (a parameter, an input, a tensor eager code made). ``needs_grad[c][m]``:
+    whether part ``c``'s forward output ``m`` gets a tangent in its backward. ``loss``: ``(c, m)``.
+    """
+
+    inputs: tuple[tuple[tuple[str, int, int], ...], ...]
+    needs_grad: tuple[tuple[bool, ...], ...]
+    loss: tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -143,6 +167,8 @@ class PartitionedStep:
     forward: fx.GraphModule | None = field(default=None, compare=False, repr=False)
     backward: fx.GraphModule | None = field(default=None, compare=False, repr=False)
     forced: tuple[tuple[str, str], ...] = ()
+    #: (forward, backward) graph modules per compiled graph in forward order (``keep_graphs``; else empty).
+    graphs: tuple[tuple[fx.GraphModule, fx.GraphModule], ...] = field(default=(), compare=False, repr=False)
 
     @property
     def saved_count(self) -> int:
@@ -180,26 +206,21 @@ class _JointCaptured(Exception):
 
 
 def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None, image: int = 224,
-                dtype: torch.dtype | None = None, device: str = "cpu", **sizes) -> JointGraph:
+                dtype: torch.dtype | None = None, autocast: torch.dtype | None = None, device: str = "cpu",
+                **sizes) -> JointGraph:
     """Trace ``source``'s training step once into the joint graph torch.compile would partition.
 
-    Build options are :func:`dtrlab.trace.models.build`'s. ``device``: the device the fake
+    Build options are :func:`dtrlab.trace.models.build`'s (``dtype``, ``autocast`` among them). ``device``: the device the fake
     tensors claim ("cpu"; "cuda" traces the kernels a GPU step picks, e.g. its flash
     attention, with no GPU needed). Raises ``ValueError`` (one line)
-    for an unknown source or a step dynamo cannot capture in one graph.
+    for an unknown source or a step dynamo cannot capture (graph breaks are followed: see ``parts``).
     """
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from .models import build
+    from .models import fake_workload
 
     check_torch_has_knob()
-    options = {"batch": batch, "seq": seq, "image": image, "dtype": dtype, **sizes}
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        workload = build(source, device=device, **options)
-        if any(t.is_meta for t in (*workload.module.parameters(), *workload.module.buffers())):
-            # A library that makes some tensors on the meta device itself (transformers' rotary
-            # frequencies): fake tensors on the device like the rest (values never matter here).
-            workload.module.to_empty(device=device)
+    options = {"batch": batch, "seq": seq, "image": image, "dtype": dtype, "autocast": autocast, **sizes}
+    with fake_workload(source, device=device, **options) as workload:
+        pass  # dynamo makes its own fake tensors from these: the step is compiled outside this mode
     build_options = tuple(sorted((k, _option_value(v)) for k, v in {**options, "device": device}.items()
                                  if v is not None))
     return trace_step(workload.module, workload.inputs, workload.loss_fn, source=source,
@@ -212,15 +233,39 @@ def trace_step(module: nn.Module, inputs, loss_fn=None, *, source: str, build_op
     requires grad), as torch.compile would partition it: :func:`trace_joint`'s work once the model is
     built. ``module`` and ``inputs`` should be fake tensors (:func:`fake_module`, or built under a
     ``FakeTensorMode``): dynamo fakes real ones itself, but the caller then holds their memory.
+    A step dynamo cannot capture in one graph is followed through its graph breaks (``parts``).
     Raises :class:`~dtrlab.trace.models.ModelSourceError` (a ValueError, one line) for a step dynamo
-    cannot capture in one graph or one that does not return one scalar."""
-    from torch._dynamo.backends.common import aot_autograd
-
+    cannot capture at all or one that does not return one scalar."""
     from .models import ModelSourceError
 
     check_torch_has_knob()
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     step = LossStep(module, loss_fn)
+    kept = _one_graph(step, inputs, source)
+    if kept is None:  # graph breaks: each graph partitioned on its own, as torch.compile does
+        return _graph_parts(step, inputs, source, build_options, desc)
+    graph_module = kept["graph_module"]
+    tangents = [node for node in graph_module.graph.find_nodes(op="placeholder") if node.name.startswith("tangents")]
+    if len(tangents) != 1 or tangents[0].meta["val"].dim() != 0:
+        raise ModelSourceError(f"{source}: its joint graph has {len(tangents)} tangents; the step must return "
+                               "one scalar loss")
+    return _joint_graph(source, build_options, kept, desc)
+
+
+def _joint_graph(source: str, build_options: tuple, kept: dict, desc: str) -> JointGraph:
+    graph_module = kept["graph_module"]
+    return JointGraph(
+        source=source, build_options=build_options, graph_module=graph_module,
+        joint_inputs=tuple(kept["joint_inputs"]), num_fwd_outputs=kept["num_fwd_outputs"],
+        static_lifetime_input_indices=tuple(kept.get("static_lifetime_input_indices") or ()),
+        forward_nodes=_forward_nodes(graph_module.graph), torch_version=torch.__version__, desc=desc)
+
+
+def _one_graph(step: nn.Module, inputs: tuple, source: str) -> dict | None:
+    """The step's joint graph when dynamo captures it in one graph (``fullgraph=True``); None at a graph break."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.exc import Unsupported
+
     kept: dict = {}
 
     def keep_joint(joint_module, joint_inputs, **kwargs):
@@ -231,24 +276,101 @@ def trace_step(module: nn.Module, inputs, loss_fn=None, *, source: str, build_op
     torch._dynamo.reset()
     try:
         torch.compile(step, backend=backend, fullgraph=True, dynamic=False)(*inputs)
+    except Unsupported:
+        if "graph_module" not in kept:
+            return None
     except Exception as exc:  # dynamo wraps what the backend raises
         if "graph_module" not in kept:
-            cause = getattr(exc, "inner_exception", None) or exc  # what the backend itself raised
-            raise ModelSourceError(f"{source}: torch.compile cannot trace its training step in one graph: "
-                                   f"{type(cause).__name__}: {_first_line(cause)}") from exc
+            raise _untraceable(source, exc) from exc
     finally:
         torch._dynamo.reset()
-    graph_module = kept["graph_module"]
-    tangents = [node for node in graph_module.graph.find_nodes(op="placeholder") if node.name.startswith("tangents")]
-    if len(tangents) != 1 or tangents[0].meta["val"].dim() != 0:
-        raise ModelSourceError(f"{source}: its joint graph has {len(tangents)} tangents; the step must return "
-                               "one scalar loss")
+    return kept
+
+
+def _untraceable(source: str, exc: BaseException) -> ValueError:
+    from .models import ModelSourceError
+
+    cause = getattr(exc, "inner_exception", None) or exc  # what the backend itself raised
+    return ModelSourceError(f"{source}: torch.compile cannot trace its training step: "
+                            f"{type(cause).__name__}: {_first_line(cause)}")
+
+
+def _graph_parts(step: nn.Module, inputs: tuple, source: str, build_options: tuple, desc: str) -> JointGraph:
+    """A step with graph breaks, run by torch.compile (aot_autograd, torch's partitioner at knob 1.0)
+    on the fake tensors: each graph's joint kept, and which tensors each call of a graph received
+    and returned (:class:`StepLinks`). Graphs without a backward (nothing in them needs a
+    gradient) and the eager code between graphs are not part of the trace."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
+
+    graphs: list[dict | None] = []
+    calls: list[tuple[int, list, list]] = []
+
+    def keep_joint(joint_module, joint_inputs, **kwargs):
+        with _use_lazy_graph_module(True):
+            kept = _make_graph_module(joint_module, copy.deepcopy(joint_module.graph))
+        graphs[-1] = dict(graph_module=kept, joint_inputs=joint_inputs, **kwargs)
+        return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+
+    aot = aot_autograd(fw_compiler=_identity_compiler, bw_compiler=_identity_compiler, partition_fn=keep_joint)
+
+    def backend(graph_module, example_inputs):
+        graphs.append(None)
+        return _calls_noted(aot(graph_module, example_inputs), len(graphs) - 1, calls)
+
+    torch._dynamo.reset()
+    try:
+        loss = torch.compile(step, backend=backend, dynamic=False)(*inputs)
+    except Exception as exc:
+        raise _untraceable(source, exc) from exc
+    finally:
+        torch._dynamo.reset()
+    used = [(graphs[index], args, outputs) for index, args, outputs in calls if graphs[index] is not None]
+    links = _step_links(source, used, loss)
+    parts = tuple(_joint_graph(source, build_options, kept, desc) for kept, _, _ in used)
+    first = parts[0]
     return JointGraph(
-        source=source, build_options=build_options,
-        graph_module=graph_module, joint_inputs=tuple(kept["joint_inputs"]),
-        num_fwd_outputs=kept["num_fwd_outputs"],
-        static_lifetime_input_indices=tuple(kept.get("static_lifetime_input_indices") or ()),
-        forward_nodes=_forward_nodes(graph_module.graph), torch_version=torch.__version__, desc=desc)
+        source=source, build_options=build_options, graph_module=first.graph_module,
+        joint_inputs=first.joint_inputs, num_fwd_outputs=first.num_fwd_outputs,
+        static_lifetime_input_indices=first.static_lifetime_input_indices,
+        forward_nodes=frozenset(f"g{c}.{name}" for c, part in enumerate(parts) for name in part.forward_nodes),
+        torch_version=torch.__version__, desc=desc, parts=parts, links=links)
+
+
+def _calls_noted(compiled, index: int, calls: list):
+    """``compiled`` (a dynamo backend's answer), noting each call's input and output tensors in ``calls``."""
+    def run(*args):
+        outputs = compiled(*args)
+        calls.append((index, list(args), list(outputs)))
+        return outputs
+    return run
+
+
+def _step_links(source: str, used: list, loss) -> StepLinks:
+    from .models import ModelSourceError
+
+    first_seen: dict[int, tuple[str, int, int]] = {}
+    inputs, needs_grad, loss_at = [], [], None
+    for c, (kept, args, outputs) in enumerate(used):
+        placeholders = kept["graph_module"].graph.find_nodes(op="placeholder")
+        primals = [node for node in placeholders if not node.name.startswith("tangents")]
+        if len(primals) != len(args) or kept["num_fwd_outputs"] != len(outputs):
+            raise ModelSourceError(f"{source}: graph {c} of its step mutates or aliases its inputs across a graph "
+                                   "break, which dtrlab does not model")
+        inputs.append(tuple(first_seen.setdefault(id(a), ("in", c, j)) for j, a in enumerate(args)))
+        for m, output in enumerate(outputs):
+            first_seen.setdefault(id(output), ("out", c, m))
+            if output is loss:
+                loss_at = (c, m)
+        grads = tuple(isinstance(o, torch.Tensor) and o.requires_grad for o in outputs)
+        if sum(grads) != len(placeholders) - len(primals):
+            raise ModelSourceError(f"{source}: graph {c}'s tangents do not match its outputs that need a gradient")
+        needs_grad.append(grads)
+    if loss_at is None:
+        raise ModelSourceError(f"{source}: its loss is computed outside torch.compile's graphs (eager code after "
+                               "the last graph break), which dtrlab does not trace")
+    return StepLinks(tuple(inputs), tuple(needs_grad), loss_at)
 
 
 def meta_module(module: nn.Module) -> nn.Module:
@@ -286,12 +408,15 @@ def joint_hash(joint: JointGraph) -> str:
     dynamo's, deterministic for one model and torch version."""
     import hashlib
 
-    digest = hashlib.sha256(str(joint.graph_module.graph).encode())
-    for node in joint.graph_module.graph.find_nodes(op="placeholder"):
-        value = node.meta.get("val")
-        if isinstance(value, torch.Tensor):
-            digest.update(f"{node.name}:{tuple(value.shape)}:{value.stride()}:{value.dtype}:{value.device}".encode())
-    digest.update(f"{joint.num_fwd_outputs}:{joint.static_lifetime_input_indices}".encode())
+    digest = hashlib.sha256()
+    for part in joint.parts or (joint,):  # a step with graph breaks: every graph, and how they link
+        digest.update(str(part.graph_module.graph).encode())
+        for node in part.graph_module.graph.find_nodes(op="placeholder"):
+            value = node.meta.get("val")
+            if isinstance(value, torch.Tensor):
+                digest.update(f"{node.name}:{tuple(value.shape)}:{value.stride()}:{value.dtype}:{value.device}".encode())
+        digest.update(f"{part.num_fwd_outputs}:{part.static_lifetime_input_indices}".encode())
+    digest.update(repr(joint.links).encode())
     return digest.hexdigest()
 
 
@@ -377,18 +502,74 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
     the knob at all; the fourth repeats whenever the knapsack's answer does. The answer is
     torch's either way (tests/test_partition.py compares with ``reuse_min_cuts=False``).
     """
-    import torch._functorch.config as functorch_config
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
     check_torch_has_knob()
     knob = check_knob(knob)
+    parts = joint.parts or (joint,)
+
+    def named(c: int, name: str) -> str:
+        return f"g{c}.{name}" if joint.parts else name
+
+    forcings = _forcings_by_graph(joint, force or {})
+    results = [_partition_graph(part, knob, solver, forcings[c], reuse_min_cuts) for c, part in enumerate(parts)]
+
+    saved = tuple(dataclasses.replace(s, name=named(c, s.name)) for c, r in enumerate(results) for s in r.saved)
+    recomputed = tuple(named(c, name) for c, r in enumerate(results) for name in r.recomputed)
+    pairs = tuple((r.forward, r.backward) for r in results)
+    trace, peak, forward_ops = _record_step(pairs, joint)
+    first = results[0]
+    return PartitionedStep(
+        source=joint.source, knob=knob, solver=first.solver, runtime_estimator=first.estimator,
+        torch_version=torch.__version__, saved=saved, recomputed=recomputed,
+        proxy_saved_bytes=sum(s.nbytes for s in saved),
+        proxy_recompute_runtime=sum(r.proxy_runtime for r in results), trace=trace,
+        recorded_peak_bytes=peak, forward_ops=forward_ops,
+        forward=first.forward if keep_graphs and not joint.parts else None,
+        backward=first.backward if keep_graphs and not joint.parts else None,
+        forced=tuple(sorted((named(c, name), how) for c, r in enumerate(results) for name, how in r.forced)),
+        graphs=pairs if keep_graphs else ())
+
+
+def _forcings_by_graph(joint: JointGraph, force: dict[str, str]) -> list[dict[str, str]]:
+    """``force`` split by graph: a step with graph breaks names its nodes ``g<graph>.<node>``."""
+    from ..suggest import did_you_mean
+
+    if not joint.parts:
+        return [force]
+    split: list[dict[str, str]] = [{} for _ in joint.parts]
+    for name, how in force.items():
+        graph, _, node = name.partition(".")
+        index = int(graph[1:]) if graph[:1] == "g" and graph[1:].isdigit() else -1
+        if not 0 <= index < len(joint.parts):
+            raise ValueError(f"no operator node {name!r} in the step's graphs (names are g<graph>.<node>)"
+                             f"{did_you_mean(name, sorted(joint.forward_nodes))}")
+        split[index][node] = how
+    return split
+
+
+@dataclass(frozen=True)
+class _GraphPartition:
+    forward: fx.GraphModule
+    backward: fx.GraphModule
+    saved: tuple[SavedTensor, ...]
+    recomputed: tuple[str, ...]
+    proxy_runtime: float
+    solver: str
+    estimator: str
+    forced: tuple[tuple[str, str], ...]
+
+
+def _partition_graph(joint: JointGraph, knob: float, solver: str | None, force: dict[str, str],
+                     reuse_min_cuts: bool) -> _GraphPartition:
+    """torch's partitioner on a copy of one joint graph (see :func:`partition`)."""
+    import torch._functorch.config as functorch_config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
 
     # Lazy graph modules: Python code for the graphs is generated only if something runs them
     # (the interpreter below does not), as torch.compile itself does while it partitions.
     with _use_lazy_graph_module(True):
         graph_module = _make_graph_module(joint.graph_module, copy.deepcopy(joint.graph_module.graph))
-    forced = _apply_forcing(graph_module, force or {})
+    forced = _apply_forcing(graph_module, force)
     reuse = _reused_min_cuts(joint, forced) if reuse_min_cuts else contextlib.nullcontext()
     with partitioner_config(knob, solver), reuse, _use_lazy_graph_module(True):
         used_solver = functorch_config.activation_memory_budget_solver
@@ -400,20 +581,13 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
         recomputed = tuple(node.name for node in backward.graph.nodes
                            if node.op == "call_function" and node.name in joint.forward_nodes)
         proxy_runtime = _proxy_runtime(backward, set(recomputed), joint.runtime_estimates, str(estimator))
-    trace, peak, forward_ops = _record_step(forward, backward, joint)
-    return PartitionedStep(
-        source=joint.source, knob=knob, solver=str(used_solver), runtime_estimator=str(estimator),
-        torch_version=torch.__version__, saved=saved, recomputed=recomputed,
-        proxy_saved_bytes=sum(s.nbytes for s in saved), proxy_recompute_runtime=proxy_runtime, trace=trace,
-        recorded_peak_bytes=peak, forward_ops=forward_ops,
-        forward=forward if keep_graphs else None, backward=backward if keep_graphs else None, forced=forced)
+    return _GraphPartition(forward, backward, saved, recomputed, proxy_runtime, str(used_solver), str(estimator),
+                           forced)
 
 
 @contextlib.contextmanager
 def _reused_min_cuts(joint: JointGraph, forced: tuple) -> Iterator[None]:
     """torch's ``solve_min_cut``, answering again from ``joint.min_cuts`` what it answered before."""
-    import dataclasses
-
     import torch._functorch.config as functorch_config
     from torch._functorch import partitioners
 
@@ -532,18 +706,120 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
     del loss, gradients
 
 
+def run_parts(pairs: tuple, joint: JointGraph, recorder: Recorder) -> None:
+    """Run a step with graph breaks under ``recorder`` as torch.compile runs it (aot_eager's boxed graphs).
+
+    The forward graphs in order, each handed the tensors :class:`StepLinks` says it received
+    (a parameter used by two graphs is one tensor); a graph's outputs are held until the last
+    graph that takes them has run (the frames between graphs hold them), its saved tensors
+    until its backward.
+    Then the backward graphs in reverse order, each handed its saved tensors and its tangents:
+    the loss's gradient (ones), or the gradients later graphs' backwards produced for the
+    tensors this graph output (summed when several graphs used one; zeros when none did, as
+    autograd materialises them). Gradients of the step's inputs live to its end.
+    """
+    links, device = joint.links, torch.device("meta")
+    constants = {}
+    for c, (forward, _) in enumerate(pairs):
+        for key, tensor in zip(links.inputs[c], placeholder_tensors(forward, "meta")):
+            if key == ("in", c, key[2]):
+                constants[key] = tensor
+    loss_value = _output_nodes(pairs[links.loss[0]][0])[links.loss[1]].meta["val"]
+    tangent = torch.ones((), dtype=loss_value.dtype, device=device)
+    recorder._emit(INSTRUCTION="ANNOTATE", ANNOTATION="START")
+    for t in [*constants.values(), tangent]:
+        recorder.name_of(t)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # as in capture.record: collection at random points would move releases
+    try:
+        with recorder:
+            saved, loss = _run_forwards(pairs, joint, recorder, constants)
+            recorder.flush_releases()
+            recorder._emit(INSTRUCTION="ANNOTATE", ANNOTATION="BACKWARD")
+            gradients = _run_backwards(pairs, joint, recorder, saved, tangent)
+        recorder.close()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    del loss, gradients, constants
+
+
+def _output_nodes(graph_module: fx.GraphModule) -> list:
+    return list(graph_module.graph.find_nodes(op="output")[0].args[0])
+
+
+def _run_forwards(pairs: tuple, joint: JointGraph, recorder: Recorder, constants: dict) -> tuple[list, object]:
+    """The forward graphs in order: (per graph, its saved tensors by name; the loss)."""
+    links, outputs, saved = joint.links, {}, []
+    last_use = {(key[1], key[2]): c for c, keys in enumerate(links.inputs) for key in keys if key[0] == "out"}
+    for c, (forward, _) in enumerate(pairs):
+        arguments = [constants[key] if key[0] == "in" else outputs[key[1], key[2]] for key in links.inputs[c]]
+        results = _NodeInterpreter(forward, recorder, torch.device("meta"), f"g{c}.").boxed_run(arguments)
+        count = joint.parts[c].num_fwd_outputs
+        names = [node.name if isinstance(node, fx.Node) else None for node in _output_nodes(forward)]
+        outputs.update(((c, m), value) for m, value in enumerate(results[:count]))
+        saved.append(dict(zip(names[count:], results[count:])))
+        del arguments, results
+        for key in [key for key in outputs if key != links.loss and last_use.get(key, -1) <= c]:
+            del outputs[key]  # no later graph takes it: the frame between graphs drops it
+    return saved, outputs[links.loss]
+
+
+def _run_backwards(pairs: tuple, joint: JointGraph, recorder: Recorder, saved: list, tangent) -> dict:
+    """The backward graphs in reverse order; returns the gradients of the step's inputs (and any left over)."""
+    links, gradients = joint.links, {}
+    for c in reversed(range(len(pairs))):
+        forward, backward = pairs[c]
+        tangents = _tangents(forward, c, links, gradients, tangent)
+        arguments = [tangents.pop(0) if node.name.startswith("tangents") else saved[c][node.name]
+                     for node in backward.graph.find_nodes(op="placeholder")]
+        saved[c] = None
+        del tangents
+        results = _NodeInterpreter(backward, recorder, tangent.device, f"g{c}.").boxed_run(arguments)
+        for key, gradient in zip(links.inputs[c], results):
+            if isinstance(gradient, torch.Tensor):
+                gradients[key] = gradients[key] + gradient if key in gradients else gradient
+        del arguments, results
+    return gradients
+
+
+def _tangents(forward: fx.GraphModule, c: int, links: StepLinks, gradients: dict, tangent) -> list:
+    """Part ``c``'s tangents, taken out of ``gradients`` (so that nothing else holds them while its backward runs)."""
+    values = [node.meta["val"] for node in _output_nodes(forward)]
+    tangents = []
+    for m, needs in enumerate(links.needs_grad[c]):
+        if needs:
+            given = tangent if (c, m) == links.loss else gradients.pop(("out", c, m), None)
+            tangents.append(given if given is not None else
+                            torch.zeros(values[m].shape, dtype=values[m].dtype, device=tangent.device))
+    return tangents
+
+
 class _NodeInterpreter(fx.Interpreter):
     """Runs a graph node by node, telling the recorder which node runs (for the trace's node names),
     with the devices operators name (``_to_copy(device=cpu)``) replaced by the run's device."""
 
-    def __init__(self, graph_module: fx.GraphModule, recorder: Recorder, device: torch.device):
+    def __init__(self, graph_module: fx.GraphModule, recorder: Recorder, device: torch.device, prefix: str = ""):
         super().__init__(graph_module, garbage_collect_values=True)
         self.recorder = recorder
         self.device = device
+        self.prefix = prefix  # a step with graph breaks: its graph's tag on node names
 
     def run_node(self, node):
-        self.recorder.node_name = node.name
+        self.recorder.node_name = self.prefix + node.name
         return super().run_node(node)
+
+    def get_attr(self, target, args, kwargs):
+        """A tensor the graph holds (a constant dynamo lifted, e.g. transformers' empty KV cache
+        ``torch.tensor([])``), on the run's device like the rest: made outside the recorder, so a
+        constant of the step."""
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        value = super().get_attr(target, args, kwargs)
+        if isinstance(value, torch.Tensor) and value.device != self.device:
+            with _disable_current_modes():
+                value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=self.device)
+        return value
 
     def call_function(self, target, args, kwargs):
         def moved(value):
@@ -552,12 +828,16 @@ class _NodeInterpreter(fx.Interpreter):
         return super().call_function(target, tuple(moved(v) for v in args), {k: moved(v) for k, v in kwargs.items()})
 
 
-def _record_step(forward: fx.GraphModule, backward: fx.GraphModule, joint: JointGraph) -> tuple[Trace, int, int]:
+def _record_step(pairs: tuple, joint: JointGraph) -> tuple[Trace, int, int]:
     """The partitioned step as a dtrlab trace (meta tensors, FLOP costs), its recorded peak, forward op count."""
     recorder = _NodeNamingRecorder("flops", 1)
-    primals = placeholder_tensors(forward, "meta")
-    run_graphs(forward, backward, primals, recorder, joint.num_fwd_outputs)
-    del primals
+    if joint.parts:
+        run_parts(pairs, joint, recorder)
+    else:
+        [(forward, backward)] = pairs
+        primals = placeholder_tensors(forward, "meta")
+        run_graphs(forward, backward, primals, recorder, joint.num_fwd_outputs)
+        del primals
     # The recorder's lines are the log's records already (capture writes them as JSON).
     trace = parse_lines((), source=f"<{joint.source} partitioned>", name=joint.source,
                         records=list(enumerate(recorder.lines, 1)))

@@ -1,0 +1,149 @@
+"""User-style sources (tests/user_corpus.py, issue 42 item 4): each passes `dtrlab capture` and `dtrlab knob`
+(a coarse plan of three knobs) or ends in one line naming the limitation (status 2), never an internal error;
+and a step with graph breaks is accounted as torch.compile runs it (real aot_eager CPU steps)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from dtrlab.cli import main  # noqa: E402
+from dtrlab.memory.partitioned import interventions, step_peaks  # noqa: E402
+from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
+from tests.test_partition import measure_compiled_run  # noqa: E402
+
+TINY_DECODER = ["--batch", "2", "--seq", "32", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+                "--intermediate", "128", "--vocab", "256"]
+TINY_MOE = ["--batch", "2", "--seq", "32", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "4",
+            "--intermediate", "32", "--vocab", "256"]
+CORPUS = {
+    "llama-defaults": ["tests.user_corpus:llama_defaults"],
+    "t5": ["tests.user_corpus:t5"],
+    "gpt2-labels": ["tests.user_corpus:gpt2_labels"],
+    "timm-vit": ["tests.user_corpus:timm_vit"],
+    "timm-convnext": ["tests.user_corpus:timm_convnext"],
+    "torchvision-vit": ["tests.user_corpus:torchvision_vit"],
+    "olmoe-bf16": ["hf:olmoe", *TINY_MOE, "--dtype", "bfloat16"],
+    "checkpointing": ["tests.user_corpus:checkpointing"],
+    "graph-break": ["tests.user_corpus:graph_break"],
+    "decoder-bf16": ["hf:llama", *TINY_DECODER, "--dtype", "bfloat16"],
+    "decoder-autocast": ["hf:llama", *TINY_DECODER, "--autocast", "bfloat16"],
+}
+NEEDS = {"timm-vit": "timm", "timm-convnext": "timm", "torchvision-vit": "torchvision"}
+
+
+def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _passes_or_names_its_limit(code: int, err: str) -> bool:
+    """rc 0, or rc 2 with one line (no traceback): the limitation, named."""
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("[transformers]")]
+    return code == 0 or (code == 2 and len(lines) == 1 and "Traceback" not in err)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_source_passes_capture_and_knob(capsys, tmp_path, monkeypatch, name):
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name])
+    monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))
+    source = CORPUS[name]
+    code, out, err = _run(capsys, ["capture", *source, "--out", str(tmp_path / "step.jsonl"), "--quiet"])
+    assert code == 0, err
+    assert json.loads(out.splitlines()[0])["peak_live_bytes"] > 0
+    code, out, err = _run(capsys, ["knob", *source, "--knobs", "0,0.5,1", "--resolution", "0.5", "--quiet"])
+    assert _passes_or_names_its_limit(code, err), err
+    assert code == 0, err  # every source of the corpus passes today
+    assert "3 knob values" in out
+
+
+def test_autocast_runs_the_forward_in_bfloat16():
+    """Under --autocast the weights stay float32 and the matmuls run in bfloat16 (casts in the joint graph)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        joint = trace_joint("tests.user_corpus:graph_break", autocast=torch.bfloat16)
+        plain = trace_joint("tests.user_corpus:graph_break")
+    dtypes = {str(node.meta["val"].dtype) for part in joint.parts for node in part.graph_module.graph.nodes
+              if node.op == "call_function" and isinstance(node.meta.get("val"), torch.Tensor)}
+    assert "torch.bfloat16" in dtypes
+    # The first graph takes parameters and the input only (later ones also take bfloat16 activations).
+    primals = [node.meta["val"].dtype for node in joint.parts[0].graph_module.graph.find_nodes(op="placeholder")
+               if node.name.startswith("primals")]
+    assert set(primals) == {torch.float32}  # float32 master weights
+    assert step_peaks(partition(joint, 1.0))["flat_peak"] != step_peaks(partition(plain, 1.0))["flat_peak"]
+
+
+def test_precision_options_checked():
+    with pytest.raises(ValueError, match="--autocast keeps float32 master weights"):
+        trace_joint("tests.user_corpus:graph_break", autocast=torch.bfloat16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="autocast takes bfloat16 or float16"):
+        trace_joint("tests.user_corpus:graph_break", autocast=torch.float64)
+
+
+@pytest.fixture(scope="module")
+def graph_break_joint():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return trace_joint("tests.user_corpus:graph_break")
+
+
+def test_graph_breaks_make_one_step(graph_break_joint):
+    """Three graphs (the module's two halves, the loss), each partitioned on its own; one trace; graphs kept."""
+    joint = graph_break_joint
+    assert len(joint.parts) == 3 and joint.links.loss == (2, 0)
+    assert ("out", 0, 0) in joint.links.inputs[1]  # the second half takes the first half's output
+    step = partition(joint, 0.0, keep_graphs=True)
+    assert len(step.graphs) == 3 and all(len(pair) == 2 for pair in step.graphs)
+    assert step.forward is None and partition(joint, 0.0).graphs == ()
+    assert all(name.startswith(("g0.", "g1.", "g2.")) for name in step.recomputed)
+    assert step.recomputed and step.saved
+    assert step_peaks(step)["flat_peak"] == step.recorded_peak_bytes
+    with pytest.raises(ValueError, match="no operator node 'g7.mm' in the step's graphs"):
+        partition(joint, 0.5, force={"g7.mm": "save"})
+
+
+def test_forcing_a_node_of_a_later_graph(graph_break_joint):
+    """interventions() on a step with graph breaks: nodes are named g<graph>.<node>, forced in their own graph."""
+    joint = graph_break_joint
+    base = partition(joint, 1.0)
+    later = [s.name for s in base.saved if s.name in joint.forward_nodes and not s.name.startswith("g0.")]
+    assert later
+    forced = partition(joint, 1.0, force={later[0]: "recompute"})
+    assert later[0] in forced.recomputed and later[0] not in base.recomputed
+    assert forced.forced == ((later[0], "recompute"),)
+    [row] = interventions(joint, 1.0, nodes=[later[0]])
+    assert row["forced"] == "recompute" and row["peak_delta"] == (step_peaks(forced)["flat_peak"]
+                                                                  - step_peaks(base)["flat_peak"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["tests.user_corpus:graph_break", "tests.user_corpus:gpt2_labels"])
+def test_graph_break_peak_is_the_real_cpu_peak(source):
+    """The flat prediction of a step torch.compile splits into graphs, against the real aot_eager CPU step
+    (profiler memory events, tests/test_partition.py's measurement without fullgraph), minus the bytes
+    live before the step (the constants; the loss's gradient is allocated during it).
+
+    Measured (torch 2.14.1): equal to the byte at knobs 1.0, 0.5 and 0.0 for both steps (HF GPT-2
+    with labels=, three graphs; the two-half MLP, three graphs). Kernel temporaries the graphs do not
+    show (CPU dropout's mask) could only raise the real peak, by at most one tensor; none reach it here.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        joint = trace_joint(source)
+        assert joint.parts
+        for knob in (1.0, 0.5, 0.0):
+            step = partition(joint, knob)
+            constants = sum(op.total_size for op in step.trace.operators if op.is_constant)
+            predicted = step_peaks(step)["flat_peak"] - constants + 4  # + the loss's gradient
+            _, real = measure_compiled_run(source, knob, fullgraph=False)
+            assert real == predicted, (knob, real, predicted)
