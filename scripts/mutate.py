@@ -95,7 +95,8 @@ def run(module: str, jobs: int) -> dict:
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)], cwd=directory,
                             env={**os.environ, "PYTHONPATH": "", "DTRLAB_RECOMPUTE": "1"})
-    record = scores(module) or {}
+    # A failed run (its clean or stats run of the tests failed) scores nothing: mutmut says why above.
+    record = (scores(module) or {}) if result.returncode == 0 else {"killed_share": None}
     record.update(module=module, tests=MODULES[module], seconds=round(time.perf_counter() - started),
                   exit_code=result.returncode)
     return record
