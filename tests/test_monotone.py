@@ -25,6 +25,11 @@ CALIBRATION = "0.05:1.0:0.01"
 def private_cache(tmp_path, monkeypatch):
     # Calibrations go through the default sweep cache; keep the tests' runs out of the user's.
     monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))
+    # ... and calibrate each test afresh: a calibration memoized by an earlier test (or, under make mutate, by the
+    # unmutated run) would hide a bug in calibrate() from every later test.
+    from dtrlab.calibrated import monotone
+
+    monkeypatch.setattr(monotone, "_CALIBRATIONS", {})
 
 
 def test_choose_cap_takes_the_cheapest_passing_budget_that_fits():
