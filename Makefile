@@ -15,7 +15,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml setup.py dtrlab/trace/_logparse.c dtrlab/runtime/_regions.c dtrlab/runtime/_core.c dtrlab/runtime/_regions_core.h dtrlab/policies/_policy_spec.h dtrlab/policies/_policy_core.h dtrlab/memory/_memory_core.h dtrlab/memory/_compiled.c dtrlab/_pytype.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,torch,models,browser,solvers,docs]'
+	$(BIN)/pip install --quiet -e '.[dev,torch,models,browser,solvers,planner,docs]'
 	touch $@
 
 figures: setup
@@ -24,12 +24,13 @@ figures: setup
 test: setup
 	$(BIN)/python -m pytest -m "not slow"
 
-# test-all also runs the quick suite in a random order (a fixed seed, printed; SEED=N for another) and each test file
-# alone in its own process: a test that needs another to run first, or that leaves state behind, fails one of them.
+# test-all runs every test: the quick suite in a random order (a fixed seed, printed; SEED=N for another), the
+# slow-marked checks, then each test file's quick tests alone in its own process: a test that needs another to run
+# first, or that leaves state behind, fails one of them.
 SEED ?= 45
 test-all: setup
-	$(BIN)/python -m pytest
 	$(BIN)/python -m pytest -m "not slow" -p random_order --random-order-bucket=module --random-order-seed=$(SEED)
+	$(BIN)/python -m pytest -m slow
 	$(BIN)/python scripts/tests_alone.py
 
 # Mutation testing (mutmut, the `mutate` extra) of the modules where a wrong answer is silent, each against the

@@ -34,8 +34,11 @@ MODULES = {
     "dtrlab/trace/partition.py": ["tests/test_partition.py"],
     "dtrlab/memory/partitioned.py": ["tests/test_partition.py"],
     "dtrlab/memory/caching.py": ["tests/test_memory_models.py", "tests/test_memory_core.py"],
-    "dtrlab/runtime/semantics.py": ["tests/test_memory_semantics.py", "tests/test_memory_runtime.py"],
-    "dtrlab/calibrated/monotone.py": ["tests/test_monotone.py"],
+    "dtrlab/runtime/semantics.py": ["tests/test_memory_semantics.py", "tests/test_memory_runtime.py",
+                                    "tests/test_values.py"],
+    # mutmut 3.8.1 crashed (KeyError in its wait_for_result) during the test that starts two worker processes.
+    "dtrlab/calibrated/monotone.py": ["tests/test_monotone.py", "--deselect=tests/test_monotone.py::"
+                                     "test_zero_holes_and_non_increasing_overhead_at_0001_with_two_workers"],
     "dtrlab/solvers/replay.py": ["tests/test_solvers.py"],
 }
 #: What the tests read besides the package (mutmut copies them beside the mutated package).
@@ -95,7 +98,8 @@ def run(module: str, jobs: int) -> dict:
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)], cwd=directory,
                             env={**os.environ, "PYTHONPATH": "", "DTRLAB_RECOMPUTE": "1"})
-    record = scores(module) or {}
+    # A failed run (its clean or stats run of the tests failed) scores nothing: mutmut says why above.
+    record = (scores(module) or {}) if result.returncode == 0 else {"killed_share": None}
     record.update(module=module, tests=MODULES[module], seconds=round(time.perf_counter() - started),
                   exit_code=result.returncode)
     return record

@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             print(run.stdout[-4000:] + run.stderr[-2000:], flush=True)
     print(f"{len(files)} files alone in {time.perf_counter() - started:.0f} s; "
           + (f"failed alone: {' '.join(failed)}" if failed else "each passed alone"))
+    print(f"files: {len(files) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
 
 

@@ -34,10 +34,10 @@ UNET_LOG = "unet-6-8000000000.0-2020-10-1-10-57-18-default.log"
 # dtrlab.trace.models sets HF_HUB_OFFLINE=1 for the whole process before transformers is imported (it builds configs,
 # never downloads); set here first, every test sees the same environment whichever runs first.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-#: Variables torch sets once per process to its own default when they are unset (torch/_inductor/runtime/
-#: cache_dir_utils.py:19, the inductor cache directory, first computed by whichever test compiles first): their
-#: first setting is not counted as a test's change.
-TORCH_WRITES = ("TORCHINDUCTOR_CACHE_DIR",)
+#: Variables a library sets once per process to its own default when they are unset: torch's inductor cache directory
+#: (torch/_inductor/runtime/cache_dir_utils.py:19, first computed by whichever test compiles first) and joblib's
+#: KMP_INIT_AT_FORK (joblib/__init__.py:163, on its first import). Their first setting is not counted as a test's.
+LIBRARY_WRITES = ("TORCHINDUCTOR_CACHE_DIR", "KMP_INIT_AT_FORK")
 #: The torch configuration modules a test must leave as it found them (compared when torch is already imported).
 TORCH_CONFIGS = ("torch._functorch.config", "torch._inductor.config")
 
@@ -66,7 +66,7 @@ def _leaves_no_trace():
     before = process_state()
     yield
     after = process_state()
-    for name in TORCH_WRITES:
+    for name in LIBRARY_WRITES:
         if name not in before["os.environ"]:
             after["os.environ"].pop(name, None)
     changed = [key for key in before if key in after and before[key] != after[key]]

@@ -551,3 +551,23 @@ def test_memory_spec_and_semantics_options():
     assert semantics_options("caching", None, "reserved") == {}
     with pytest.raises(ValueError, match="max_splitsize"):
         memory_spec("caching", {"max_splitsize": 1})
+
+
+def test_semantics_errors_word_for_word():
+    """The one-line errors a user reads, whole (make mutate: a mangled message is a wrong answer too)."""
+    from dtrlab.runtime.semantics import Semantics, check_semantics, memory_spec
+
+    assert Semantics(memory_options=(("b", 1), ("a", 2))).memory_options == (("a", 2), ("b", 1))  # pairs, not a dict
+    with pytest.raises(ValueError, match=r"^unknown enforce 'x'; valid: reserved, allocated \(see docs/memory.md\)$"):
+        check_semantics("x")
+    with pytest.raises(ValueError, match=r"^device_capacity applies to enforce='allocated' only \(under 'reserved' the "
+                                         r"budget is the device\)$"):
+        check_semantics("reserved", 1 << 30)
+    with pytest.raises(ValueError, match=r"^policy 'coop' evicts to place a block, which enforce='allocated' never asks "
+                                         r"for \(it evicts by allocated bytes after each operator\); use "
+                                         r"enforce='reserved'$"):
+        check_semantics("allocated", None, get_policy("coop"))
+    with pytest.raises(ValueError, match=r"memory options \['max_split_size'\] given with a ready 'caching' model"):
+        memory_spec(CachingModel(0), {"max_split_size": 4})
+    with pytest.raises(ValueError, match=r"unknown memory model 'cachng' \(did you mean 'caching'\?\)"):
+        memory_spec("cachng", None, "allocated")

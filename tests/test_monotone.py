@@ -25,6 +25,11 @@ CALIBRATION = "0.05:1.0:0.01"
 def private_cache(tmp_path, monkeypatch):
     # Calibrations go through the default sweep cache; keep the tests' runs out of the user's.
     monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))
+    # ... and calibrate each test afresh: a calibration memoized by an earlier test (or, under make mutate, by the
+    # unmutated run) would hide a bug in calibrate() from every later test.
+    from dtrlab.calibrated import monotone
+
+    monkeypatch.setattr(monotone, "_CALIBRATIONS", {})
 
 
 def test_choose_cap_takes_the_cheapest_passing_budget_that_fits():
@@ -150,3 +155,33 @@ def test_zero_holes_at_0001_on_every_dtr_log(logs_dir):
             assert result.passed == passed[k], (name, grid[k])
             if result.passed:
                 assert result.clock / compute == pytest.approx(cap_overhead[k]) and result.peak_memory <= budgets[k]
+
+
+@pytest.mark.parametrize("limit", [2.0, 3.0])
+def test_monotone_envelope_from_the_base_policys_own_runs(small_resnet, limit):
+    """The envelope row by row from DTR's runs at each calibration budget (the oracle): its status and overhead,
+    and the cap: the passing budget at or below with the fewest clock ticks, the larger budget on a tie."""
+    from dtrlab.runtime.semantics import REFERENCE, Semantics
+
+    ratios = [0.37, 0.38, 0.40, 0.42, 0.44, 0.46, 0.48, 0.50]
+    semantics = REFERENCE.with_(overhead_limit=limit)
+    envelope = monotone_envelope(small_resnet, calibration=ratios, semantics=semantics)
+    compute = baseline(small_resnet).model_compute
+    budgets = [budget_for(small_resnet, r) for r in ratios]
+    runs = [simulate(small_resnet, "dtr", budget_bytes=b, semantics=semantics) for b in budgets]
+    assert envelope["ratio"].tolist() == ratios and envelope["budget_bytes"].tolist() == budgets
+    assert envelope["base_status"].tolist() == [r.status for r in runs]
+    assert any(r.passed for r in runs) and not all(r.passed for r in runs)
+    for i, row in envelope.iterrows():
+        if runs[i].passed:
+            assert row.base_overhead == pytest.approx(runs[i].clock / compute, rel=1e-12)
+        else:
+            assert np.isnan(row.base_overhead)
+        fitting = [(runs[j].clock, -budgets[j], j) for j in range(i + 1) if runs[j].passed]
+        if fitting:
+            cap = min(fitting)[2]
+            assert (row.cap_ratio, row.monotone_overhead) == (ratios[cap], pytest.approx(runs[cap].clock / compute))
+        else:
+            assert np.isnan(row.cap_ratio) and np.isnan(row.monotone_overhead)
+    with pytest.raises(ValueError, match="semantics sets memory, which calibration runs under flat memory"):
+        monotone_envelope(small_resnet, calibration=ratios, semantics=Semantics(memory="caching"))

@@ -263,3 +263,33 @@ def test_every_returned_schedule_replays_on_the_shipped_traces():
                 assert check.passed, (name, ratio, check.summary())
                 replayed += 1
         assert replayed >= 2, name
+
+
+def test_replay_thrash_limit_budget_errors_and_summary():
+    """The chain at 40 bytes recomputes a1 (5 of its 10 units of compute, chain_log's derivation): the replay
+    passes under the overhead limit 1.5 and thrashes under 1.4 (a recompute allowance of 4); a budget given with a
+    SolveResult overrides its own; bad input is one line; the summary says what happened."""
+    from dataclasses import replace
+
+    from dtrlab.solvers.replay import ScriptedPolicy
+
+    trace = chain()
+    result = solve_optimal(trace, 40, **EXACT)
+    fits = replay(trace, result.schedule, 40, overhead_limit=1.5)
+    assert fits.passed and fits.summary() == f"pass: recompute 5, peak {fits.peak_memory} <= 40" and fits.peak_memory <= 40
+    assert fits.clock == 1 + 10 + 5  # the clock starts at 1; the model's compute, then a1 again
+    over = replay(trace, result.schedule, 40, overhead_limit=1.4)
+    assert over.status == "thrash" and not over.passed and over.summary().startswith("FAIL: simulator: thrash (")
+    tight = replay(trace, result, 39)
+    assert (tight.status, tight.budget_bytes, tight.failure.kind) == ("oom", 39, "oom")
+    assert tight.summary() == f"FAIL: simulator: oom ({tight.failure}); recompute 0 != claimed 5"
+    # Without its recompute the schedule's stage 5 (b1) misses a1, which the simulator then recomputes on demand.
+    stripped = replay(trace, replace(result.schedule, remat=tuple(() for _ in result.schedule.remat)), 40)
+    assert stripped.disagreements == ("stage 5: resident set differs from the schedule (extra [], missing ['a1'])",)
+    assert stripped.summary() == f"FAIL: {stripped.disagreements[0]}; recompute 5 != claimed 0"
+    with pytest.raises(ValueError, match=r"^give budget_bytes= with a bare Schedule$"):
+        replay(trace, result.schedule)
+    with pytest.raises(ValueError, match=r"^the solve ended 'infeasible' without a schedule to replay$"):
+        replay(trace, solve_optimal(trace, 5))
+    with pytest.raises(RuntimeError, match="withholds every storage"):
+        ScriptedPolicy().choose(None, [])
