@@ -29,6 +29,8 @@ from pathlib import Path
 #: the models of ship_ac.MODELS the planner runs on. Left out: vit-l2, where torch's SACEstimator divides by a
 #: module's zero SAC memory fitting its trade-off curve (sac_estimator.py:593, ZeroDivisionError).
 MODELS = ("decoder-l2", "gpt2-l2", "resnet14", "mlp3")
+#: check_budget's columns a row has only when its plan ran (all absent when none did)
+MEASURED = ("checkpointed", "unmatched_ops", "unmatched", "live_before", "trace_peak", "real_peak", "flops", "error")
 #: the datasheet GPU whose roofline times the operators (torch/utils/_runtime_estimation.py)
 GPU_TYPE = "NVIDIA H100"
 
@@ -49,11 +51,10 @@ def planner_table(name: str, ratios: list[float], gpu_type: str = GPU_TYPE):
     plain = check_budget(workload, inputs, 4 * base_peak)  # budget well above: no checkpointing
     rows = [{"ratio": ratio, **check_budget(workload, inputs, int(ratio * base_peak))} for ratio in ratios]
     table = pd.DataFrame(rows).sort_values("budget", kind="stable").reset_index(drop=True)
+    table = table.reindex(columns=[*table.columns, *(c for c in MEASURED if c not in table.columns)])
     table["plan"] = table.plan.map(lambda plan: json.dumps(plan, sort_keys=True))
     for column in ("checkpointed", "unmatched"):
         table[column] = table[column].map(lambda names: json.dumps(list(names) if isinstance(names, list) else []))
-    if "error" not in table:
-        table["error"] = None
     table["measured"] = table.real_peak.notna()
     table["real_total"] = table.real_peak + table.live_before
     table["exceeded"] = table.measured & (table.real_total > table.planner_peak)

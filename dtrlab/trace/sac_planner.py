@@ -103,7 +103,10 @@ def operator_policy(stats, discard: float, unmatched: list[str]):
     from torch.distributed._tools.sac_estimator import OPS_TO_ALWAYS_SKIP
     from torch.distributed._tools.sac_ilp import get_optimal_checkpointing_policy_per_module
 
-    decisions = get_optimal_checkpointing_policy_per_module(stats, min(1.0, max(0.0, 1.0 - discard)))
+    try:
+        decisions = get_optimal_checkpointing_policy_per_module(stats, min(1.0, max(0.0, 1.0 - discard)))
+    except TypeError as error:  # sac_ilp.py:297 rounds a variable the solver left without a value (None)
+        raise RuntimeError(f"torch's per-module checkpointing MILP raised at sac_ilp.py:297: {error}") from error
     if len(decisions) != len(stats.func_names):
         raise RuntimeError(f"torch's per-module checkpointing MILP (sac_ilp.py:292) found no operator policy at "
                            f"memory_budget {1.0 - discard:.4f}")
