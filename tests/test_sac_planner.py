@@ -14,7 +14,7 @@ pytest.importorskip("pwlf")
 
 from dtrlab import integrity  # noqa: E402
 from dtrlab.pipeline.ship_ac import MODELS as SOURCES  # noqa: E402
-from dtrlab.pipeline.ship_planner import planner_table, read_shipped  # noqa: E402
+from dtrlab.pipeline.ship_planner import judged, read_shipped  # noqa: E402
 from dtrlab.sweep.shipped import DEFAULT_SHIPPED_DIR  # noqa: E402
 from dtrlab.trace.capture import default_loss  # noqa: E402
 from dtrlab.trace.models import build  # noqa: E402
@@ -33,7 +33,7 @@ def test_the_accelerator_stand_in_lasts_only_the_estimate():
 def test_a_gpu_without_a_datasheet_entry_is_refused():
     source, options, _ = SOURCES["mlp3"]
     workload = build(source, device="cpu", **options)
-    with pytest.raises(ValueError, match="gpu_type 'H100'"):
+    with pytest.raises(ValueError, match="gpu_type 'H100': not a GPU in torch's datasheet"):
         planner_inputs(workload.module, workload.inputs, default_loss, gpu_type="H100")
 
 
@@ -70,9 +70,25 @@ def test_a_shipped_row_recomputes_end_to_end(shipped):
     assert again["real_peak"] < plain
 
 
-def test_the_columns_follow_the_measurements():
-    table = planner_table("mlp3", [0.5, 0.6, 1.0])
-    measured = table[table.measured]
-    assert (measured.real_total == measured.real_peak + measured.live_before).all()
-    assert (table.exceeded == (table.measured & (table.real_total > table.planner_peak))).all()
-    assert not table.solved.iloc[0] and table.solved.iloc[1:].all()
+JUDGED = ["measured", "real_total", "exceeded", "fits", "plain_flops", "recompute_flops", "rises", "hole"]
+
+
+def test_holes_and_exceeded_plans_are_judged_from_the_measurements():
+    """Budgets 100..400: unsolved, fits, exceeds its bound after a fit (a hole), fits again."""
+    import pandas as pd
+
+    table = judged(pd.DataFrame({"budget": [100, 200, 300, 400], "planner_peak": [-1, 200, 300, 400],
+                                 "real_peak": [None, 150, 290, 280], "live_before": [None, 10, 20, 20],
+                                 "flops": [None, 7, 6, 5]}), plain_flops=5)
+    assert list(table.measured) == [False, True, True, True]
+    assert list(table.fits) == [False, True, False, True] and list(table.exceeded) == [False, False, True, False]
+    assert list(table.hole) == [False, False, True, False] and list(table.rises) == [False, False, True, True]
+    assert list(table.recompute_flops.iloc[1:]) == [2, 1, 0]
+
+
+def test_the_shipped_judgements_recompute(shipped):
+    for _, table in shipped.groupby("model"):
+        table = table.reset_index(drop=True)
+        again = judged(table.drop(columns=JUDGED), int(table.plain_flops.iloc[0]))
+        pd_testing = pytest.importorskip("pandas.testing")
+        pd_testing.assert_frame_equal(again[JUDGED], table[JUDGED], check_dtype=False)

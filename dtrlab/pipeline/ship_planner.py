@@ -55,16 +55,23 @@ def planner_table(name: str, ratios: list[float], gpu_type: str = GPU_TYPE):
     table["plan"] = table.plan.map(lambda plan: json.dumps(plan, sort_keys=True))
     for column in ("checkpointed", "unmatched"):
         table[column] = table[column].map(lambda names: json.dumps(list(names) if isinstance(names, list) else []))
+    return judged(table, int(plain["flops"])).assign(model=name, title=title, gpu_type=gpu_type,
+                                                      baseline_peak=int(base_peak), baseline_ms=float(base_ms))
+
+
+def judged(table, plain_flops: int):
+    """``table`` (check_budget's rows, sorted by budget) with the columns of the module doc added."""
+    table = table.copy()
     table["measured"] = table.real_peak.notna()
     table["real_total"] = table.real_peak + table.live_before
     table["exceeded"] = table.measured & (table.real_total > table.planner_peak)
     table["fits"] = table.measured & (table.real_total <= table.budget)
-    table["recompute_flops"] = table.flops - plain["flops"]
+    table["plain_flops"] = plain_flops
+    table["recompute_flops"] = table.flops - plain_flops
     real = table.real_peak.where(table.measured)
     table["rises"] = real > real.cummin().shift(1)
     table["hole"] = table.measured & ~table.fits & table.fits.cummax().shift(1, fill_value=False)
-    return table.assign(model=name, title=title, gpu_type=gpu_type, baseline_peak=int(base_peak),
-                        baseline_ms=float(base_ms), plain_flops=int(plain["flops"]))
+    return table
 
 
 def read_shipped(directory: str | Path, manifest_dir: str | Path):
