@@ -92,3 +92,17 @@ def test_the_shipped_judgements_recompute(shipped):
         again = judged(table.drop(columns=JUDGED), int(table.plain_flops.iloc[0]))
         pd_testing = pytest.importorskip("pandas.testing")
         pd_testing.assert_frame_equal(again[JUDGED], table[JUDGED], check_dtype=False)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--only", "mlp4"], "--only 'mlp4': not a model here (did you mean 'mlp3'?)"),
+    (["--only", "mlp3", "--gpu-type", "H100"], "--gpu-type: gpu_type 'H100': not a GPU in torch's datasheet"),
+])
+def test_ship_planner_refuses_bad_options(argv, message, capsys, monkeypatch, tmp_path):
+    import dtrlab.pipeline.ship_planner as ship_planner
+    from dtrlab.cli import main
+
+    written = []
+    monkeypatch.setattr(ship_planner, "judged", lambda *args: written.append(args))
+    assert main(["ship", "planner", *argv]) == 2
+    assert message in capsys.readouterr().err and not written
