@@ -71,6 +71,9 @@ from .simrd_log import parse_lines
 
 KNOB = "activation_memory_budget"
 SOLVERS = ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg")
+#: The torch.compile backends whose joint graph :func:`trace_joint` keeps: Inductor's (its decompositions and
+#: joint-graph passes, what ``torch.compile``'s default backend partitions) and aot_eager's.
+BACKENDS = ("inductor", "aot_eager")
 #: How a node is forced in :func:`partition`: torch's selective-checkpoint policies, the
 #: partitioner's own hooks (``node.meta["recompute"]``).
 FORCINGS = ("save", "recompute")
@@ -94,6 +97,12 @@ class JointGraph:
     runtime_estimates: dict = field(default_factory=dict, compare=False, repr=False)
     #: torch's ``solve_min_cut`` answers on this graph, by node names (see :func:`partition`'s ``reuse_min_cuts``).
     min_cuts: dict = field(default_factory=dict, compare=False, repr=False)
+    #: The torch.compile backend whose joint graph this is (see :data:`BACKENDS`).
+    backend: str = "aot_eager"
+    #: Inductor's: what its compile held when it partitioned (:class:`InductorCapture`), for lowering later.
+    inductor: InductorCapture | None = field(default=None, compare=False, repr=False)
+    #: Lowered partitions by content (dtrlab.trace.inductor): many knob values give the same graphs.
+    lowerings: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def node_count(self) -> int:
@@ -102,6 +111,17 @@ class JointGraph:
     def operator_nodes(self) -> list[str]:
         """Names of the joint graph's operator nodes (``call_function``), in graph order."""
         return [node.name for node in self.graph_module.graph.nodes if node.op == "call_function"]
+
+
+@dataclass(frozen=True)
+class InductorCapture:
+    """What Inductor's ``compile_fx`` held when it called its partition function: enough to lower the graphs."""
+
+    #: The tracing context of the compile (its ``fw_metadata`` tells the forward which outputs the user sees).
+    tracing_context: object
+    fake_mode: object
+    #: The graph dynamo handed to Inductor: its input and output counts.
+    dynamo_graph: fx.GraphModule
 
 
 @dataclass(frozen=True)
@@ -177,13 +197,19 @@ class _JointCaptured(Exception):
 
 
 def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None, image: int = 224,
-                dtype: torch.dtype | None = None, device: str = "cpu", **sizes) -> JointGraph:
+                dtype: torch.dtype | None = None, device: str = "cpu", backend: str = "aot_eager",
+                **sizes) -> JointGraph:
     """Trace ``source``'s training step once into the joint graph torch.compile would partition.
 
     Build options are :func:`dtrlab.trace.models.build`'s. ``device``: the device the fake
     tensors claim ("cpu"; "cuda" traces the kernels a GPU step picks, e.g. its flash
-    attention, with no GPU needed). Raises ``ValueError`` (one line)
-    for an unknown source or a step dynamo cannot capture in one graph.
+    attention, with no GPU needed). ``backend``: whose joint graph (:data:`BACKENDS`):
+    ``"inductor"`` runs ``torch.compile(backend="inductor")`` up to its partition function
+    (``torch/_inductor/compile_fx.py:2466``, ``partition_fn``: Inductor's decompositions, then
+    its joint-graph passes at :2484, then ``min_cut_rematerialization_partition(...,
+    compiler="inductor")`` at :2506) and keeps the graph it hands the partitioner.
+    Raises ``ValueError`` (one line) for an unknown source or backend or a step dynamo cannot
+    capture in one graph.
     """
     from torch._dynamo.backends.common import aot_autograd
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -191,6 +217,7 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
     from .models import ModelSourceError, build
 
     check_torch_has_knob()
+    check_backend(backend)
     options = {"batch": batch, "seq": seq, "image": image, "dtype": dtype, **sizes}
     with FakeTensorMode(allow_non_fake_inputs=True):
         workload = build(source, device=device, **options)
@@ -205,10 +232,15 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
         kept.update(graph_module=joint_module, joint_inputs=joint_inputs, **kwargs)
         raise _JointCaptured
 
-    backend = aot_autograd(fw_compiler=_identity_compiler, partition_fn=keep_joint)
+    if backend == "inductor":
+        compile_backend, intercept = "inductor", _inductor_partition_kept(keep_joint, kept)
+    else:
+        compile_backend = aot_autograd(fw_compiler=_identity_compiler, partition_fn=keep_joint)
+        intercept = contextlib.nullcontext()
     torch._dynamo.reset()
     try:
-        torch.compile(step, backend=backend, fullgraph=True, dynamic=False)(*workload.inputs)
+        with intercept:
+            torch.compile(step, backend=compile_backend, fullgraph=True, dynamic=False)(*workload.inputs)
     except Exception as exc:  # dynamo wraps what the backend raises
         if "graph_module" not in kept:
             cause = getattr(exc, "inner_exception", None) or exc  # what the backend itself raised
@@ -227,7 +259,51 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
         graph_module=graph_module, joint_inputs=tuple(kept["joint_inputs"]),
         num_fwd_outputs=kept["num_fwd_outputs"],
         static_lifetime_input_indices=tuple(kept.get("static_lifetime_input_indices") or ()),
-        forward_nodes=_forward_nodes(graph_module.graph), torch_version=torch.__version__, desc=workload.desc)
+        forward_nodes=_forward_nodes(graph_module.graph), torch_version=torch.__version__, desc=workload.desc,
+        backend=backend, inductor=kept.get("inductor"))
+
+
+def check_backend(backend) -> str:
+    """``backend`` if it is one of :data:`BACKENDS`, else a one-line ValueError naming the option."""
+    from ..suggest import did_you_mean
+
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}"
+                         f"{did_you_mean(str(backend), list(BACKENDS))}")
+    return backend
+
+
+@contextlib.contextmanager
+def _inductor_partition_kept(keep_joint, kept: dict) -> Iterator[None]:
+    """Inductor's ``compile_fx`` with its partitioner replaced by ``keep_joint`` (after its joint-graph passes).
+
+    ``compile_fx`` imports ``min_cut_rematerialization_partition`` into its own namespace
+    (torch/_inductor/compile_fx.py:30) and its ``partition_fn`` calls that name: replacing it
+    there keeps every pass before it. The dynamo graph (``create_compiler_config_extra``'s
+    argument) and the tracing context are kept too: lowering the partitions needs them.
+    """
+    from torch._inductor import compile_fx
+
+    partitioner, config_extra = compile_fx.min_cut_rematerialization_partition, compile_fx.create_compiler_config_extra
+
+    def keep_dynamo_graph(graph_module):
+        kept["dynamo_graph"] = graph_module
+        return config_extra(graph_module)
+
+    def keep_inductor_joint(joint_module, joint_inputs, compiler=None, **kwargs):
+        from torch._guards import detect_fake_mode
+
+        kept["inductor"] = InductorCapture(torch._guards.TracingContext.try_get(), detect_fake_mode(joint_inputs),
+                                           kept.pop("dynamo_graph"))
+        keep_joint(joint_module, joint_inputs, **kwargs)
+
+    compile_fx.min_cut_rematerialization_partition = keep_inductor_joint
+    compile_fx.create_compiler_config_extra = keep_dynamo_graph
+    try:
+        yield
+    finally:
+        compile_fx.min_cut_rematerialization_partition = partitioner
+        compile_fx.create_compiler_config_extra = config_extra
 
 
 class LossStep(nn.Module):
@@ -285,7 +361,7 @@ def partitioner_config(knob: float, solver: str | None = None) -> Iterator[None]
 
 def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
               force: dict[str, str] | None = None, keep_graphs: bool = False,
-              reuse_min_cuts: bool = True) -> PartitionedStep:
+              reuse_min_cuts: bool = True, record_with=None) -> PartitionedStep:
     """Call torch's ``min_cut_rematerialization_partition`` on a copy of ``joint`` at ``knob``.
 
     ``solver``: ``activation_memory_budget_solver`` (None: torch's configured one).
@@ -300,6 +376,9 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
     partitioner's configuration. Three of its four calls per partition do not depend on
     the knob at all; the fourth repeats whenever the knapsack's answer does. The answer is
     torch's either way (tests/test_partition.py compares with ``reuse_min_cuts=False``).
+    ``record_with``: how the two graphs become the step's trace, a function of
+    ``(forward, backward, joint)`` returning ``(trace, recorded peak, forward operator
+    count)``; None: run as aot_eager runs them (dtrlab.trace.inductor passes Inductor's lowering).
     """
     import torch._functorch.config as functorch_config
     from torch._functorch.partitioners import min_cut_rematerialization_partition
@@ -324,7 +403,7 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
         recomputed = tuple(node.name for node in backward.graph.nodes
                            if node.op == "call_function" and node.name in joint.forward_nodes)
         proxy_runtime = _proxy_runtime(backward, set(recomputed), joint.runtime_estimates, str(estimator))
-    trace, peak, forward_ops = _record_step(forward, backward, joint)
+    trace, peak, forward_ops = (record_with or record_step)(forward, backward, joint)
     return PartitionedStep(
         source=joint.source, knob=knob, solver=str(used_solver), runtime_estimator=str(estimator),
         torch_version=torch.__version__, saved=saved, recomputed=recomputed,
@@ -418,15 +497,20 @@ def placeholder_tensors(graph_module: fx.GraphModule, device: str) -> list[torch
 
 
 def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[torch.Tensor],
-               recorder: Recorder, num_fwd_outputs: int = 1) -> None:
+               recorder: Recorder, num_fwd_outputs: int = 1, calls: tuple | None = None) -> None:
     """Run the forward graph on ``primals`` then the backward on its saved outputs, under ``recorder``.
 
     Boxed runs, as aot_eager's compiled graphs run: each graph drops its inputs and every
     intermediate after its last use (``fx.Interpreter.boxed_run``). The loss and the
     gradients are kept to the end of the step (and the forward's other ``num_fwd_outputs``
     outputs: new values of buffers the step updates), and so are ``primals`` (held by the caller, as
-    a module holds its parameters).
+    a module holds its parameters). ``calls``: the (forward, backward) callables that run
+    each graph on its boxed argument list (None: the graphs themselves, node by node; Inductor's
+    lowered wrappers in dtrlab.trace.inductor).
     """
+    device = primals[0].device
+    forward_call, backward_call = calls or (_NodeInterpreter(forward, recorder, device).boxed_run,
+                                            _NodeInterpreter(backward, recorder, device).boxed_run)
     output_names = [node.name if isinstance(node, fx.Node) else None
                     for node in forward.graph.find_nodes(op="output")[0].args[0]]
     backward_inputs = [node.name for node in backward.graph.find_nodes(op="placeholder")]
@@ -439,7 +523,7 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
     gc.disable()  # as in capture.record: collection at random points would move releases
     try:
         with recorder:
-            forward_outputs = _NodeInterpreter(forward, recorder, primals[0].device).boxed_run(list(primals))
+            forward_outputs = forward_call(list(primals))
             outputs = dict(zip(output_names, forward_outputs))
             del forward_outputs
             # The step's outputs: the loss (and new values of buffers it updates, e.g. batch norm's running stats).
@@ -448,7 +532,7 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
             recorder._emit(INSTRUCTION="ANNOTATE", ANNOTATION="BACKWARD")
             arguments = [tangent if name.startswith("tangents") else outputs[name] for name in backward_inputs]
             del outputs
-            gradients = _NodeInterpreter(backward, recorder, primals[0].device).boxed_run(arguments)
+            gradients = backward_call(arguments)
         recorder.close()
     finally:
         if gc_was_enabled:
@@ -476,11 +560,14 @@ class _NodeInterpreter(fx.Interpreter):
         return super().call_function(target, tuple(moved(v) for v in args), {k: moved(v) for k, v in kwargs.items()})
 
 
-def _record_step(forward: fx.GraphModule, backward: fx.GraphModule, joint: JointGraph) -> tuple[Trace, int, int]:
-    """The partitioned step as a dtrlab trace (meta tensors, FLOP costs), its recorded peak, forward op count."""
+def record_step(forward: fx.GraphModule, backward: fx.GraphModule, joint: JointGraph,
+                calls: tuple | None = None) -> tuple[Trace, int, int]:
+    """The partitioned step as a dtrlab trace (meta tensors, FLOP costs), its recorded peak, forward op count.
+
+    ``calls``: :func:`run_graphs`'s (None: the graphs run as aot_eager runs them)."""
     recorder = _NodeNamingRecorder("flops", 1)
     primals = placeholder_tensors(forward, "meta")
-    run_graphs(forward, backward, primals, recorder, joint.num_fwd_outputs)
+    run_graphs(forward, backward, primals, recorder, joint.num_fwd_outputs, calls)
     del primals
     # The recorder's lines are the log's records already (capture writes them as JSON).
     trace = parse_lines((), source=f"<{joint.source} partitioned>", name=joint.source,
