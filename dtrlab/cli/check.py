@@ -12,6 +12,7 @@ from pathlib import Path
 from .capture import add_model_size_arguments
 from .common import (check_no_limit, execution_argument, jobs_count, load_single_trace, overhead_limit_or_none, positive_float,
                      positive_int)
+from .knob import add_backend_argument
 
 
 def register(subparsers) -> None:
@@ -43,6 +44,7 @@ def register(subparsers) -> None:
                              "whether a smaller one sits in a hole, from a census written by dtrlab knob, or (no "
                              "file, a model source) from a census run now (0..1 every 0.01, edges against the knob "
                              "refined to 0.001; minutes)")
+    add_backend_argument(parser, "--knob-backend")
     parser.add_argument("--overhead-limit", type=overhead_limit_or_none, default=2.0,
                         help="thrash once total compute exceeds this multiple of the baseline (default 2.0; none: "
                              "no limit)")

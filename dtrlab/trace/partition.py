@@ -43,9 +43,10 @@ forward graph's inputs (parameters, buffers, inputs and the tensors dynamo lifte
 the loss's targets) and the backward's tangent (the loss's gradient, a scalar); they live
 through the whole step. The forward's outputs other than the loss are the saved tensors:
 each lives until its last use in the backward. The backward's outputs (the gradients) live
-to the end of the step. Not modelled: Inductor (its joint-graph pattern passes, fusion,
-reordering and buffer reuse: the graphs are aot_eager's), the optimizer step, and
-autograd's own small tensors outside the graphs.
+to the end of the step. Not modelled here: Inductor's lowering (fusion, reordering and
+buffer reuse: the graphs run node by node, as aot_eager runs them; dtrlab.trace.inductor
+lowers them as Inductor does), the optimizer step, and autograd's own small tensors
+outside the graphs.
 
 Bad input (a model dynamo cannot trace in one graph, a knob outside [0, 1], a torch
 without the knob, an unknown solver or node) raises ``ValueError`` with one line naming it.
@@ -160,6 +161,9 @@ class PartitionedStep:
     forward: fx.GraphModule | None = field(default=None, compare=False, repr=False)
     backward: fx.GraphModule | None = field(default=None, compare=False, repr=False)
     forced: tuple[tuple[str, str], ...] = ()
+    #: Whose step the trace is: ``"aot_eager"`` (the graphs run node by node) or ``"inductor"``
+    #: (Inductor's lowered wrappers, dtrlab.trace.inductor).
+    backend: str = "aot_eager"
 
     @property
     def saved_count(self) -> int:
@@ -408,7 +412,7 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
         source=joint.source, knob=knob, solver=str(used_solver), runtime_estimator=str(estimator),
         torch_version=torch.__version__, saved=saved, recomputed=recomputed,
         proxy_saved_bytes=sum(s.nbytes for s in saved), proxy_recompute_runtime=proxy_runtime, trace=trace,
-        recorded_peak_bytes=peak, forward_ops=forward_ops,
+        recorded_peak_bytes=peak, forward_ops=forward_ops, backend="aot_eager" if record_with is None else joint.backend,
         forward=forward if keep_graphs else None, backward=backward if keep_graphs else None, forced=forced)
 
 
