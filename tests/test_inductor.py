@@ -1,0 +1,113 @@
+"""The Inductor accounting (dtrlab.trace.inductor): Inductor's own lowering of each partition, checked against
+real ``torch.compile(backend="inductor")`` steps on the CPU with two instruments (tests/compiled_steps.py)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dtrlab.memory.partitioned import knob_peaks, step_peaks  # noqa: E402
+from dtrlab.trace.inductor import partition_lowered  # noqa: E402
+from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
+from tests.compiled_steps import measure_compiled_run, rss_peak  # noqa: E402
+
+MLP = "tests.test_partition:tiny_mlp"
+#: The real-step check: one small model per family, six knob values each.
+FAMILIES = {
+    "hf:llama": dict(batch=2, seq=64, layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=256),
+    "tests.compiled_steps:tiny_seq2seq": {},
+    "torchvision:resnet18": dict(batch=2, image=32),
+    "tests.compiled_steps:tiny_vit": {},
+}
+KNOBS = (1.0, 0.7, 0.5, 0.3, 0.1, 0.0)
+
+
+def _trace(source: str, **options):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return trace_joint(source, backend="inductor", **options)
+
+
+@pytest.fixture(scope="module")
+def mlp_joint():
+    return _trace(MLP)
+
+
+def _prediction(step) -> tuple[int, int]:
+    """The step's flat peak above the bytes live before it, and the largest tensor of the step.
+
+    The trace counts the constants (parameters, inputs, the tangent) from the start; a real
+    step starts with all but the tangent (the loss's gradient, allocated by autograd) live."""
+    peaks = step_peaks(step)
+    assert peaks["flat_peak"] == step.recorded_peak_bytes  # the log's replay and the storages' own count agree
+    constants = [op for op in step.trace.operators if op.is_constant]
+    tangent = constants[-1].total_size  # declared last (dtrlab.trace.partition.run_graphs)
+    return peaks["flat_peak"] - sum(op.total_size for op in constants) + tangent, \
+        max(op.total_size for op in step.trace.operators)
+
+
+def test_inductor_row_and_backend_checks(mlp_joint):
+    row = knob_peaks(mlp_joint, 0.5)
+    assert row["backend"] == "inductor" and row["flat_peak"] == row["recorded_peak"]
+    assert row["flat_peak"] <= row["allocated_peak"] <= row["reserved_peak"]
+    assert row["recompute_flops"] is None  # the wrapper's trace is no compute model
+    aot = knob_peaks(mlp_joint, 0.5, backend="aot_eager")
+    assert aot["backend"] == "aot_eager" and aot["recompute_flops"] is not None
+    with pytest.raises(ValueError, match="unknown backend 'inductr'.*did you mean 'inductor'"):
+        knob_peaks(mlp_joint, 0.5, backend="inductr")
+
+
+def test_aot_eager_joint_refuses_the_inductor_accounting():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        joint = trace_joint(MLP)
+    with pytest.raises(ValueError, match="trace it with backend='inductor'"):
+        knob_peaks(joint, 0.5, backend="inductor")
+
+
+def test_each_distinct_partition_is_lowered_once(mlp_joint, monkeypatch):
+    import dtrlab.trace.inductor as module
+
+    lowered = []
+    lower = module.lower
+    monkeypatch.setattr(module, "lower", lambda *args, **kwargs: lowered.append(1) or lower(*args, **kwargs))
+    mlp_joint.lowerings.clear()
+    steps = [partition_lowered(mlp_joint, knob) for knob in (1.0, 0.9, 0.8, 0.0)]
+    distinct = {(s.saved, s.recomputed) for s in steps}
+    assert len(lowered) == 2 * len(distinct) < 2 * len(steps)
+    # The same partition gives the same trace whether lowered now or remembered.
+    again = partition_lowered(mlp_joint, 0.9)
+    assert again.trace.content_hash == steps[1].trace.content_hash
+
+
+def test_inductor_lowers_differently_from_aot_eager(mlp_joint):
+    """Fusion: the GELU MLP's forward under Inductor keeps fewer intermediates than the graphs run node by node."""
+    inductor = step_peaks(partition_lowered(mlp_joint, 1.0))["flat_peak"]
+    aot_eager = step_peaks(partition(mlp_joint, 1.0))["flat_peak"]
+    assert inductor != aot_eager
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", list(FAMILIES))
+def test_prediction_is_the_real_inductor_peak(source):
+    """Prediction against the real CPU Inductor step, two instruments, six knob values.
+
+    Profiler (allocator events): equal to the byte (tolerance 0). Peak RSS in a process with
+    ``MALLOC_MMAP_THRESHOLD_=4096``: within the step's largest tensor below the prediction and
+    one page above it. Tensors under the mmap threshold come from heap pages that are
+    already resident, so RSS reads them as nothing; mmapped ones are page-rounded.
+    """
+    options = FAMILIES[source]
+    joint = _trace(source, **options)
+    peaks = set()
+    for knob in KNOBS:
+        predicted, largest = _prediction(partition_lowered(joint, knob))
+        _, profiled = measure_compiled_run(source, knob, "inductor", **options)
+        assert profiled == predicted, (knob, profiled, predicted)
+        rss = rss_peak(source, knob, "inductor", **options)
+        assert predicted - largest <= rss <= predicted + 4096, (knob, rss, predicted, largest)
+        peaks.add(predicted)
+    assert len(peaks) > 1  # the knob reached Inductor's partitioner
