@@ -7,14 +7,17 @@ Two independent instruments:
   those live when the step starts;
 * :func:`rss_peak`: the same step in a fresh process started with a low
   ``MALLOC_MMAP_THRESHOLD_`` (tensors above it are mmapped, and returned to the system when
-  freed); writing 5 to ``/proc/self/clear_refs`` resets the peak RSS (``VmHWM``) just before
-  the step, and the peak RSS above the RSS at that moment is the step's.
+  freed) and glibc's ``malloc_trim(0)`` called just before the step (whole free heap pages
+  are given back, so a tensor served from a free heap chunk faults its pages in anew);
+  writing 5 to ``/proc/self/clear_refs`` resets the peak RSS (``VmHWM``) just before the
+  step, and the peak RSS above the RSS at that moment is the step's.
 
 Tiny models of the families the knob tests compare (sources for ``module:function``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
@@ -142,6 +145,9 @@ def _rss_main(arguments: str) -> None:
     for parameter in compiled._orig_mod.parameters():
         parameter.grad = None
     gc.collect()
+    # Free heap chunks would serve the step's tensors from pages already resident, which RSS does not
+    # see: glibc's malloc_trim gives every whole free page back (MADV_DONTNEED), so they fault in anew.
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     start = _status_kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")
     compiled(*inputs).backward()

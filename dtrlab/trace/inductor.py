@@ -27,7 +27,7 @@ Method, per knob value (:func:`partition_lowered`):
    nothing, and its allocation helpers (codegen/wrapper.py:1638-1645:
    ``empty_strided_cpu``, ``empty_strided_cuda``, ``reinterpret_tensor``) made to allocate
    and view on the meta device through the dispatcher; its stride checks
-   (``assert_size_stride``) are skipped: a meta kernel may pick another memory format than
+   (``assert_size_stride``, ``assert_tensor_metadata``) are skipped: a meta kernel may pick another memory format than
    the CPU kernel (convolution's channels-last output), same sizes and bytes. Its ``call`` then runs the forward,
    then the backward on the forward's saved outputs (boxed: ``call`` clears its argument
    list, as AOT autograd's runtime calls it), under the capture's recorder
@@ -208,7 +208,8 @@ def _wrapper_call(lowered: tuple[str, dict]):
     namespace.update(empty_strided=_meta_empty_strided, empty_strided_cpu=_meta_empty_strided,
                      empty_strided_cuda=_meta_empty_strided, empty_strided_cpu_pinned=_meta_empty_strided,
                      reinterpret_tensor=_meta_reinterpret, assert_size_stride=_no_kernel,
-                     assert_size_stride_grouped=_no_kernel, assert_alignment=_no_kernel)
+                     assert_size_stride_grouped=_no_kernel, assert_tensor_metadata=_no_kernel,
+                     assert_alignment=_no_kernel)
     call = namespace["call"]
 
     def run(arguments: list) -> tuple:
