@@ -15,12 +15,14 @@ from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
 from tests.compiled_steps import measure_compiled_run, rss_peak  # noqa: E402
 
 MLP = "tests.test_partition:tiny_mlp"
-#: The real-step check: one small model per family, six knob values each.
+#: The real-step check: one small model per family, six knob values each. Batches large enough that the
+#: step's largest tensor (the RSS tolerance) is above RSS's noise (Python's and autograd's own objects, tens
+#: of kB), small enough to compile and run in seconds.
 FAMILIES = {
-    "hf:llama": dict(batch=2, seq=64, layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=256),
-    "tests.compiled_steps:tiny_seq2seq": {},
-    "torchvision:resnet18": dict(batch=2, image=32),
-    "tests.compiled_steps:tiny_vit": {},
+    "hf:llama": dict(batch=8, seq=64, layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=256),
+    "tests.compiled_steps:tiny_seq2seq": dict(batch=32),
+    "torchvision:resnet18": dict(batch=8, image=32),
+    "tests.compiled_steps:tiny_vit": dict(batch=32),
 }
 KNOBS = (1.0, 0.7, 0.5, 0.3, 0.1, 0.0)
 
