@@ -91,8 +91,12 @@ def record_lowered(forward: fx.GraphModule, backward: fx.GraphModule, joint: Joi
     """
     key = (graph_key(forward), graph_key(backward), _config_key())
     if key not in joint.lowerings:
-        calls = (_wrapper_call(lower(forward, joint, backward=False)),
-                 _wrapper_call(lower(backward, joint, backward=True)))
+        lowered_forward = lower(forward, joint, backward=False)
+        # The strides Inductor gave the forward's outputs are those the backward is compiled for.
+        outputs = forward.graph.find_nodes(op="output")[0].args[0]
+        strides = {node.name: stride for node, stride in zip(outputs, lowered_forward[2]) if isinstance(node, fx.Node)}
+        calls = (_wrapper_call(lowered_forward), _wrapper_call(lower(backward, joint, backward=True,
+                                                                     input_strides=strides)))
         joint.lowerings[key] = record_step(forward, backward, joint, calls)
     return joint.lowerings[key]
 
@@ -115,12 +119,19 @@ class _Lowered(Exception):
     """Stops Inductor's compile once the wrapper's source is generated."""
 
 
-def lower(graph_module: fx.GraphModule, joint: JointGraph, *, backward: bool) -> tuple[str, dict]:
-    """Inductor's wrapper module for one partitioned graph: its Python source and its constants.
+def lower(graph_module: fx.GraphModule, joint: JointGraph, *, backward: bool,
+          input_strides: dict | None = None) -> tuple[str, dict, list]:
+    """Inductor's wrapper module for one partitioned graph: its Python source, its constants, its outputs' strides.
 
     Runs ``compile_fx_forward`` / ``compile_fx_backward`` on a copy of the graph, with the
     fake tensors and tracing context of the compile that traced ``joint``, and takes the
     source where ``GraphLowering._compile_to_module`` would load it (see the module docstring).
+    ``input_strides``: strides by placeholder name (the forward's outputs' strides, for the
+    backward): a placeholder whose fake value has other strides is restrided to them, as AOT
+    autograd restrides the backward's inputs to what the compiled forward returned
+    (torch/_functorch/_aot_autograd/graph_compile.py:2326-2394). The output strides are
+    Inductor's layouts of the graph's outputs, read as ``fx_codegen_and_compile`` reads them
+    (torch/_inductor/compile_fx.py:1661-1677).
     """
     from torch._inductor import compile_fx, config
     from torch._inductor.graph import GraphLowering
@@ -128,12 +139,18 @@ def lower(graph_module: fx.GraphModule, joint: JointGraph, *, backward: bool) ->
 
     capture = joint.inductor
     graph_module = copy.deepcopy(graph_module)  # Inductor's post-grad passes rewrite the graph in place
-    example_inputs = [node.meta["val"] for node in graph_module.graph.find_nodes(op="placeholder")]
+    example_inputs = [_restrided(node.meta["val"], (input_strides or {}).get(node.name), capture.fake_mode)
+                      for node in graph_module.graph.find_nodes(op="placeholder")]
     lowered: dict = {}
 
     def source_only(self):
+        from torch._inductor.ir import IRNode
+
+        strides = [tuple(int(s) for s in out.get_layout().stride)
+                   if isinstance(out, IRNode) and out.has_tensor_output() else None for out in self.graph_outputs]
         wrapper_code, _ = self.codegen()
-        lowered.update(source=wrapper_code.value, constants={**self.constants, **self.torchbind_constants})
+        lowered.update(source=wrapper_code.value, constants={**self.constants, **self.torchbind_constants},
+                       strides=strides)
         raise _Lowered
 
     extra = compile_fx.create_compiler_config_extra(capture.dynamo_graph)
@@ -154,7 +171,14 @@ def lower(graph_module: fx.GraphModule, joint: JointGraph, *, backward: bool) ->
                 phase = "backward" if backward else "forward"
                 raise InductorLoweringError(f"{joint.source}: Inductor cannot lower the {phase} graph: "
                                             f"{type(exc).__name__}: {_first_line(exc)}") from exc
-    return lowered["source"], lowered["constants"]
+    return lowered["source"], lowered["constants"], lowered["strides"]
+
+
+def _restrided(value, stride, fake_mode):
+    if stride is None or not isinstance(value, torch.Tensor) or tuple(value.stride()) == tuple(stride):
+        return value
+    with fake_mode:
+        return value.as_strided(value.size(), stride)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -196,11 +220,11 @@ def _meta_reinterpret(base: torch.Tensor, size, stride, offset=0) -> torch.Tenso
     return torch.as_strided(base, size, stride, offset)
 
 
-def _wrapper_call(lowered: tuple[str, dict]):
+def _wrapper_call(lowered: tuple[str, dict, list]):
     """The wrapper module's ``call``, loaded with no kernels and meta-device allocations (module docstring, 3)."""
     from torch._inductor import async_compile
 
-    source, constants = lowered
+    source, constants, _ = lowered
     namespace: dict = {"__name__": "dtrlab_inductor_wrapper"}
     with _patched(async_compile, "AsyncCompile", _NoKernels):
         exec(compile(source, "<inductor wrapper>", "exec"), namespace)  # noqa: S102 - Inductor's generated code
