@@ -91,14 +91,32 @@ def record_lowered(forward: fx.GraphModule, backward: fx.GraphModule, joint: Joi
     """
     key = (graph_key(forward), graph_key(backward), _config_key())
     if key not in joint.lowerings:
+        _categorize_saved_tensors(forward, backward, joint)
         lowered_forward = lower(forward, joint, backward=False)
         # The strides Inductor gave the forward's outputs are those the backward is compiled for.
         outputs = forward.graph.find_nodes(op="output")[0].args[0]
         strides = {node.name: stride for node, stride in zip(outputs, lowered_forward[2]) if isinstance(node, fx.Node)}
-        calls = (_wrapper_call(lowered_forward), _wrapper_call(lower(backward, joint, backward=True,
-                                                                     input_strides=strides)))
+        lowered_backward = lower(backward, joint, backward=True, input_strides=strides)
+        calls = (_wrapper_call(lowered_forward), _wrapper_call(lowered_backward))
         joint.lowerings[key] = record_step(forward, backward, joint, calls)
     return joint.lowerings[key]
+
+
+def _categorize_saved_tensors(forward: fx.GraphModule, backward: fx.GraphModule, joint: JointGraph) -> None:
+    """AOT autograd's bookkeeping of the partition's saved tensors, on the step's metadata, by AOT's own function.
+
+    After partitioning, AOT autograd counts the saved tensors and, when
+    ``torch._functorch.config.donated_buffer`` is on, names the saved tensors the backward
+    may reuse (``fw_metadata.bw_donated_idxs``: ``_categorize_saved_tensors_for_backward``,
+    torch/_functorch/_aot_autograd/graph_compile.py:2006-2084). ``GraphLowering`` reads
+    them (torch/_inductor/graph.py:624, :1362) and may then write a backward buffer into a
+    saved tensor it no longer needs (``buf1 = addmm_7; del addmm_7  # reuse``).
+    """
+    from torch._functorch._aot_autograd.graph_compile import _categorize_saved_tensors_for_backward
+
+    metadata = joint.inductor.fw_metadata
+    if metadata is not None:
+        _categorize_saved_tensors_for_backward(forward, backward, metadata, metadata, joint.num_fwd_outputs)
 
 
 def graph_key(graph_module: fx.GraphModule) -> str:
@@ -155,7 +173,8 @@ def lower(graph_module: fx.GraphModule, joint: JointGraph, *, backward: bool,
 
     extra = compile_fx.create_compiler_config_extra(capture.dynamo_graph)
     with config.patch(fx_graph_cache=False), _patched(GraphLowering, "compile_to_module", source_only), \
-            torch._guards.tracing(capture.tracing_context), V.set_fake_mode(capture.fake_mode):
+            torch._guards.tracing(capture.tracing_context), V.set_fake_mode(capture.fake_mode), \
+            _patched(capture.tracing_context, "fw_metadata", capture.fw_metadata):
         try:
             if backward:
                 compile_fx.compile_fx_backward(graph_module, example_inputs, compiler_config_extra=extra)

@@ -123,6 +123,9 @@ class InductorCapture:
     fake_mode: object
     #: The graph dynamo handed to Inductor: its input and output counts.
     dynamo_graph: fx.GraphModule
+    #: AOT autograd's ``ViewAndMutationMeta`` of the step (its tracing context holds it once the forward
+    #: compiles, after the partition: Inductor reads mutated inputs and donated buffers from it).
+    fw_metadata: object = None
 
 
 @dataclass(frozen=True)
@@ -284,11 +287,19 @@ def _inductor_partition_kept(keep_joint, kept: dict) -> Iterator[None]:
     ``compile_fx`` imports ``min_cut_rematerialization_partition`` into its own namespace
     (torch/_inductor/compile_fx.py:30) and its ``partition_fn`` calls that name: replacing it
     there keeps every pass before it. The dynamo graph (``create_compiler_config_extra``'s
-    argument) and the tracing context are kept too: lowering the partitions needs them.
+    argument), the tracing context and AOT autograd's metadata (``_aot_stage2a_partition``'s
+    ``fw_metadata``, torch/_functorch/_aot_autograd/graph_compile.py:2203) are kept too:
+    lowering the partitions needs them.
     """
+    from torch._functorch._aot_autograd import graph_compile
     from torch._inductor import compile_fx
 
     partitioner, config_extra = compile_fx.min_cut_rematerialization_partition, compile_fx.create_compiler_config_extra
+    stage = graph_compile._aot_stage2a_partition
+
+    def keep_metadata(fx_g, joint_inputs, maybe_subclass_meta, fw_metadata, *args, **kwargs):
+        kept["fw_metadata"] = fw_metadata if maybe_subclass_meta is None else maybe_subclass_meta.fw_metadata
+        return stage(fx_g, joint_inputs, maybe_subclass_meta, fw_metadata, *args, **kwargs)
 
     def keep_dynamo_graph(graph_module):
         kept["dynamo_graph"] = graph_module
@@ -298,16 +309,18 @@ def _inductor_partition_kept(keep_joint, kept: dict) -> Iterator[None]:
         from torch._guards import detect_fake_mode
 
         kept["inductor"] = InductorCapture(torch._guards.TracingContext.try_get(), detect_fake_mode(joint_inputs),
-                                           kept.pop("dynamo_graph"))
+                                           kept.pop("dynamo_graph"), kept.pop("fw_metadata", None))
         keep_joint(joint_module, joint_inputs, **kwargs)
 
     compile_fx.min_cut_rematerialization_partition = keep_inductor_joint
     compile_fx.create_compiler_config_extra = keep_dynamo_graph
+    graph_compile._aot_stage2a_partition = keep_metadata
     try:
         yield
     finally:
         compile_fx.min_cut_rematerialization_partition = partitioner
         compile_fx.create_compiler_config_extra = config_extra
+        graph_compile._aot_stage2a_partition = stage
 
 
 class LossStep(nn.Module):
