@@ -78,15 +78,17 @@ def tiny_vit(batch: int = 4):
     return ViT(), images, lambda logits: F.cross_entropy(logits, labels)
 
 
-def compiled_step(source: str, knob: float, backend: str, options: dict):
-    """``source``'s step compiled by torch.compile at ``knob``, run once (compiled), gradients dropped."""
+def compiled_step(source: str, backend: str, options: dict):
+    """``source``'s step compiled by torch.compile, run once (compiled), gradients dropped.
+
+    Call it, and run the step, with the knob patched into ``torch._functorch.config``: dynamo
+    guards on that configuration, and a call outside the patch compiles the step again."""
     workload = build(source, device="cpu", **options)
     step = LossStep(workload.module, workload.loss_fn)
     inputs = workload.inputs
     torch._dynamo.reset()  # else dynamo's cache would reuse another knob's graphs
-    with torch._functorch.config.patch(activation_memory_budget=knob):
-        compiled = torch.compile(step, backend=backend, fullgraph=True, dynamic=False)
-        compiled(*inputs).backward()  # compiles, at this knob
+    compiled = torch.compile(step, backend=backend, fullgraph=True, dynamic=False)
+    compiled(*inputs).backward()  # compiles, at this knob
     step.zero_grad(set_to_none=True)
     gc.collect()
     return step, compiled, inputs
@@ -94,7 +96,11 @@ def compiled_step(source: str, knob: float, backend: str, options: dict):
 
 def measure_compiled_run(source: str, knob: float, backend: str = "aot_eager", **options):
     """The compiled step's saved tensors ((shape, dtype), sorted) and its profiler peak (see the module docstring)."""
-    step, compiled, inputs = compiled_step(source, knob, backend, options)
+    with torch._functorch.config.patch(activation_memory_budget=knob):
+        return _measure(*compiled_step(source, backend, options)[1:])
+
+
+def _measure(compiled, inputs):
     saved = []
 
     def pack(t):
@@ -139,7 +145,12 @@ def _rss_main(arguments: str) -> None:
 
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
-    _, compiled, inputs = compiled_step(source, knob, backend, options)
+    with torch._functorch.config.patch(activation_memory_budget=knob):
+        _, compiled, inputs = compiled_step(source, backend, options)
+        print(_rss_measure(compiled, inputs))
+
+
+def _rss_measure(compiled, inputs) -> int:
     compiled(*inputs).backward()  # a second step: every lazy initialisation done
     gc.collect()
     for parameter in compiled._orig_mod.parameters():
@@ -151,4 +162,4 @@ def _rss_main(arguments: str) -> None:
     start = _status_kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")
     compiled(*inputs).backward()
-    print((_status_kib("VmHWM") - start) * 1024)
+    return (_status_kib("VmHWM") - start) * 1024
