@@ -526,8 +526,10 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
     lowered wrappers in dtrlab.trace.inductor).
     """
     device = primals[0].device
-    forward_call, backward_call = calls or (_NodeInterpreter(forward, recorder, device).boxed_run,
-                                            _NodeInterpreter(backward, recorder, device).boxed_run)
+    # A fresh interpreter per call: one kept alive would hold the values of its graph's output node.
+    forward_call, backward_call = calls or (
+        lambda arguments: _NodeInterpreter(forward, recorder, device).boxed_run(arguments),
+        lambda arguments: _NodeInterpreter(backward, recorder, device).boxed_run(arguments))
     output_names = [node.name if isinstance(node, fx.Node) else None
                     for node in forward.graph.find_nodes(op="output")[0].args[0]]
     backward_inputs = [node.name for node in backward.graph.find_nodes(op="placeholder")]
