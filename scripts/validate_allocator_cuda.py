@@ -46,11 +46,13 @@ PYTORCH_CUDA_ALLOC_CONF is read once, when torch's allocator starts):
 
 * ``knob`` (only when named: ``--sections knob``): torch.compile's ``activation_memory_budget``
   (dtrlab.trace.partition, dtrlab.memory.partitioned): ``--knob-model``'s training step
-  (default ``transformer``) compiled with ``backend="aot_eager"`` (torch's min-cut partitioner,
-  eager kernels) at each of ``--knob-values`` after ``torch._dynamo.reset()``, run once on the
-  GPU; ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` above the bytes allocated
+  (default ``transformer``) compiled with each of ``--knob-backends`` (default ``inductor`` then
+  ``aot_eager``: torch's min-cut partitioner, then Inductor's kernels or eager ones) at each of
+  ``--knob-values`` after ``torch._dynamo.reset()``, run once on the GPU; ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` above the bytes allocated
   before the step, against the prediction from the step traced on fake CUDA tensors and
-  partitioned by torch at the same knob (the ``caching`` model's allocated peak less the
+  partitioned by torch at the same knob, for ``inductor`` lowered by Inductor for CUDA
+  (dtrlab.trace.inductor; on the GPU machine, where Inductor can target the device) (the
+  ``caching`` model's allocated peak less the
   constants the real step allocated beforehand). A run whose allocated peak differs from the
   prediction by more than the step's largest tensor is a mismatch; reserved bytes and the
   saved-tensor counts (real: autograd's saved-tensor hooks) are reported beside.
@@ -116,6 +118,9 @@ def parse_args(argv=None):
     parser.add_argument("--knob-model", default="transformer", help="knob: the model source (default transformer)")
     parser.add_argument("--knob-values", default="1.0,0.5,0.2,0.1,0.05,0.0",
                         help="knob: activation_memory_budget values (comma-separated)")
+    parser.add_argument("--knob-backends", default="inductor,aot_eager",
+                        help="knob: the torch.compile backends compared, each with its accounting "
+                             "(comma-separated; default inductor,aot_eager)")
     parser.add_argument("--worker", choices=SECTIONS, help=argparse.SUPPRESS)  # a section in its own process
     parser.add_argument("--worker-spec", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -490,12 +495,14 @@ def knob_section(spec: dict, torch) -> dict:
     """torch.compile's activation_memory_budget on the GPU against dtrlab's prediction (see the module docstring)."""
     from dtrlab.memory.partitioned import step_peaks
     from dtrlab.trace.models import build
+    from dtrlab.trace.inductor import partition_lowered
     from dtrlab.trace.partition import LossStep, partition, trace_joint
 
-    joint = trace_joint(spec["model"], device="cuda")
+    backend = spec.get("backend", "aot_eager")
+    joint = trace_joint(spec["model"], device="cuda", backend=backend)
     runs = []
     for knob in spec["knobs"]:
-        step = partition(joint, knob)
+        step = partition_lowered(joint, knob) if backend == "inductor" else partition(joint, knob)
         predicted = step_peaks(step)
         constants = sum(-(-op.total_size // 512) * 512 for op in step.trace.operators if op.is_constant)
         tangent = 512  # the loss's gradient, allocated by autograd during the real step
@@ -503,7 +510,7 @@ def knob_section(spec: dict, torch) -> dict:
         module = LossStep(workload.module, workload.loss_fn)
         torch._dynamo.reset()
         with torch._functorch.config.patch(activation_memory_budget=knob):
-            compiled = torch.compile(module, backend="aot_eager", fullgraph=True, dynamic=False)
+            compiled = torch.compile(module, backend=backend, fullgraph=True, dynamic=False)
             compiled(*workload.inputs).backward()  # compiles at this knob
             module.zero_grad(set_to_none=True)
             saved = []
@@ -518,7 +525,7 @@ def knob_section(spec: dict, torch) -> dict:
         real = torch.cuda.max_memory_allocated() - start
         expected = predicted["allocated_peak"] - constants + tangent
         largest = max(op.total_size for op in step.trace.operators)
-        run = {"knob": knob, "real_allocated_above_start": real, "predicted_allocated_above_start": expected,
+        run = {"knob": knob, "backend": backend, "real_allocated_above_start": real, "predicted_allocated_above_start": expected,
                "real_max_reserved": torch.cuda.max_memory_reserved(), "reserved_at_start": start_reserved,
                "predicted_reserved_peak": predicted["reserved_peak"], "real_saved": len(saved),
                "predicted_saved": step.saved_count, "tolerance": largest,
@@ -529,7 +536,7 @@ def knob_section(spec: dict, torch) -> dict:
         del compiled, module, workload
         torch._dynamo.reset()
         torch.cuda.empty_cache()
-    return {"model": spec["model"], "runs": runs, "mismatches": sum(not run["within_tolerance"] for run in runs)}
+    return {"model": spec["model"], "backend": backend, "runs": runs, "mismatches": sum(not run["within_tolerance"] for run in runs)}
 
 
 def run_worker(args, section: str, conf: str, spec: dict | None = None, extra: list[str] = ()) -> dict:
@@ -600,8 +607,10 @@ def main(argv=None) -> int:
         spec = {"model": args.execute_model, "ratios": [float(r) for r in args.execute_ratios.split(",")]}
         results["sections"]["execute"] = [run_worker(args, "execute", "", spec)]
     if "knob" in args.sections:
-        spec = {"model": args.knob_model, "knobs": [float(v) for v in args.knob_values.split(",")]}
-        results["sections"]["knob"] = [run_worker(args, "knob", "", spec)]
+        knobs = [float(v) for v in args.knob_values.split(",")]
+        results["sections"]["knob"] = [run_worker(args, "knob", "", {"model": args.knob_model, "knobs": knobs,
+                                                                      "backend": backend})
+                                       for backend in args.knob_backends.split(",")]
     mismatches = sum(part.get("mismatches", 0) for parts in results["sections"].values() for part in parts)
     results["mismatches"] = mismatches
     results["status"] = "match" if mismatches == 0 else "mismatch"

@@ -13,9 +13,8 @@ from torch.nn import functional as F  # noqa: E402
 
 from dtrlab.memory.partitioned import (interventions, knob_peaks, peak_composition, step_peaks,  # noqa: E402
                                       step_record)
-from dtrlab.trace.models import build  # noqa: E402
-from dtrlab.trace.partition import LossStep, PartitionedStep, partition, trace_joint  # noqa: E402
-from dtrlab.trace.profiled import cpu_peak_bytes  # noqa: E402
+from dtrlab.trace.partition import PartitionedStep, partition, trace_joint  # noqa: E402
+from tests.compiled_steps import measure_compiled_run  # noqa: E402
 
 KNOBS = (1.0, 0.3, 0.0)
 MLP = "tests.test_partition:tiny_mlp"
@@ -57,34 +56,6 @@ def _compiled_run(source: str, knob: float):
     if (source, knob) not in _COMPILED_RUNS:
         _COMPILED_RUNS[source, knob] = measure_compiled_run(source, knob)
     return _COMPILED_RUNS[source, knob]
-
-
-def measure_compiled_run(source: str, knob: float, fullgraph: bool = True):
-    """torch.compile's own step (aot_eager: min-cut partitioner, eager kernels) on real CPU tensors.
-
-    Returns the (shape, dtype) of every tensor the compiled forward saved for backward
-    (autograd's saved-tensor hooks see each) and the peak of CPU allocator bytes during the
-    step above the bytes live at its start (torch.profiler's memory events).
-    """
-    workload = build(source, device="cpu")
-    step = LossStep(workload.module, workload.loss_fn)
-    torch._dynamo.reset()  # else dynamo's cache would reuse the first knob's graphs
-    with torch._functorch.config.patch(activation_memory_budget=knob):
-        compiled = torch.compile(step, backend="aot_eager", fullgraph=fullgraph, dynamic=False)
-        compiled(*workload.inputs).backward()  # compiles, at this knob
-        step.zero_grad(set_to_none=True)
-        saved = []
-
-        def pack(t):
-            saved.append((tuple(t.shape), str(t.dtype).removeprefix("torch.")))
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = compiled(*workload.inputs)
-        del loss
-        peak = cpu_peak_bytes(lambda: compiled(*workload.inputs).backward())
-    torch._dynamo.reset()
-    return sorted(saved), peak
 
 
 @pytest.mark.parametrize("source", [MLP, "transformer"])

@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 from dtrlab.cli import main  # noqa: E402
 from dtrlab.memory.partitioned import interventions, step_peaks  # noqa: E402
 from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
-from tests.test_partition import measure_compiled_run  # noqa: E402
+from tests.compiled_steps import measure_compiled_run  # noqa: E402
 
 TINY_DECODER = ["--batch", "2", "--seq", "32", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
                 "--intermediate", "128", "--vocab", "256"]
@@ -130,7 +130,7 @@ def test_forcing_a_node_of_a_later_graph(graph_break_joint):
 @pytest.mark.parametrize("source", ["tests.user_corpus:graph_break", "tests.user_corpus:gpt2_labels"])
 def test_graph_break_peak_is_the_real_cpu_peak(source):
     """The flat prediction of a step torch.compile splits into graphs, against the real aot_eager CPU step
-    (profiler memory events, tests/test_partition.py's measurement without fullgraph), minus the bytes
+    (profiler memory events, tests/compiled_steps.py's measurement without fullgraph), minus the bytes
     live before the step (the constants; the loss's gradient is allocated during it).
 
     Measured (torch 2.14.1): equal to the byte at knobs 1.0, 0.5 and 0.0 for both steps (HF GPT-2

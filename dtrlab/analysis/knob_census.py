@@ -226,6 +226,8 @@ def census_knob(evaluate: Callable[[float], dict], plan: KnobPlan = KnobPlan(), 
     census.seconds = time.perf_counter() - started
     census.meta["refinement_complete"] = not census.check_resolution()
     census.meta["jobs"] = execution.jobs
+    if "backend" in samples:  # whose step the peaks are of (dtrlab.memory.partitioned.knob_peaks)
+        census.meta["backend"] = ",".join(sorted(set(samples["backend"])))
     return census
 
 

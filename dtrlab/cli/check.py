@@ -13,6 +13,7 @@ from pathlib import Path
 from .capture import add_model_size_arguments
 from .common import (check_no_limit, execution_argument, jobs_count, load_single_trace, overhead_limit_or_none, positive_float,
                      positive_int)
+from .knob import add_backend_argument
 
 
 def register(subparsers) -> None:
@@ -48,6 +49,7 @@ def register(subparsers) -> None:
                         help="add activation checkpointing: the model's step recorded under torchtitan-style plans "
                              "(none, full, every:N, op) and which fit the budget (flat peak), with their recompute "
                              "(needs a model source)")
+    add_backend_argument(parser, "--knob-backend")
     parser.add_argument("--overhead-limit", type=overhead_limit_or_none, default=2.0,
                         help="thrash once total compute exceeds this multiple of the baseline (default 2.0; none: "
                              "no limit)")

@@ -1,8 +1,9 @@
 """``dtrlab knob SOURCE --knobs 0:1:0.01 --budget 40GiB --out DIR``: census torch.compile's activation-memory knob.
 
 SOURCE is a model source as for ``dtrlab capture`` (traced once; torch's own partitioner runs at
-every knob value, dtrlab.trace.partition) or a census JSON written before (read back verified,
-no torch needed). See docs/compile.md.
+every knob value, dtrlab.trace.partition; by default each partition is then lowered by Inductor,
+dtrlab.trace.inductor, ``--backend aot_eager`` runs the graphs node by node) or a census JSON
+written before (read back verified, no torch needed). See docs/compile.md.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def register(subparsers) -> None:
                              "module:function), or a census JSON written by --out")
     add_model_size_arguments(parser)
     add_precision_arguments(parser)
+    add_backend_argument(parser, "--backend")
     parser.add_argument("--knobs", type=knob_range, default=None, metavar="START:STOP:STEP",
                         help="knob values to evaluate: a range with both ends included, or a list such as 0.05,0.15 "
                              "(default 0:1:0.01); every change of the peak between neighbours is then bisected")
@@ -115,6 +117,15 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run)
 
 
+def add_backend_argument(parser, flag: str) -> None:
+    """``--backend``: whose step the peaks are of (dtrlab.memory.partitioned.knob_peaks)."""
+    parser.add_argument(flag, dest="compile_backend", choices=("inductor", "aot_eager"), default="inductor",
+                        help="the torch.compile backend whose step is accounted: inductor (torch.compile's default: "
+                             "Inductor's own lowering of each partition, its fusion, buffer reuse and memory-aware "
+                             "reordering; CPU lowering) or aot_eager (the partitioned graphs run node by node); "
+                             "default inductor")
+
+
 def run(args) -> int:
     from ..analysis.knob_census import KnobPlan, census_knob, read_census, write_census
     from ..sweep.execution import Execution
@@ -136,8 +147,9 @@ def run(args) -> int:
             print(f"\n== {axes}")
         report(census, ACCOUNTING_NAMES[args.accounting], args.budget)
         written = write_census(census, args.out) if args.out else []
-        print(f"\n{len(census.samples)} knob values ({census.plan.describe()}) in {seconds:.1f} s"
-              + (f"; wrote {written[-1]} and {len(written) - 1} tables" if written else ""))
+        backend = census.meta.get("backend", "aot_eager")
+        print(f"\n{len(census.samples)} knob values ({census.plan.describe()}), {backend} accounting, in "
+              f"{seconds:.1f} s" + (f"; wrote {written[-1]} and {len(written) - 1} tables" if written else ""))
     return 0
 
 
@@ -156,7 +168,7 @@ def model_evaluations(args) -> list[tuple]:
     check_torch_has_knob()
     sizes = {key: getattr(args, key) for key in SIZE_KEYS}
     joint = trace_joint(args.source, batch=args.batch, seq=args.seq, image=args.image, **precision_options(args),
-                        **sizes)
+                        backend=getattr(args, "compile_backend", "inductor"), **sizes)
     name = census_name(args.source, args)
     solvers, estimators = getattr(args, "solver", None), getattr(args, "runtime_estimator", None)
     if solvers is None and estimators is None:

@@ -20,10 +20,12 @@ to their last backward use; gradients live from their computation to the end of 
 (autograd hands them to ``.grad``). No optimizer state, no previous gradients (a first
 step after ``zero_grad(set_to_none=True)``).
 
-Modelled: the graphs torch's partitioner returns, in the order it returns them, run as
-aot_eager runs them. Not modelled: Inductor's joint-graph passes, fusion (its fused kernels
-do not materialise intermediates), reordering and buffer reuse, which change real peaks on
-a GPU; kernels' internal temporaries (CPU ``native_dropout`` allocates a float noise tensor
+Two accountings (``backend``): ``"aot_eager"``: the graphs torch's partitioner returns, in
+the order it returns them, run as aot_eager runs them; ``"inductor"``: Inductor's lowering
+of the same partition (its joint-graph passes, fusion, buffer reuse, in-place buffers and
+memory-aware reordering), the allocations its generated wrapper makes
+(:mod:`dtrlab.trace.inductor`; tests/test_inductor.py compares it with real CPU Inductor
+steps). Not modelled in either: kernels' internal temporaries (CPU ``native_dropout`` allocates a float noise tensor
 besides its outputs), which can only raise the real peak. tests/test_partition.py compares
 with aot_eager on the CPU (equal at knob 1, above by at most one tensor below it);
 scripts/validate_allocator_cuda.py's ``knob`` section with CUDA.
@@ -39,7 +41,8 @@ from __future__ import annotations
 import contextlib
 import tempfile
 
-from ..trace.partition import JointGraph, PartitionedStep, partition
+from ..trace.inductor import partition_lowered
+from ..trace.partition import JointGraph, PartitionedStep, check_backend, partition
 from .peaks import trace_peaks
 from .replay import unbounded_events
 
@@ -50,27 +53,38 @@ def step_peaks(step: PartitionedStep) -> dict:
 
 
 def knob_peaks(joint: JointGraph, knob: float, *, solver: str | None = None,
-               force: dict[str, str] | None = None) -> dict:
+               force: dict[str, str] | None = None, backend: str | None = None) -> dict:
     """One knob value: torch's partition of ``joint``, its peaks and the partitioner's proxy objective.
 
     Keys: ``knob, flat_peak, allocated_peak, reserved_peak, recorded_peak, proxy_saved_bytes,
     proxy_recompute_runtime, saved_count, recomputed_count, recompute_flops, forward_ops,
-    backward_ops, torch_version, solver, runtime_estimator, source``. Bytes are ints.
+    backward_ops, torch_version, solver, runtime_estimator, source, backend``. Bytes are ints.
     ``solver`` and ``force`` are :func:`~dtrlab.trace.partition.partition`'s.
+    ``backend``: whose step is accounted (None: the one ``joint`` was traced for):
+    ``"inductor"`` (Inductor's lowering of the partition, :mod:`dtrlab.trace.inductor`;
+    needs a joint traced with ``backend="inductor"``) or ``"aot_eager"`` (the partitioned
+    graphs run node by node, on either joint).
     """
-    step = partition(joint, knob, solver=solver, force=force)
+    backend = joint.backend if backend is None else check_backend(backend)
+    if backend == "inductor":
+        step = partition_lowered(joint, knob, solver=solver, force=force)
+    else:
+        step = partition(joint, knob, solver=solver, force=force)
     return step_record(step)
 
 
 def step_record(step: PartitionedStep) -> dict:
-    """:func:`knob_peaks`'s row for an already partitioned step."""
+    """:func:`knob_peaks`'s row for an already partitioned step (``recompute_flops``: None for an Inductor
+    step, whose trace holds the wrapper's allocations, not a compute model; ``forward_ops`` and
+    ``backward_ops`` then count the wrapper's recorded operators)."""
     operators = sum(1 for op in step.trace.operators if not op.is_constant)
     return {"knob": step.knob, **step_peaks(step), "recorded_peak": step.recorded_peak_bytes,
             "proxy_saved_bytes": step.proxy_saved_bytes, "proxy_recompute_runtime": step.proxy_recompute_runtime,
             "saved_count": step.saved_count, "recomputed_count": step.recomputed_count,
-            "recompute_flops": step.recompute_flops, "forward_ops": step.forward_ops,
-            "backward_ops": operators - step.forward_ops, "torch_version": step.torch_version,
-            "solver": step.solver, "runtime_estimator": step.runtime_estimator, "source": step.source}
+            "recompute_flops": step.recompute_flops if step.backend == "aot_eager" else None,
+            "forward_ops": step.forward_ops, "backward_ops": operators - step.forward_ops,
+            "torch_version": step.torch_version, "solver": step.solver, "runtime_estimator": step.runtime_estimator,
+            "source": step.source, "backend": step.backend}
 
 
 def interventions(joint: JointGraph, knob: float, nodes: list[str] | None = None, *,

@@ -47,9 +47,10 @@ forward graph's inputs (parameters, buffers, inputs and the tensors dynamo lifte
 the loss's targets) and the backward's tangent (the loss's gradient, a scalar); they live
 through the whole step. The forward's outputs other than the loss are the saved tensors:
 each lives until its last use in the backward. The backward's outputs (the gradients) live
-to the end of the step. Not modelled: Inductor (its joint-graph pattern passes, fusion,
-reordering and buffer reuse: the graphs are aot_eager's), the optimizer step, and
-autograd's own small tensors outside the graphs.
+to the end of the step. Not modelled here: Inductor's lowering (fusion, reordering and
+buffer reuse: the graphs run node by node, as aot_eager runs them; dtrlab.trace.inductor
+lowers them as Inductor does), the optimizer step, and autograd's own small tensors
+outside the graphs.
 
 Bad input (a model dynamo cannot trace, a knob outside [0, 1], a torch
 without the knob, an unknown solver or node) raises ``ValueError`` with one line naming it.
@@ -79,6 +80,9 @@ SOLVERS = ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg")
 #: The partitioner's recompute cost estimators (torch/_functorch/partitioners.py:3401, ``estimate_runtime``;
 #: "profile" benchmarks each operator on a GPU).
 RUNTIME_ESTIMATORS = ("flops", "profile", "testing")
+#: The torch.compile backends whose joint graph :func:`trace_joint` keeps: Inductor's (its decompositions and
+#: joint-graph passes, what ``torch.compile``'s default backend partitions) and aot_eager's.
+BACKENDS = ("inductor", "aot_eager")
 #: How a node is forced in :func:`partition`: torch's selective-checkpoint policies, the
 #: partitioner's own hooks (``node.meta["recompute"]``).
 FORCINGS = ("save", "recompute")
@@ -106,6 +110,12 @@ class JointGraph:
     #: (empty for a one-graph step, whose graph is this one's). See :class:`StepLinks`.
     parts: tuple = field(default=(), compare=False, repr=False)
     links: StepLinks | None = field(default=None, compare=False, repr=False)
+    #: The torch.compile backend whose joint graph this is (see :data:`BACKENDS`).
+    backend: str = "aot_eager"
+    #: Inductor's: what its compile held when it partitioned (:class:`InductorCapture`), for lowering later.
+    inductor: InductorCapture | None = field(default=None, compare=False, repr=False)
+    #: Lowered partitions by content (dtrlab.trace.inductor): many knob values give the same graphs.
+    lowerings: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def node_count(self) -> int:
@@ -129,6 +139,20 @@ class StepLinks:
     inputs: tuple[tuple[tuple[str, int, int], ...], ...]
     needs_grad: tuple[tuple[bool, ...], ...]
     loss: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class InductorCapture:
+    """What Inductor's ``compile_fx`` held when it called its partition function: enough to lower the graphs."""
+
+    #: The tracing context of the compile (its ``fw_metadata`` tells the forward which outputs the user sees).
+    tracing_context: object
+    fake_mode: object
+    #: The graph dynamo handed to Inductor: its input and output counts.
+    dynamo_graph: fx.GraphModule
+    #: AOT autograd's ``ViewAndMutationMeta`` of the step (its tracing context holds it once the forward
+    #: compiles, after the partition: Inductor reads mutated inputs and donated buffers from it).
+    fw_metadata: object = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +193,9 @@ class PartitionedStep:
     forced: tuple[tuple[str, str], ...] = ()
     #: (forward, backward) graph modules per compiled graph in forward order (``keep_graphs``; else empty).
     graphs: tuple[tuple[fx.GraphModule, fx.GraphModule], ...] = field(default=(), compare=False, repr=False)
+    #: Whose step the trace is: ``"aot_eager"`` (the graphs run node by node) or ``"inductor"``
+    #: (Inductor's lowered wrappers, dtrlab.trace.inductor).
+    backend: str = "aot_eager"
 
     @property
     def saved_count(self) -> int:
@@ -207,13 +234,19 @@ class _JointCaptured(Exception):
 
 def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None, image: int = 224,
                 dtype: torch.dtype | None = None, autocast: torch.dtype | None = None, device: str = "cpu",
+                backend: str = "aot_eager",
                 **sizes) -> JointGraph:
     """Trace ``source``'s training step once into the joint graph torch.compile would partition.
 
     Build options are :func:`dtrlab.trace.models.build`'s (``dtype``, ``autocast`` among them). ``device``: the device the fake
     tensors claim ("cpu"; "cuda" traces the kernels a GPU step picks, e.g. its flash
-    attention, with no GPU needed). Raises ``ValueError`` (one line)
-    for an unknown source or a step dynamo cannot capture (graph breaks are followed: see ``parts``).
+    attention, with no GPU needed). ``backend``: whose joint graph (:data:`BACKENDS`):
+    ``"inductor"`` runs ``torch.compile(backend="inductor")`` up to its partition function
+    (``torch/_inductor/compile_fx.py:2466``, ``partition_fn``: Inductor's decompositions, then
+    its joint-graph passes at :2484, then ``min_cut_rematerialization_partition(...,
+    compiler="inductor")`` at :2506) and keeps the graph it hands the partitioner.
+    Raises ``ValueError`` (one line) for an unknown source or backend or a step dynamo cannot
+    capture (graph breaks are followed under aot_eager: see ``parts``).
     """
     from .models import fake_workload
 
@@ -224,24 +257,29 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
     build_options = tuple(sorted((k, _option_value(v)) for k, v in {**options, "device": device}.items()
                                  if v is not None))
     return trace_step(workload.module, workload.inputs, workload.loss_fn, source=source,
-                      build_options=build_options, desc=workload.desc)
+                      build_options=build_options, desc=workload.desc, backend=backend)
 
 
 def trace_step(module: nn.Module, inputs, loss_fn=None, *, source: str, build_options: tuple = (),
-               desc: str = "") -> JointGraph:
+               desc: str = "", backend: str = "aot_eager") -> JointGraph:
     """The joint graph of ``loss_fn(module(*inputs))`` (``loss_fn`` None: the sum of every output that
     requires grad), as torch.compile would partition it: :func:`trace_joint`'s work once the model is
     built. ``module`` and ``inputs`` should be fake tensors (:func:`fake_module`, or built under a
     ``FakeTensorMode``): dynamo fakes real ones itself, but the caller then holds their memory.
-    A step dynamo cannot capture in one graph is followed through its graph breaks (``parts``).
+    A step dynamo cannot capture in one graph is followed through its graph breaks (``parts``; aot_eager
+    only: the Inductor accounting lowers one-graph steps). ``backend``: :func:`trace_joint`'s.
     Raises :class:`~dtrlab.trace.models.ModelSourceError` (a ValueError, one line) for a step dynamo
     cannot capture at all or one that does not return one scalar."""
     from .models import ModelSourceError
 
     check_torch_has_knob()
+    check_backend(backend)
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     step = LossStep(module, loss_fn)
-    kept = _one_graph(step, inputs, source)
+    kept = _one_graph(step, inputs, source, backend)
+    if kept is None and backend == "inductor":
+        raise ModelSourceError(f"{source}: its step has graph breaks; the Inductor accounting covers one-graph "
+                               "steps only (use backend aot_eager)")
     if kept is None:  # graph breaks: each graph partitioned on its own, as torch.compile does
         return _graph_parts(step, inputs, source, build_options, desc)
     graph_module = kept["graph_module"]
@@ -249,19 +287,20 @@ def trace_step(module: nn.Module, inputs, loss_fn=None, *, source: str, build_op
     if len(tangents) != 1 or tangents[0].meta["val"].dim() != 0:
         raise ModelSourceError(f"{source}: its joint graph has {len(tangents)} tangents; the step must return "
                                "one scalar loss")
-    return _joint_graph(source, build_options, kept, desc)
+    return _joint_graph(source, build_options, kept, desc, backend)
 
 
-def _joint_graph(source: str, build_options: tuple, kept: dict, desc: str) -> JointGraph:
+def _joint_graph(source: str, build_options: tuple, kept: dict, desc: str, backend: str = "aot_eager") -> JointGraph:
     graph_module = kept["graph_module"]
     return JointGraph(
         source=source, build_options=build_options, graph_module=graph_module,
         joint_inputs=tuple(kept["joint_inputs"]), num_fwd_outputs=kept["num_fwd_outputs"],
         static_lifetime_input_indices=tuple(kept.get("static_lifetime_input_indices") or ()),
-        forward_nodes=_forward_nodes(graph_module.graph), torch_version=torch.__version__, desc=desc)
+        forward_nodes=_forward_nodes(graph_module.graph), torch_version=torch.__version__, desc=desc,
+        backend=backend, inductor=kept.get("inductor"))
 
 
-def _one_graph(step: nn.Module, inputs: tuple, source: str) -> dict | None:
+def _one_graph(step: nn.Module, inputs: tuple, source: str, backend: str) -> dict | None:
     """The step's joint graph when dynamo captures it in one graph (``fullgraph=True``); None at a graph break."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._dynamo.exc import Unsupported
@@ -272,10 +311,15 @@ def _one_graph(step: nn.Module, inputs: tuple, source: str) -> dict | None:
         kept.update(graph_module=joint_module, joint_inputs=joint_inputs, **kwargs)
         raise _JointCaptured
 
-    backend = aot_autograd(fw_compiler=_identity_compiler, partition_fn=keep_joint)
+    if backend == "inductor":
+        compile_backend, intercept = "inductor", _inductor_partition_kept(keep_joint, kept)
+    else:
+        compile_backend = aot_autograd(fw_compiler=_identity_compiler, partition_fn=keep_joint)
+        intercept = contextlib.nullcontext()
     torch._dynamo.reset()
     try:
-        torch.compile(step, backend=backend, fullgraph=True, dynamic=False)(*inputs)
+        with intercept:
+            torch.compile(step, backend=compile_backend, fullgraph=True, dynamic=False)(*inputs)
     except Unsupported:
         if "graph_module" not in kept:
             return None
@@ -420,6 +464,59 @@ def joint_hash(joint: JointGraph) -> str:
     return digest.hexdigest()
 
 
+def check_backend(backend) -> str:
+    """``backend`` if it is one of :data:`BACKENDS`, else a one-line ValueError naming the option."""
+    from ..suggest import did_you_mean
+
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}"
+                         f"{did_you_mean(str(backend), list(BACKENDS))}")
+    return backend
+
+
+@contextlib.contextmanager
+def _inductor_partition_kept(keep_joint, kept: dict) -> Iterator[None]:
+    """Inductor's ``compile_fx`` with its partitioner replaced by ``keep_joint`` (after its joint-graph passes).
+
+    ``compile_fx`` imports ``min_cut_rematerialization_partition`` into its own namespace
+    (torch/_inductor/compile_fx.py:30) and its ``partition_fn`` calls that name: replacing it
+    there keeps every pass before it. The dynamo graph (``create_compiler_config_extra``'s
+    argument), the tracing context and AOT autograd's metadata (``_aot_stage2a_partition``'s
+    ``fw_metadata``, torch/_functorch/_aot_autograd/graph_compile.py:2203) are kept too:
+    lowering the partitions needs them.
+    """
+    from torch._functorch._aot_autograd import graph_compile
+    from torch._inductor import compile_fx
+
+    partitioner, config_extra = compile_fx.min_cut_rematerialization_partition, compile_fx.create_compiler_config_extra
+    stage = graph_compile._aot_stage2a_partition
+
+    def keep_metadata(fx_g, joint_inputs, maybe_subclass_meta, fw_metadata, *args, **kwargs):
+        kept["fw_metadata"] = fw_metadata if maybe_subclass_meta is None else maybe_subclass_meta.fw_metadata
+        return stage(fx_g, joint_inputs, maybe_subclass_meta, fw_metadata, *args, **kwargs)
+
+    def keep_dynamo_graph(graph_module):
+        kept["dynamo_graph"] = graph_module
+        return config_extra(graph_module)
+
+    def keep_inductor_joint(joint_module, joint_inputs, compiler=None, **kwargs):
+        from torch._guards import detect_fake_mode
+
+        kept["inductor"] = InductorCapture(torch._guards.TracingContext.try_get(), detect_fake_mode(joint_inputs),
+                                           kept.pop("dynamo_graph"), kept.pop("fw_metadata", None))
+        keep_joint(joint_module, joint_inputs, **kwargs)
+
+    compile_fx.min_cut_rematerialization_partition = keep_inductor_joint
+    compile_fx.create_compiler_config_extra = keep_dynamo_graph
+    graph_compile._aot_stage2a_partition = keep_metadata
+    try:
+        yield
+    finally:
+        compile_fx.min_cut_rematerialization_partition = partitioner
+        compile_fx.create_compiler_config_extra = config_extra
+        graph_compile._aot_stage2a_partition = stage
+
+
 class LossStep(nn.Module):
     """The model and its loss as one module: the step torch.compile traces returns the loss."""
 
@@ -486,7 +583,7 @@ def partitioner_config(knob: float | None, solver: str | None = None,
 
 def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
               force: dict[str, str] | None = None, keep_graphs: bool = False,
-              reuse_min_cuts: bool = True) -> PartitionedStep:
+              reuse_min_cuts: bool = True, record_with=None) -> PartitionedStep:
     """Call torch's ``min_cut_rematerialization_partition`` on a copy of ``joint`` at ``knob``.
 
     ``solver``: ``activation_memory_budget_solver`` (None: torch's configured one).
@@ -501,6 +598,9 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
     partitioner's configuration. Three of its four calls per partition do not depend on
     the knob at all; the fourth repeats whenever the knapsack's answer does. The answer is
     torch's either way (tests/test_partition.py compares with ``reuse_min_cuts=False``).
+    ``record_with``: how the two graphs become the step's trace, a function of
+    ``(forward, backward, joint)`` returning ``(trace, recorded peak, forward operator
+    count)``; None: run as aot_eager runs them (dtrlab.trace.inductor passes Inductor's lowering).
     """
     check_torch_has_knob()
     knob = check_knob(knob)
@@ -515,7 +615,9 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
     saved = tuple(dataclasses.replace(s, name=named(c, s.name)) for c, r in enumerate(results) for s in r.saved)
     recomputed = tuple(named(c, name) for c, r in enumerate(results) for name in r.recomputed)
     pairs = tuple((r.forward, r.backward) for r in results)
-    trace, peak, forward_ops = _record_step(pairs, joint)
+    if record_with is not None and joint.parts:
+        raise ValueError(f"{joint.source}: a step with graph breaks has only the aot_eager accounting")
+    trace, peak, forward_ops = record_with(*pairs[0], joint) if record_with else _record_step(pairs, joint)
     first = results[0]
     return PartitionedStep(
         source=joint.source, knob=knob, solver=first.solver, runtime_estimator=first.estimator,
@@ -526,7 +628,7 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
         forward=first.forward if keep_graphs and not joint.parts else None,
         backward=first.backward if keep_graphs and not joint.parts else None,
         forced=tuple(sorted((named(c, name), how) for c, r in enumerate(results) for name, how in r.forced)),
-        graphs=pairs if keep_graphs else ())
+        graphs=pairs if keep_graphs else (), backend="aot_eager" if record_with is None else joint.backend)
 
 
 def _forcings_by_graph(joint: JointGraph, force: dict[str, str]) -> list[dict[str, str]]:
@@ -668,15 +770,22 @@ def placeholder_tensors(graph_module: fx.GraphModule, device: str) -> list[torch
 
 
 def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[torch.Tensor],
-               recorder: Recorder, num_fwd_outputs: int = 1) -> None:
+               recorder: Recorder, num_fwd_outputs: int = 1, calls: tuple | None = None) -> None:
     """Run the forward graph on ``primals`` then the backward on its saved outputs, under ``recorder``.
 
     Boxed runs, as aot_eager's compiled graphs run: each graph drops its inputs and every
     intermediate after its last use (``fx.Interpreter.boxed_run``). The loss and the
     gradients are kept to the end of the step (and the forward's other ``num_fwd_outputs``
     outputs: new values of buffers the step updates), and so are ``primals`` (held by the caller, as
-    a module holds its parameters).
+    a module holds its parameters). ``calls``: the (forward, backward) callables that run
+    each graph on its boxed argument list (None: the graphs themselves, node by node; Inductor's
+    lowered wrappers in dtrlab.trace.inductor).
     """
+    device = primals[0].device
+    # A fresh interpreter per call: one kept alive would hold the values of its graph's output node.
+    forward_call, backward_call = calls or (
+        lambda arguments: _NodeInterpreter(forward, recorder, device).boxed_run(arguments),
+        lambda arguments: _NodeInterpreter(backward, recorder, device).boxed_run(arguments))
     output_names = [node.name if isinstance(node, fx.Node) else None
                     for node in forward.graph.find_nodes(op="output")[0].args[0]]
     backward_inputs = [node.name for node in backward.graph.find_nodes(op="placeholder")]
@@ -689,7 +798,7 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
     gc.disable()  # as in capture.record: collection at random points would move releases
     try:
         with recorder:
-            forward_outputs = _NodeInterpreter(forward, recorder, primals[0].device).boxed_run(list(primals))
+            forward_outputs = forward_call(list(primals))
             outputs = dict(zip(output_names, forward_outputs))
             del forward_outputs
             # The step's outputs: the loss (and new values of buffers it updates, e.g. batch norm's running stats).
@@ -698,7 +807,7 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
             recorder._emit(INSTRUCTION="ANNOTATE", ANNOTATION="BACKWARD")
             arguments = [tangent if name.startswith("tangents") else outputs[name] for name in backward_inputs]
             del outputs
-            gradients = _NodeInterpreter(backward, recorder, primals[0].device).boxed_run(arguments)
+            gradients = backward_call(arguments)
         recorder.close()
     finally:
         if gc_was_enabled:
@@ -828,15 +937,23 @@ class _NodeInterpreter(fx.Interpreter):
         return super().call_function(target, tuple(moved(v) for v in args), {k: moved(v) for k, v in kwargs.items()})
 
 
-def _record_step(pairs: tuple, joint: JointGraph) -> tuple[Trace, int, int]:
-    """The partitioned step as a dtrlab trace (meta tensors, FLOP costs), its recorded peak, forward op count."""
+def record_step(forward: fx.GraphModule, backward: fx.GraphModule, joint: JointGraph,
+                calls: tuple | None = None) -> tuple[Trace, int, int]:
+    """A one-graph partitioned step as a dtrlab trace (meta tensors, FLOP costs), its recorded peak, forward
+    op count. ``calls``: :func:`run_graphs`'s (None: the graphs run as aot_eager runs them)."""
+    return _record_step(((forward, backward),), joint, calls)
+
+
+def _record_step(pairs: tuple, joint: JointGraph, calls: tuple | None = None) -> tuple[Trace, int, int]:
+    """The partitioned step (one (forward, backward) pair per graph) as a dtrlab trace, its recorded peak,
+    forward op count."""
     recorder = _NodeNamingRecorder("flops", 1)
     if joint.parts:
         run_parts(pairs, joint, recorder)
     else:
         [(forward, backward)] = pairs
         primals = placeholder_tensors(forward, "meta")
-        run_graphs(forward, backward, primals, recorder, joint.num_fwd_outputs)
+        run_graphs(forward, backward, primals, recorder, joint.num_fwd_outputs, calls)
         del primals
     # The recorder's lines are the log's records already (capture writes them as JSON).
     trace = parse_lines((), source=f"<{joint.source} partitioned>", name=joint.source,

@@ -1,0 +1,287 @@
+"""The step's peak as Inductor executes it: Inductor's own lowering, scheduler and wrapper code, no kernels.
+
+API::
+
+    joint = trace_joint("hf:llama", layers=4, backend="inductor")   # Inductor's joint graph
+    step = partition_lowered(joint, 0.05)   # torch's partitioner, then Inductor's lowering
+    step.trace                               # allocations of Inductor's generated wrapper
+
+Method, per knob value (:func:`partition_lowered`):
+
+1. The joint graph is the one Inductor partitions: :func:`dtrlab.trace.partition.trace_joint`
+   with ``backend="inductor"`` runs ``torch.compile(backend="inductor")`` on fake tensors up
+   to Inductor's partition function (its decompositions and joint-graph passes applied,
+   torch/_inductor/compile_fx.py:2484) and keeps what it hands
+   ``min_cut_rematerialization_partition(..., compiler="inductor")`` (:2506);
+   :func:`~dtrlab.trace.partition.partition` calls that partitioner on a copy per knob.
+2. Each of the forward and backward graphs goes through Inductor's own
+   ``compile_fx_forward`` / ``compile_fx_backward`` (compile_fx.py:2621, :2774; the functions
+   ``compile_fx``'s ``fw_compiler`` and ``bw_compiler`` call), on the compile's fake tensors
+   and tracing context: post-grad passes, ``GraphLowering``, the ``Scheduler`` (fusion,
+   buffer reuse, in-place buffers, ``reorder_for_peak_memory``) and the Python wrapper's
+   code generation. Where Inductor would write and load that code
+   (``GraphLowering._compile_to_module``, graph.py:3062, whose module load compiles the
+   kernels through ``AsyncCompile``), the wrapper's source is taken instead: no kernel is
+   compiled, no FX graph cache is read or written.
+3. The wrapper module is executed with an ``AsyncCompile`` stand-in whose kernels do
+   nothing, and its allocation helpers (codegen/wrapper.py:1638-1645:
+   ``empty_strided_cpu``, ``empty_strided_cuda``, ``reinterpret_tensor``) made to allocate
+   and view on the meta device through the dispatcher; its stride checks
+   (``assert_size_stride``, ``assert_tensor_metadata``) are skipped: a meta kernel may pick another memory format than
+   the CPU kernel (convolution's channels-last output), same sizes and bytes. Its ``call`` then runs the forward,
+   then the backward on the forward's saved outputs (boxed: ``call`` clears its argument
+   list, as AOT autograd's runtime calls it), under the capture's recorder
+   (:func:`dtrlab.trace.partition.record_step`). What comes out is Inductor's allocation
+   sequence exactly as its wrapper executes it: a buffer lives from its ``empty_strided``
+   to its ``del`` (wrapper.py:4442) or its last Python reference; a reused buffer
+   (``buf3 = buf0; del buf0  # reuse``, ``make_buffer_reuse``, wrapper.py:4460) is the same
+   storage under a new name, so it is allocated once; an in-place buffer is a kernel
+   argument written in place and allocates nothing; extern kernels (``extern_kernels.mm(...,
+   out=buf)``) and ATen fallbacks run their meta kernels on the recorder (fallbacks that
+   name the CPU or CUDA device are moved to meta). The result is a dtrlab
+   :class:`~dtrlab.trace.model.Trace`, so dtrlab.memory.partitioned's flat, allocated and
+   reserved accountings apply unchanged.
+
+Lowering is the cost (seconds per graph); many knob values give the same partition, so
+each distinct pair of graphs (by content, and the Inductor configuration) is lowered once
+per joint graph (``joint.lowerings``).
+
+The trace's operators are the wrapper's allocations, views and extern/fallback calls; the
+fused kernels are absent (they allocate nothing), so its FLOP costs are not a compute
+model, and its node names are empty. Not modelled: kernels' scratch memory (a C++ kernel's
+stack and thread-local buffers), the CPU allocator's own overhead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+from collections.abc import Iterator
+
+import torch
+from torch import fx
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .partition import JointGraph, PartitionedStep, partition, record_step
+
+
+class InductorLoweringError(ValueError):
+    """Inductor could not lower a partitioned graph (one line, naming the graph and the cause)."""
+
+
+def partition_lowered(joint: JointGraph, knob: float, *, solver: str | None = None,
+                      force: dict[str, str] | None = None) -> PartitionedStep:
+    """torch's partition of Inductor's joint graph at ``knob``, its trace the allocations of Inductor's wrapper.
+
+    ``joint`` must come from ``trace_joint(..., backend="inductor")``; ``solver`` and
+    ``force`` are :func:`~dtrlab.trace.partition.partition`'s.
+    """
+    if joint.backend != "inductor" or joint.inductor is None:
+        raise ValueError(f"{joint.source}: the Inductor accounting needs the joint graph Inductor partitions: "
+                         "trace it with backend='inductor'")
+    return partition(joint, knob, solver=solver, force=force, record_with=record_lowered)
+
+
+def record_lowered(forward: fx.GraphModule, backward: fx.GraphModule, joint: JointGraph):
+    """:func:`~dtrlab.trace.partition.partition`'s ``record_with`` for Inductor: lower both graphs, run the wrappers.
+
+    Keyed by the two graphs' content and Inductor's configuration: a partition met before
+    (at another knob value) is not lowered again.
+    """
+    key = (graph_key(forward), graph_key(backward), _config_key())
+    if key not in joint.lowerings:
+        _categorize_saved_tensors(forward, backward, joint)
+        lowered_forward = lower(forward, joint, backward=False)
+        # The strides Inductor gave the forward's outputs are those the backward is compiled for.
+        outputs = forward.graph.find_nodes(op="output")[0].args[0]
+        strides = {node.name: stride for node, stride in zip(outputs, lowered_forward[2]) if isinstance(node, fx.Node)}
+        lowered_backward = lower(backward, joint, backward=True, input_strides=strides)
+        calls = (_wrapper_call(lowered_forward), _wrapper_call(lowered_backward))
+        joint.lowerings[key] = record_step(forward, backward, joint, calls)
+    return joint.lowerings[key]
+
+
+def _categorize_saved_tensors(forward: fx.GraphModule, backward: fx.GraphModule, joint: JointGraph) -> None:
+    """AOT autograd's bookkeeping of the partition's saved tensors, on the step's metadata, by AOT's own function.
+
+    After partitioning, AOT autograd counts the saved tensors and, when
+    ``torch._functorch.config.donated_buffer`` is on, names the saved tensors the backward
+    may reuse (``fw_metadata.bw_donated_idxs``: ``_categorize_saved_tensors_for_backward``,
+    torch/_functorch/_aot_autograd/graph_compile.py:2006-2084). ``GraphLowering`` reads
+    them (torch/_inductor/graph.py:624, :1362) and may then write a backward buffer into a
+    saved tensor it no longer needs (``buf1 = addmm_7; del addmm_7  # reuse``).
+    """
+    from torch._functorch._aot_autograd.graph_compile import _categorize_saved_tensors_for_backward
+
+    metadata = joint.inductor.fw_metadata
+    if metadata is not None:
+        _categorize_saved_tensors_for_backward(forward, backward, metadata, metadata, joint.num_fwd_outputs)
+
+
+def graph_key(graph_module: fx.GraphModule) -> str:
+    """A digest of a graph's nodes (names, operators, arguments): equal graphs, equal keys."""
+    digest = hashlib.sha256()
+    for node in graph_module.graph.nodes:
+        digest.update(repr((node.op, node.name, str(node.target), node.args, node.kwargs)).encode())
+    return digest.hexdigest()
+
+
+def _config_key() -> str:
+    from torch._inductor import config
+
+    return hashlib.sha256(repr(sorted(config.get_config_copy().items())).encode()).hexdigest()
+
+
+class _Lowered(Exception):
+    """Stops Inductor's compile once the wrapper's source is generated."""
+
+
+def lower(graph_module: fx.GraphModule, joint: JointGraph, *, backward: bool,
+          input_strides: dict | None = None) -> tuple[str, dict, list]:
+    """Inductor's wrapper module for one partitioned graph: its Python source, its constants, its outputs' strides.
+
+    Runs ``compile_fx_forward`` / ``compile_fx_backward`` on a copy of the graph, with the
+    fake tensors and tracing context of the compile that traced ``joint``, and takes the
+    source where ``GraphLowering._compile_to_module`` would load it (see the module docstring).
+    ``input_strides``: strides by placeholder name (the forward's outputs' strides, for the
+    backward): a placeholder whose fake value has other strides is restrided to them, as AOT
+    autograd restrides the backward's inputs to what the compiled forward returned
+    (torch/_functorch/_aot_autograd/graph_compile.py:2326-2394). The output strides are
+    Inductor's layouts of the graph's outputs, read as ``fx_codegen_and_compile`` reads them
+    (torch/_inductor/compile_fx.py:1661-1677).
+    """
+    from torch._inductor import compile_fx, config
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.virtualized import V
+
+    capture = joint.inductor
+    graph_module = copy.deepcopy(graph_module)  # Inductor's post-grad passes rewrite the graph in place
+    example_inputs = [_restrided(node.meta["val"], (input_strides or {}).get(node.name), capture.fake_mode)
+                      for node in graph_module.graph.find_nodes(op="placeholder")]
+    lowered: dict = {}
+
+    def source_only(self):
+        from torch._inductor.ir import IRNode
+
+        strides = [tuple(int(s) for s in out.get_layout().stride)
+                   if isinstance(out, IRNode) and out.has_tensor_output() else None for out in self.graph_outputs]
+        wrapper_code, _ = self.codegen()
+        lowered.update(source=wrapper_code.value, constants={**self.constants, **self.torchbind_constants},
+                       strides=strides)
+        raise _Lowered
+
+    extra = compile_fx.create_compiler_config_extra(capture.dynamo_graph)
+    with config.patch(fx_graph_cache=False), _patched(GraphLowering, "compile_to_module", source_only), \
+            torch._guards.tracing(capture.tracing_context), V.set_fake_mode(capture.fake_mode), \
+            _patched(capture.tracing_context, "fw_metadata", capture.fw_metadata):
+        try:
+            if backward:
+                compile_fx.compile_fx_backward(graph_module, example_inputs, compiler_config_extra=extra)
+            else:
+                dynamo_graph = capture.dynamo_graph
+                compile_fx.compile_fx_forward(
+                    graph_module, example_inputs,
+                    num_orig_model_outputs=compile_fx.get_num_model_outputs(dynamo_graph),
+                    num_example_inputs=len(dynamo_graph.graph.find_nodes(op="placeholder")),
+                    compiler_config_extra=extra)
+        except Exception as exc:  # Inductor wraps what compile_to_module raised
+            if "source" not in lowered:
+                phase = "backward" if backward else "forward"
+                raise InductorLoweringError(f"{joint.source}: Inductor cannot lower the {phase} graph: "
+                                            f"{type(exc).__name__}: {_first_line(exc)}") from exc
+    return lowered["source"], lowered["constants"], lowered["strides"]
+
+
+def _restrided(value, stride, fake_mode):
+    if stride is None or not isinstance(value, torch.Tensor) or tuple(value.stride()) == tuple(stride):
+        return value
+    with fake_mode:
+        return value.as_strided(value.size(), stride)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+@contextlib.contextmanager
+def _patched(owner, name: str, value) -> Iterator[None]:
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def _no_kernel(*args, **kwargs) -> None:
+    """A compiled kernel's stand-in: kernels write into buffers the wrapper allocated; they allocate nothing."""
+
+
+class _NoKernels:
+    """Inductor's ``AsyncCompile`` while the wrapper module loads: every kernel it would compile is a no-op."""
+
+    def __getattr__(self, name: str):  # cpp_pybinding, cpp, triton, multi_kernel, ...
+        return lambda *args, **kwargs: _no_kernel
+
+    def wait(self, scope) -> None:
+        pass
+
+
+def _meta_empty_strided(size, stride, dtype=None, *args, **kwargs) -> torch.Tensor:
+    return torch.empty_strided(size, stride, dtype=dtype if dtype is not None else kwargs.get("dtype"),
+                               device="meta")
+
+
+def _meta_reinterpret(base: torch.Tensor, size, stride, offset=0) -> torch.Tensor:
+    """``reinterpret_tensor`` through the dispatcher (``as_strided``), so the recorder sees the view of ``base``."""
+    return torch.as_strided(base, size, stride, offset)
+
+
+def _wrapper_call(lowered: tuple[str, dict, list]):
+    """The wrapper module's ``call``, loaded with no kernels and meta-device allocations (module docstring, 3)."""
+    from torch._inductor import async_compile
+
+    source, constants, _ = lowered
+    namespace: dict = {"__name__": "dtrlab_inductor_wrapper"}
+    with _patched(async_compile, "AsyncCompile", _NoKernels):
+        exec(compile(source, "<inductor wrapper>", "exec"), namespace)  # noqa: S102 - Inductor's generated code
+    namespace.update({name: _meta_like(value) for name, value in constants.items()})
+    namespace.update(empty_strided=_meta_empty_strided, empty_strided_cpu=_meta_empty_strided,
+                     empty_strided_cuda=_meta_empty_strided, empty_strided_cpu_pinned=_meta_empty_strided,
+                     reinterpret_tensor=_meta_reinterpret, assert_size_stride=_no_kernel,
+                     assert_size_stride_grouped=_no_kernel, assert_tensor_metadata=_no_kernel,
+                     assert_alignment=_no_kernel)
+    call = namespace["call"]
+
+    def run(arguments: list) -> tuple:
+        with _MetaDevices():
+            return call(arguments)
+
+    return run
+
+
+def _meta_like(value):
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device="meta")
+    return value
+
+
+class _MetaDevices(TorchDispatchMode):
+    """Above the recorder while a wrapper runs: devices an operator names (an ATen fallback's
+    ``device=cpu``) become meta, and an operator that only writes into buffers it is given
+    (``extern_kernels.mm(..., out=buf)``, an in-place fallback) runs below the recorder: it
+    allocates nothing, and the log's ``MUTATE`` (a fresh storage replacing the written one,
+    simrd's semantics of a mutation) would count the buffer twice."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def moved(value):
+            return torch.device("meta") if isinstance(value, torch.device) else value
+
+        args, kwargs = tuple(map(moved, args)), {key: moved(value) for key, value in (kwargs or {}).items()}
+        returns = func._schema.returns
+        if returns and all(r.alias_info is not None and r.alias_info.is_write for r in returns):
+            with torch.utils._python_dispatch._disable_current_modes():
+                return func(*args, **kwargs)
+        return func(*args, **kwargs)
