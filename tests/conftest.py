@@ -36,8 +36,10 @@ UNET_LOG = "unet-6-8000000000.0-2020-10-1-10-57-18-default.log"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 #: Variables a library sets once per process to its own default when they are unset: torch's inductor cache directory
 #: (torch/_inductor/runtime/cache_dir_utils.py:19, first computed by whichever test compiles first) and joblib's
-#: KMP_INIT_AT_FORK (joblib/__init__.py:163, on its first import). Their first setting is not counted as a test's.
-LIBRARY_WRITES = ("TORCHINDUCTOR_CACHE_DIR", "KMP_INIT_AT_FORK")
+#: KMP_INIT_AT_FORK (joblib/__init__.py:163, on its first import), and the address Inductor's CPU kernels read when
+#: their first library loads (torch/_inductor/codecache.py:4145). Their first setting is not counted
+#: as a test's.
+LIBRARY_WRITES = ("TORCHINDUCTOR_CACHE_DIR", "KMP_INIT_AT_FORK", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR")
 #: The torch configuration modules a test must leave as it found them (compared when torch is already imported).
 TORCH_CONFIGS = ("torch._functorch.config", "torch._inductor.config")
 

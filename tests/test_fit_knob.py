@@ -97,14 +97,34 @@ def mlp():
 def test_fit_knob_on_a_live_module(mlp, tmp_path):
     model, x = mlp
     before = [p.detach().clone() for p in model.parameters()]
-    loose = fit_knob(model, (x,), budget=1 << 30, accounting="flat", cache=tmp_path)
+    loose = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
     assert loose.knob == 1.0 and loose.margin == (1 << 30) - loose.peak and loose.lowering_is_safe
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the live model is untouched
-    tight = fit_knob(model, (x,), budget=loose.min_peak, accounting="flat", cache=tmp_path)
+    tight = fit_knob(model, (x,), backend="aot_eager", budget=loose.min_peak, accounting="flat", cache=tmp_path)
     assert tight.knob is not None and tight.peak <= loose.min_peak
     assert tight.evaluations < len(GRID) / 4
     lines = tight.describe().splitlines()
     assert lines[0].startswith("DropoutMLP: budget") and any("margin" in line for line in lines)
+
+
+def test_fit_knob_takes_inductors_accounting_by_default(mlp, monkeypatch):
+    """The default pick is Inductor's accounting (the peak knob_peaks lowers with Inductor), and dtrlab.compile
+    asks for the accounting of the backend it compiles with."""
+    from dtrlab.memory.partitioned import knob_peaks
+    from dtrlab.trace.partition import trace_step
+
+    model, x = mlp
+    fit = fit_knob(model, (x,), budget=1 << 30, accounting="flat", cache=False)
+    assert fit.backend == "inductor" and fit.knob == 1.0
+    joint = trace_step(model, (x,), source="mlp", backend="inductor")
+    assert fit.peak == knob_peaks(joint, 1.0)["flat_peak"]
+    assert fit.peak != knob_peaks(trace_step(model, (x,), source="mlp"), 1.0)["flat_peak"]  # fusion shows
+    asked = []
+    monkeypatch.setattr("dtrlab.analysis.knob_compile.fit_knob",
+                        lambda *args, **kwargs: asked.append(kwargs["backend"]) or fit)
+    for backend in ("inductor", "aot_eager"):
+        dtrlab.compile(model, budget=1 << 30, example_inputs=(x,), backend=backend)
+    assert asked == ["inductor", "aot_eager"]
 
 
 def test_recomputed_dropout_is_named(mlp):
@@ -116,7 +136,7 @@ def test_recomputed_dropout_is_named(mlp):
     joint = trace_step(*fake_module(model, (x,), "cpu"), source="mlp")
     assert recomputed_random(joint, 0.0) == ("native_dropout",)
     assert recomputed_random(joint, 1.0) == ()
-    fit = fit_knob(model, (x,), budget=1 << 30, accounting="flat", cache=False)
+    fit = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=False)
     assert fit.recomputed_random == () and not any("190758" in w for w in fit.warnings())
     warned = dataclasses.replace(fit, knob=0.0, recomputed_random=("native_dropout",))
     assert "native_dropout" in warned.warnings()[0] and "pytorch/pytorch#190758" in warned.warnings()[0]
@@ -124,7 +144,7 @@ def test_recomputed_dropout_is_named(mlp):
 
 def test_budget_below_every_peak_says_what_would_fit(mlp):
     model, x = mlp
-    fit = fit_knob(model, (x,), budget=1000, accounting="flat", cache=False)
+    fit = fit_knob(model, (x,), backend="aot_eager", budget=1000, accounting="flat", cache=False)
     assert fit.knob is None and fit.peak is None
     assert set(fit.instead) >= {"dtr", "monotone"} and fit.instead["dtr"]["status"] in ("oom", "thrash")
     assert "no knob fits" in fit.warnings()[0] and "dtr" in fit.warnings()[0]
@@ -132,25 +152,25 @@ def test_budget_below_every_peak_says_what_would_fit(mlp):
 
 def test_cache_answers_again_and_recomputes_a_damaged_entry(mlp, tmp_path):
     model, x = mlp
-    first = fit_knob(model, (x,), budget=1 << 30, accounting="flat", cache=tmp_path)
-    second = fit_knob(model, (x,), budget=1 << 30, accounting="flat", cache=tmp_path)
+    first = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
+    second = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
     assert second.from_cache and not first.from_cache
     assert second.to_dict() | {"seconds": 0} == first.to_dict() | {"seconds": 0}
-    other = fit_knob(model, (x,), budget=(1 << 30) - 1, accounting="flat", cache=tmp_path)
+    other = fit_knob(model, (x,), backend="aot_eager", budget=(1 << 30) - 1, accounting="flat", cache=tmp_path)
     assert not other.from_cache  # the budget is in the key
     (entry,) = [p for p in tmp_path.glob("*.json") if json.loads(p.read_text())["key"]["budget"] == 1 << 30]
     document = json.loads(entry.read_text())
     document["record"]["knob"] = 0.5  # a planted corruption: the record no longer matches its sha256
     entry.write_text(json.dumps(document))
     with pytest.warns(UserWarning, match="ignoring damaged cache file"):
-        again = fit_knob(model, (x,), budget=1 << 30, accounting="flat", cache=tmp_path)
+        again = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
     assert not again.from_cache and again.knob == first.knob
 
 
 def test_bad_arguments(mlp):
     model, x = mlp
     with pytest.raises(ValueError, match="unknown accounting 'reserve'.*did you mean 'reserved'"):
-        fit_knob(model, (x,), budget=1 << 30, accounting="reserve")
+        fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="reserve")
     with pytest.raises(ValueError, match="unknown backend 'aot_eagr'.*did you mean 'aot_eager'"):
         fit_knob(model, (x,), budget=1 << 30, backend="aot_eagr")
     with pytest.raises(ValueError, match="needs example_inputs"):
@@ -159,8 +179,8 @@ def test_bad_arguments(mlp):
 
 def test_preset_budget_defaults_to_reserved_bytes(mlp):
     model, x = mlp
-    assert fit_knob(model, (x,), budget="A100-80GB", cache=False).accounting == "reserved_peak"
-    assert fit_knob(model, (x,), budget="80GiB", cache=False).accounting == "allocated_peak"
+    assert fit_knob(model, (x,), backend="aot_eager", budget="A100-80GB", cache=False).accounting == "reserved_peak"
+    assert fit_knob(model, (x,), backend="aot_eager", budget="80GiB", cache=False).accounting == "allocated_peak"
 
 
 @pytest.fixture
@@ -263,7 +283,7 @@ def test_the_pick_holds_on_a_real_step(name, tmp_path):
     model, inputs, loss_fn = _real_workload(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        probe = fit_knob(model, inputs, loss_fn, budget=1 << 40, accounting="flat", cache=tmp_path)
+        probe = fit_knob(model, inputs, loss_fn, backend="aot_eager", budget=1 << 40, accounting="flat", cache=tmp_path)
     low, high = probe.min_peak, max(p for _, p in probe.evaluated)
     assert low < high, f"{name}: the knob does not move this step's peak"
     for budget in (low, (low + high) // 2, (low + 3 * high) // 4):

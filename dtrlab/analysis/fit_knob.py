@@ -37,8 +37,10 @@ traced graph's content hash, the torch version, the accounting, the backend, the
 the runtime estimator, the search's grid and the budget: a second run traces (seconds) and
 reads the answer.
 
-Accounting: ``backend="aot_eager"`` (today's: the graphs aot_eager runs, replayed by
-:func:`dtrlab.memory.partitioned.knob_peaks`); the accounting of the peak is flat,
+Accounting: ``backend="inductor"`` (the default: Inductor's own lowering of each partition,
+:mod:`dtrlab.trace.inductor`) or ``"aot_eager"`` (the partitioned graphs run node by node), both through
+:func:`dtrlab.memory.partitioned.knob_peaks`; a step with graph breaks has the aot_eager accounting only.
+The accounting of the peak is flat,
 allocated or reserved bytes, reserved by default for a GPU preset (what the device
 enforces), allocated otherwise.
 """
@@ -61,9 +63,9 @@ from .knob_census import ACCOUNTINGS, KNOB_DECIMALS, KnobPlan
 
 #: Accountings by their short names (``dtrlab knob --accounting``) and their peak columns.
 ACCOUNTING_NAMES = {"flat": "flat_peak", "allocated": "allocated_peak", "reserved": "reserved_peak"}
-#: The accountings of the step's graphs ``knob_peaks`` offers; the first is the default. The Inductor
-#: accounting joins here (and becomes the default) when dtrlab.memory.partitioned offers it.
-BACKENDS = ("aot_eager",)
+#: The accountings of the step's graphs ``knob_peaks`` offers (dtrlab.trace.partition.BACKENDS); the first,
+#: torch.compile's default backend, is the default.
+BACKENDS = ("inductor", "aot_eager")
 #: A cliff worth a warning: the peaks at 1.0 and 0.99 differ by more than this fraction.
 CLIFF_WARNING = 0.01
 FIT_FORMAT = "dtrlab-fit-knob-1"
@@ -284,7 +286,7 @@ def fit_knob(model, example_inputs=(), loss_fn=None, *, budget, device: str | No
         raise ValueError(f"unknown backend {backend!r}{did_you_mean(backend, BACKENDS)}; "
                          f"the peak is replayed for {', '.join(BACKENDS)}")
     started = time.perf_counter()
-    joint, workload = _trace(model, example_inputs, loss_fn, device)
+    joint, workload = _trace(model, example_inputs, loss_fn, device, backend)
     return _fit_joint(joint, workload, budget=budget, column=column, backend=backend, solver=solver,
                       runtime_estimator=runtime_estimator, cache=cache, started=started)
 
@@ -303,8 +305,12 @@ def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solve
         return dataclasses.replace(cached, seconds=time.perf_counter() - started, from_cache=True)
     with partitioner_config(None, runtime_estimator=runtime_estimator):
         search = search_budget(_evaluator(joint, solver, backend), budget, column, grid, SCAN_STEP)
-        random = recomputed_random(joint, search.choice, solver) if search.choice is not None else ()
-    fit = _record(joint, search, random, key, time.perf_counter() - started)
+        # The chosen partition's graphs run node by node: its recomputed operators by name and their FLOPs
+        # (capture's FLOP model; Inductor's fused kernels have no per-operator count, the partition is the same).
+        chosen = _partitioned(joint, search.choice, solver) if search.choice is not None else None
+    random = _random_operators(joint, chosen) if chosen is not None else ()
+    fit = _record(joint, search, random, key, time.perf_counter() - started,
+                  chosen.recompute_flops if chosen is not None else None)
     if fit.knob is None:
         fit = dataclasses.replace(fit, instead=_instead_of_knob(workload, budget),
                                   seconds=time.perf_counter() - started)
@@ -313,7 +319,7 @@ def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solve
     return fit
 
 
-def _trace(model, example_inputs, loss_fn, device):
+def _trace(model, example_inputs, loss_fn, device, backend: str):
     """The joint graph, and what the eager capture needs (a source's options, or the live step)."""
     from ..trace.partition import fake_module, trace_joint, trace_step
 
@@ -322,7 +328,7 @@ def _trace(model, example_inputs, loss_fn, device):
         if not isinstance(example_inputs or {}, dict) or loss_fn is not None:
             raise ValueError("a model source takes its build options as a dict (example_inputs={'batch': 8}) and "
                              "its own loss (loss_fn=None)")
-        return trace_joint(model, device=device or "cpu", **options), ("source", model, options)
+        return trace_joint(model, device=device or "cpu", backend=backend, **options), ("source", model, options)
     import torch
 
     if not isinstance(model, torch.nn.Module):
@@ -333,25 +339,31 @@ def _trace(model, example_inputs, loss_fn, device):
     if device is None or torch.device(device) == own:
         # dynamo fakes the live model and inputs itself (no step runs, nothing is allocated), keeping what they
         # share with the loss (a closure's labels that are the inputs, tied weights) shared, as the real step does.
-        joint = trace_step(model, inputs, loss_fn, source=name)
+        joint = trace_step(model, inputs, loss_fn, source=name, backend=backend)
     else:  # another device: a fake copy there (tensors a loss closes over must then not be on the model's device)
-        joint = trace_step(*fake_module(model, inputs, device), loss_fn, source=name)
+        joint = trace_step(*fake_module(model, inputs, device), loss_fn, source=name, backend=backend)
     return joint, ("module", model, (inputs, loss_fn))
 
 
 def _evaluator(joint, solver, backend) -> Callable[[float], dict]:
     from ..memory.partitioned import knob_peaks
 
-    del backend  # the one backend today: knob_peaks' aot_eager replay (see BACKENDS)
-    return lambda knob: knob_peaks(joint, round(knob, KNOB_DECIMALS), solver=solver)
+    return lambda knob: knob_peaks(joint, round(knob, KNOB_DECIMALS), solver=solver, backend=backend)
 
 
 def recomputed_random(joint, knob: float, solver: str | None = None) -> tuple[str, ...]:
     """Forward random operators that torch's partition of ``joint`` at ``knob`` recomputes in the backward,
     by joint-graph name (pytorch#190758: each recompute draws fresh randomness)."""
+    return _random_operators(joint, _partitioned(joint, knob, solver))
+
+
+def _partitioned(joint, knob: float, solver: str | None):
     from ..trace.partition import partition
 
-    step = partition(joint, knob, solver=solver)
+    return partition(joint, round(knob, KNOB_DECIMALS), solver=solver)
+
+
+def _random_operators(joint, step) -> tuple[str, ...]:
     nodes = {node.name: node for node in joint.graph_module.graph.nodes}
     return tuple(name for name in dict.fromkeys(step.recomputed) if _is_random(nodes.get(name)))
 
@@ -371,7 +383,7 @@ def _is_random(node) -> bool:
     return bool(is_rng_op(node))
 
 
-def _record(joint, search: BudgetSearch, random: tuple, key: dict, seconds: float) -> KnobFit:
+def _record(joint, search: BudgetSearch, random: tuple, key: dict, seconds: float, flops: int | None) -> KnobFit:
     column, rows = key["accounting"], search.rows
     knobs = sorted(rows)
     minimum = min(knobs, key=lambda k: (rows[k][column], -k))
@@ -382,7 +394,7 @@ def _record(joint, search: BudgetSearch, random: tuple, key: dict, seconds: floa
         solver=str(any_row["solver"]), runtime_estimator=str(any_row["runtime_estimator"]),
         knob=search.choice, peak=int(row[column]) if row else None,
         margin=key["budget"] - int(row[column]) if row else None,
-        recompute_flops=int(row["recompute_flops"]) if row else None,
+        recompute_flops=flops if row else None,
         recompute_runtime=float(row["proxy_recompute_runtime"]) if row else None,
         lowering_is_safe=row is not None and not search.holes and search.fails_below is None,
         holes=search.holes, fails_below=search.fails_below, min_peak_knob=minimum, min_peak=int(rows[minimum][column]),

@@ -51,7 +51,8 @@ def compile(model, *, budget, example_inputs=(), loss_fn=None, device: str | Non
 
     ``budget``, ``example_inputs``, ``loss_fn``, ``device``, ``accounting`` and ``cache`` are
     :func:`~dtrlab.analysis.fit_knob.fit_knob`'s (``example_inputs`` are needed: the knob is
-    chosen before the first call). ``backend``: torch.compile's (a name or a callable),
+    chosen before the first call). ``backend``: torch.compile's (a name or a callable; the pick uses the
+    Inductor accounting for ``"inductor"``, the aot_eager one for any other),
     ``solver``: ``activation_memory_budget_solver`` for the pick and the compile; the rest goes
     to torch.compile. The choice record is the result's ``knob_fit``. When no knob value fits,
     ValueError (one line, with what would fit instead)."""
@@ -59,8 +60,9 @@ def compile(model, *, budget, example_inputs=(), loss_fn=None, device: str | Non
 
     if example_inputs == () or example_inputs is None:
         raise ValueError("dtrlab.compile needs example_inputs: the knob is chosen before the first call")
+    # The pick under the accounting of the backend that compiles (a backend dtrlab does not model: aot_eager's).
     fit = fit_knob(model, example_inputs, loss_fn, budget=budget, device=device, accounting=accounting,
-                   solver=solver, cache=cache)
+                   solver=solver, cache=cache, backend="inductor" if backend == "inductor" else "aot_eager")
     if fit.knob is None:
         raise ValueError(f"budget: {fit.warnings()[0]}")
     compiled = torch.compile(model, backend=KnobBackend(_inner_backend(backend, torch_compile_kwargs), fit.knob,
