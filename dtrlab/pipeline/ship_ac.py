@@ -117,19 +117,25 @@ def add_arguments(parser) -> None:
     parser.add_argument("--relax-time-limit", type=float, help="seconds per relaxation solve (default 4x --time-limit)")
 
 
-def run(args, parser) -> int:
-    from ..integrity import write_manifest
+def selection(args, parser, models) -> tuple:
+    """The ``--ratios`` budgets, or a one-line parser error, after checking every ``--only`` name is in ``models``."""
     from ..suggest import did_you_mean
     from ..sweep.budget_sweep import parse_ratios
-    from ..sweep.shipped import DEFAULT_SHIPPED_DIR as SHIPPED
 
     for name in args.only or ():
-        if name not in MODELS:
-            parser.error(f"--only {name!r}: not a model here{did_you_mean(name, MODELS)}; models: {', '.join(MODELS)}")
+        if name not in models:
+            parser.error(f"--only {name!r}: not a model here{did_you_mean(name, models)}; models: {', '.join(models)}")
     try:
-        ratios = parse_ratios(args.ratios)
+        return parse_ratios(args.ratios)
     except ValueError as error:
         parser.error(f"--ratios: {error}")
+
+
+def run(args, parser) -> int:
+    from ..integrity import write_manifest
+    from ..sweep.shipped import DEFAULT_SHIPPED_DIR as SHIPPED
+
+    ratios = selection(args, parser, MODELS)
     written = []
     for name in args.only or MODELS:
         written += ship_one(name, SHIPPED / "ac" / "models", ratios, args.knobs, args.knob_resolution,

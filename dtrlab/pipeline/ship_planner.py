@@ -100,18 +100,10 @@ def add_arguments(parser) -> None:
 
 def run(args, parser) -> int:
     from ..integrity import write_manifest
-    from ..suggest import did_you_mean
-    from ..sweep.budget_sweep import parse_ratios
     from ..sweep.shipped import DEFAULT_SHIPPED_DIR as SHIPPED
-    from .ship_ac import _parquet
+    from .ship_ac import _parquet, selection
 
-    for name in args.only or ():
-        if name not in MODELS:
-            parser.error(f"--only {name!r}: not a model here{did_you_mean(name, MODELS)}; models: {', '.join(MODELS)}")
-    try:
-        ratios = parse_ratios(args.ratios)
-    except ValueError as error:
-        parser.error(f"--ratios: {error}")
+    ratios = selection(args, parser, MODELS)
     written, directory = [], SHIPPED / "ac" / "planner"
     directory.mkdir(parents=True, exist_ok=True)
     for name in args.only or MODELS:
