@@ -278,8 +278,9 @@ def trace_step(module: nn.Module, inputs, loss_fn=None, *, source: str, build_op
     step = LossStep(module, loss_fn)
     kept = _one_graph(step, inputs, source, backend)
     if kept is None and backend == "inductor":
-        raise ModelSourceError(f"{source}: its step has graph breaks; the Inductor accounting covers one-graph "
-                               "steps only (use backend aot_eager)")
+        raise ModelSourceError(f"{source}: torch.compile cannot trace its training step in one graph (graph "
+                               "breaks), and the Inductor accounting covers one-graph steps only: use backend "
+                               "aot_eager")
     if kept is None:  # graph breaks: each graph partitioned on its own, as torch.compile does
         return _graph_parts(step, inputs, source, build_options, desc)
     graph_module = kept["graph_module"]
