@@ -4,7 +4,6 @@ compile that applies it to one model alone; slow: proved on real CPU steps."""
 from __future__ import annotations
 
 import dataclasses
-import gc
 import json
 import warnings
 
@@ -256,15 +255,9 @@ def _real_workload(name: str):
 
 def _measured_step_peak(compiled, inputs) -> int:
     """Bytes the CPU allocator held at the step's peak above those live at its start (torch.profiler)."""
-    gc.collect()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        compiled(*inputs).backward()
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
-    live = peak = 0
-    for _, nbytes in events:
-        live += nbytes
-        peak = max(peak, live)
-    return peak
+    from dtrlab.trace.profiled import cpu_peak_bytes
+
+    return cpu_peak_bytes(lambda: compiled(*inputs).backward())
 
 
 def _constant_bytes(model, inputs) -> int:
