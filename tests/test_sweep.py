@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from unittest import mock
 
 import pandas as pd
 import pyarrow as pa
@@ -280,7 +281,9 @@ def test_dask_local_cluster_matches_the_local_backend(small_resnet, tmp_path):
     distributed = pytest.importorskip("distributed")
     ratios = "0.3:1.0:0.05"
     local = sweep(small_resnet, "dtr", ratios=ratios, execution=Execution(jobs=2, cache=False, progress=False))
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+    # A Nanny writes its pre-spawn variables (OMP_NUM_THREADS, PYTHONHASHSEED, ...) into this process's own
+    # os.environ before it spawns a worker (distributed/nanny.py, WorkerProcess.start); patch.dict puts them back.
+    with mock.patch.dict(os.environ), distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         on_dask = sweep(small_resnet, "dtr", ratios=ratios,
                         execution=Execution(client=client, cache=False, progress=False))
