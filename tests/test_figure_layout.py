@@ -69,3 +69,24 @@ def test_overhead_curves_title_and_legend_hug_the_panels(panels):
     (legend,) = fig.legends
     assert legend.get_window_extent(renderer).y1 <= min(box.y0 for box in boxes)
     plt.close(fig)
+
+
+@pytest.mark.parametrize("panels", [1, 6])
+@pytest.mark.parametrize("plot", ["plot_pareto", "plot_overhead"])
+def test_pareto_and_overhead_legends_are_below_every_label(small_resnet, plot, panels):
+    """Notebooks 06 and 04: eight policies' legend under the panels, not over a one-panel figure's x label
+    (the fixed offset it had did that)."""
+    import dtrlab.plots.pareto as pareto
+
+    frame = sweep(small_resnet, "dtr", ratios="0.3:0.9:0.1", execution=Execution(cache=False, progress=False))
+    frames = [frame.assign(trace=f"t{t}", policy=policy) for t in range(panels)
+              for policy in ("dtr", "msps", "lru", "largest_storage", "dtr_local", "dtr_eq_class")]
+    import pandas as pd
+
+    fig = getattr(pareto, plot)(pd.concat(frames, ignore_index=True))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (legend,) = fig.legends
+    box = legend.get_window_extent(renderer)
+    assert all(box.y1 <= ax.get_tightbbox(renderer).y0 for ax in fig.axes if ax.get_visible())
+    plt.close(fig)

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from .style import panel_grid, policy_base, policy_styles
+from .style import legend_below, panel_grid, policy_base, policy_styles
 
 
 @dataclass(frozen=True)
@@ -103,9 +103,8 @@ def plot_pareto(frame: pd.DataFrame, *, titles: dict[str, str] | None = None, co
                for s in styles.values()]
     handles += [Line2D([], [], color="grey", linestyle=":", label="lowest passing ratio (OOM below)"),
                 Line2D([], [], color="grey", linestyle="--", label="lowest passing ratio (thrash below)")]
-    fig.legend(handles=handles, loc="lower center", ncol=min(5, len(handles)), frameon=False,
-               bbox_to_anchor=(0.5, -0.02 - 0.035 * (len(handles) > 5)))
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.tight_layout()
+    legend_below(fig, handles)
     return fig
 
 
@@ -129,7 +128,6 @@ def plot_overhead(frame: pd.DataFrame, *, titles: dict[str, str] | None = None, 
         if ax.get_subplotspec().is_first_col():
             ax.set_ylabel("compute overhead")
     handles = [Line2D([], [], color=s.color, linestyle=s.linestyle, label=s.label) for s in styles.values()]
-    fig.legend(handles=handles, loc="lower center", ncol=min(5, len(handles)), frameon=False)
-    rows_of_legend = -(-len(handles) // 5)
-    fig.tight_layout(rect=(0, 0.03 + 0.035 * rows_of_legend, 1, 1))
+    fig.tight_layout()
+    legend_below(fig, handles)
     return fig
