@@ -520,3 +520,19 @@ def test_every_execution_backend_gives_the_same_census_each_worker_tracing_once(
     assert len(serial) > len(plan.grid()) and serial.flat_peak.nunique() > 1  # refined: several rounds
     for backend, census in censuses.items():
         pd.testing.assert_frame_equal(census.samples, serial, obj=backend)
+
+
+@pytest.mark.slow  # two loky workers trace the tiny MLP: ~30 s
+def test_cli_runs_the_census_on_loky_workers(capsys, tmp_path):
+    from dtrlab.cli import main
+
+    argv = ["knob", "tests.test_partition:tiny_mlp", "--batch", "256", "--backend", "aot_eager", "--knobs",
+            "0,0.25,0.5,0.75,1", "--resolution", "0.5", "-j", "2", "--executor", "loky", "--out", str(tmp_path),
+            "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    (path,) = tmp_path.glob("*.json")
+    census = read_census(path)
+    assert census.meta["execution"] == "loky" and census.meta["traces_per_process"] == [1] * census.meta["processes"]
+    assert census.samples.knob.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0] and census.samples.flat_peak.nunique() == 2
+    assert "aot_eager accounting" in out and "CPU Inductor" not in out  # the GPU line is the Inductor census's

@@ -339,7 +339,7 @@ def census_knob_warnings(census: KnobCensus, choice: KnobChoice) -> list[KnobWar
         return [KnobWarning("below-reachable", f"no knob value fits {choice.budget:,} bytes ({choice.accounting}): "
                             f"the smallest peak the knob reaches is {int(summary['min_peak']):,} bytes, at knob "
                             f"{summary['largest_knob_at_min']:g}; see DTR's and monotone(dtr)'s outcome at this "
-                            "budget above"), *_lowering(census)]
+                            "budget above"), *_cpu_lowering(census)]
     warnings = []
     if not choice.lowering_is_safe:
         warnings.append(KnobWarning("lowering-unsafe", f"{choice.describe()} at {choice.budget:,} bytes "
@@ -347,10 +347,10 @@ def census_knob_warnings(census: KnobCensus, choice: KnobChoice) -> list[KnobWar
     cliff = _cliff(knobs, peaks, knob)
     if cliff is not None:
         warnings.append(cliff)
-    return warnings + _lowering(census)
+    return warnings + _cpu_lowering(census)
 
 
-def _lowering(census: KnobCensus) -> list[KnobWarning]:
+def _cpu_lowering(census: KnobCensus) -> list[KnobWarning]:
     """``cpu-lowering``: an Inductor census lowered for the CPU answers for a GPU as the best available."""
     answer = gpu_answer(census.meta)
     return [] if answer is None else [KnobWarning("cpu-lowering", answer)]
