@@ -420,6 +420,20 @@ def test_bad_execution_backends_are_named():
         census_knob(BUMP, KnobPlan(), execution=Execution(jobs=2, backend="dask", progress=False))
 
 
+def test_an_evaluation_that_cannot_travel_to_loky_is_refused_in_one_line():
+    import threading
+
+    lock = threading.Lock()  # what pickle refuses, as it refuses a traced joint's weak references
+
+    def holding(knob):
+        with lock:
+            return BUMP(knob)
+    with pytest.raises(ValueError, match="cannot be pickled .*give a KnobSource .* or use backend='fork'"):
+        census_knob(holding, KnobPlan(), execution=Execution(jobs=2, backend="loky", progress=False))
+    assert census_knob(holding, KnobPlan(), execution=Execution(jobs=2, backend="fork", progress=False)).meta[
+        "processes"] >= 1
+
+
 def test_cli_names_the_executor(capsys, written):
     refused(capsys, ["knob", written, "--executor", "lokky"], "--executor", "did you mean 'loky'")
     refused(capsys, ["knob", "tests.test_partition:tiny_mlp", "--executor", "dask"], "--executor dask needs --scheduler")

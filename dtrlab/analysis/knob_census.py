@@ -215,6 +215,8 @@ def census_knob(evaluate: Callable[[float], dict], plan: KnobPlan = KnobPlan(), 
     started = time.perf_counter()
     if isinstance(evaluate, KnobSource) and where in ("sequential", "fork"):
         evaluate.joint()  # traced here, before the bar (and before the fork)
+    elif where in ("loky", "dask"):
+        _check_shippable(evaluate, where)
     rows: dict[float, dict] = {}
     processes: dict[int, int | None] = {}
     bar = _progress_bar(execution.progress, len(plan.grid()), name)
@@ -265,6 +267,19 @@ def gpu_answer(meta: dict) -> str | None:
     if "inductor" not in meta.get("backend", "") or meta.get("inductor_lowering", "cpu") != "cpu":
         return None
     return CPU_INDUCTOR_ANSWER
+
+
+def _check_shippable(evaluate, where: str) -> None:
+    """A one-line error, before any worker starts, for an ``evaluate`` that cannot travel to ``where``'s workers
+    (a traced joint bound into a closure holds objects pickle refuses)."""
+    import cloudpickle  # loky's and Dask's own pickler (a dependency of both)
+
+    try:
+        cloudpickle.dumps(evaluate)
+    except Exception as exc:  # pickle's refusals have no common type (TypeError, PicklingError, AttributeError)
+        raise ValueError(f"census_knob on {where} ships evaluate to each worker, and this one cannot be pickled "
+                         f"({type(exc).__name__}: {exc}); give a KnobSource (the model source's spec, traced once "
+                         "per worker) or use backend='fork'") from None
 
 
 def _evaluate_knob(evaluate: Callable[[float], dict], knob: float) -> tuple[dict, int, int | None]:
