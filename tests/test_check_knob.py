@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from dtrlab.analysis.check import CheckPlan, KnobWarning, census_knob_warnings, check, knob_choices
-from dtrlab.analysis.knob_census import KnobPlan, analyse
+from dtrlab.analysis.knob_census import CPU_INDUCTOR_ANSWER, KnobPlan, analyse
 from dtrlab.plots.check import plot_check_knob, report_html, write_check_report
 from dtrlab.sweep.execution import Execution
 
@@ -110,3 +110,22 @@ def test_empty_tables_say_none(report):
     warnings = page.split("<h3>Warnings</h3>", 1)[1].split("<img", 1)[0]
     assert "<th>" not in holes and '<p class="none">none</p>' in holes
     assert '<p class="none">none</p>' in warnings
+
+
+def test_an_inductor_census_answers_for_the_gpu_with_the_cpu_lowering(small_resnet, tmp_path):
+    """No CUDA Inductor accounting without a GPU: an Inductor census (lowered for the CPU) answers, and the report
+    says which lowering it is and its uncertainty measured on CPU, in its summary, its JSON and its HTML."""
+    inductor = replace(CENSUS, meta={"backend": "inductor"})
+    assert warnings_at(inductor, 100)["cpu-lowering"] == CPU_INDUCTOR_ANSWER
+    assert list(warnings_at(inductor, 80)) == ["below-reachable", "cpu-lowering"]  # also when nothing fits
+    assert "cpu-lowering" not in warnings_at(replace(CENSUS, meta={"backend": "aot_eager"}), 100)
+    assert "cpu-lowering" not in warnings_at(replace(CENSUS, meta={"backend": "inductor",
+                                                                   "inductor_lowering": "cuda"}), 100)
+    report = check(small_resnet, 100 * UNIT, "A100-80GB", knob=inductor,
+                   plan=CheckPlan(window=0.01, delta=0.005, policies=("dtr",), monotone=False), execution=QUIET)
+    summary = report.summary()
+    assert summary[summary.index(next(s for s in summary if s.startswith("torch.compile"))) + 1] == CPU_INDUCTOR_ANSWER
+    write_check_report(report, tmp_path / "r.html", tmp_path / "r.json", tmp_path / "r.png")
+    assert "cpu-lowering" in [w["kind"] for w in json.loads((tmp_path / "r.json").read_text())["knob_warnings"]]
+    page = (tmp_path / "r.html").read_text()
+    assert "cpu-lowering" in page and "18 MiB below ResNet-18" in page

@@ -57,7 +57,7 @@ def test_commands_that_need_pandas_still_get_it(tmp_path):
     assert probe("holes", str(sweep_file), cache=tmp_path)["code"] == 0
 
 
-def test_the_sweep_options_offer_the_engine_backends():
+def test_the_sweep_and_knob_options_offer_the_engine_backends():
     import argparse
 
     from dtrlab.cli.sweep import add_sweep_arguments
@@ -67,6 +67,13 @@ def test_the_sweep_options_offer_the_engine_backends():
     add_sweep_arguments(parser)
     (backend,) = [action for action in parser._actions if action.dest == "backend"]
     assert tuple(backend.choices) == tuple(BACKENDS)
+    from dtrlab.cli import knob
+
+    parser = argparse.ArgumentParser()
+    knob.register(parser.add_subparsers())
+    (knob_parser,) = parser._subparsers._group_actions[0].choices.values()
+    (executor,) = [action for action in knob_parser._actions if action.dest == "executor"]
+    assert tuple(executor.choices) == tuple(BACKENDS)  # dtrlab knob --executor: the same backends
 
 
 def test_a_command_builds_only_its_own_parser(tmp_path):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import bisect
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dtrlab.analysis.knob_census import (ACCOUNTINGS, KnobPlan, analyse, census_knob, dtr_beside_knob, parse_knobs,
-                                          read_census, write_census)
+from dtrlab.analysis.knob_census import (ACCOUNTINGS, KnobPlan, KnobSource, analyse, census_knob, dtr_beside_knob,
+                                          gpu_answer, parse_knobs, read_census, write_census)
 from conftest import ROOT
 from dtrlab.integrity import IntegrityError, verify_in_manifest
 from dtrlab.sweep.execution import Execution
@@ -367,19 +368,77 @@ def test_cli_refuses_a_model_the_partitioner_cannot_trace(capsys, tmp_path, monk
     assert not out.exists()
 
 
-def test_forked_workers_give_the_same_census():
+@pytest.mark.parametrize("backend", ["fork", "loky"])
+def test_worker_processes_give_the_same_census(backend):
+    import os
+
+    def where(knob):
+        return {**BUMP(knob), "pid": os.getpid()}
     serial = census_knob(BUMP, KnobPlan(), name="bump")
-    forked = census_knob(BUMP, KnobPlan(), name="bump", execution=Execution(jobs=2, progress=False))
-    assert forked.samples.equals(serial.samples) and forked.holes.equals(serial.holes)
+    parallel = census_knob(where, KnobPlan(), name="bump", execution=Execution(jobs=2, backend=backend, progress=False))
+    assert parallel.samples.drop(columns="pid").equals(serial.samples) and parallel.holes.equals(serial.holes)
+    assert os.getpid() not in set(parallel.samples.pid)  # every knob was evaluated in a worker
+    assert parallel.meta["execution"] == backend and serial.meta["execution"] == "sequential"
+    assert serial.meta["processes"] == 1 and parallel.meta["processes"] == parallel.samples.pid.nunique() <= 2
 
 
-def test_a_failing_evaluation_in_a_worker_is_raised_here():
+@pytest.mark.parametrize("backend", ["fork", "loky"])
+def test_a_failing_evaluation_in_a_worker_is_raised_here(backend):
     def evaluate(knob):
         if knob > 0.5:
             raise ValueError(f"no partition at {knob}")
         return BUMP(knob)
-    with pytest.raises(ValueError, match="no partition at 0.51"):
-        census_knob(evaluate, KnobPlan(), execution=Execution(jobs=2, progress=False))
+    with pytest.raises(ValueError, match=r"no partition at (0\.5[1-9]|0\.[6-9]|1\.0)"):  # any, as they finish
+        census_knob(evaluate, KnobPlan(), execution=Execution(jobs=2, backend=backend, progress=False))
+
+
+def test_an_inductor_census_names_its_cpu_lowering_in_its_meta_and_output(capsys, tmp_path):
+    """A GPU user gets the CPU Inductor lowering as the best answer available: the census's JSON meta names it
+    (``inductor_lowering``, ``gpu_answer``) and `dtrlab knob` prints it in one line; an aot_eager census does not."""
+    from dtrlab.analysis.knob_census import CPU_INDUCTOR_ANSWER
+    from dtrlab.cli import main
+
+    def inductor(knob):
+        return {**BUMP(knob), "backend": "inductor"}
+    census = census_knob(inductor, KnobPlan(step=0.1, resolution=0.05), name="bump")
+    assert census.meta["inductor_lowering"] == "cpu" and census.meta["gpu_answer"] == CPU_INDUCTOR_ANSWER
+    assert "18 MiB" in CPU_INDUCTOR_ANSWER and "convolutions and matmuls differently" in CPU_INDUCTOR_ANSWER
+    write_census(census, tmp_path)
+    assert read_census(tmp_path / "bump.json").meta["gpu_answer"] == CPU_INDUCTOR_ANSWER
+    assert main(["knob", str(tmp_path / "bump.json"), "--budget", "A100-80GB"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(CPU_INDUCTOR_ANSWER) == 1 and "\n" not in CPU_INDUCTOR_ANSWER
+    aot = census_knob(lambda knob: {**BUMP(knob), "backend": "aot_eager"}, KnobPlan(step=0.1, resolution=0.05))
+    assert "gpu_answer" not in aot.meta and "inductor_lowering" not in aot.meta
+    assert gpu_answer({"backend": "inductor", "inductor_lowering": "cuda"}) is None  # a CUDA lowering needs none
+
+
+def test_bad_execution_backends_are_named():
+    with pytest.raises(ValueError, match="unknown backend 'lokky' \\(did you mean 'loky'\\?\\)"):
+        census_knob(BUMP, KnobPlan(), execution=Execution(jobs=2, backend="lokky", progress=False))
+    with pytest.raises(ValueError, match="needs Execution\\(client=\\)"):
+        census_knob(BUMP, KnobPlan(), execution=Execution(jobs=2, backend="dask", progress=False))
+
+
+def test_an_evaluation_that_cannot_travel_to_loky_is_refused_in_one_line():
+    import threading
+
+    lock = threading.Lock()  # what pickle refuses, as it refuses a traced joint's weak references
+
+    def holding(knob):
+        with lock:
+            return BUMP(knob)
+    with pytest.raises(ValueError, match="cannot be pickled .*give a KnobSource .* or use backend='fork'"):
+        census_knob(holding, KnobPlan(), execution=Execution(jobs=2, backend="loky", progress=False))
+    assert census_knob(holding, KnobPlan(), execution=Execution(jobs=2, backend="fork", progress=False)).meta[
+        "processes"] >= 1
+
+
+def test_cli_names_the_executor(capsys, written):
+    refused(capsys, ["knob", written, "--executor", "lokky"], "--executor", "did you mean 'loky'")
+    refused(capsys, ["knob", "tests.test_partition:tiny_mlp", "--executor", "dask"], "--executor dask needs --scheduler")
+    refused(capsys, ["knob", "tests.test_partition:tiny_mlp", "--scheduler", "tcp://127.0.0.1:1"], "--scheduler",
+            "no Dask scheduler answers")
 
 
 SHIPPED = ROOT / "results" / "shipped"
@@ -436,3 +495,58 @@ def test_cli_censuses_a_model_end_to_end(capsys, tmp_path):
     assert {"flat_peak", "allocated_peak", "reserved_peak", "recompute_flops", "saved_count"} <= set(census.samples)
     assert f"budget {int(1.5 * 2**20):,} bytes (1.50 MiB), flat_peak" in out
     assert census.meta["refinement_complete"]
+
+
+TINY = KnobSource("tests.test_partition:tiny_mlp", (("batch", 256),), backend="aot_eager")  # its peak moves
+
+
+@pytest.mark.slow  # torch.compile traces the tiny MLP once in this process and once in each of 4 workers: ~1 min
+def test_every_execution_backend_gives_the_same_census_each_worker_tracing_once():
+    """Serial, forked, loky and Dask (a LocalCluster of 2 worker processes, 2 threads each: the lock serialises a
+    worker's evaluations) give identical samples; each process that evaluated knobs traced the joint once, and
+    loky's and Dask's workers traced it themselves (this process had not)."""
+    import os
+    from unittest import mock
+
+    distributed = pytest.importorskip("distributed")
+    plan = KnobPlan(low=0.0, high=1.0, step=0.125, resolution=0.03)
+
+    def traced_once_each(census, backend: str, processes: int | None = None):
+        assert census.meta["execution"] == backend and census.meta["backend"] == "aot_eager"
+        assert census.meta["traces_per_process"] == [1] * census.meta["processes"], (backend, census.meta)
+        assert processes is None or census.meta["processes"] == processes, (backend, census.meta)
+        return census
+
+    censuses = {"loky": traced_once_each(census_knob(TINY, plan, execution=Execution(jobs=2, backend="loky",
+                                                                                     progress=False)), "loky", 2)}
+    # A Nanny writes OMP_NUM_THREADS and more into this process's os.environ (tests/test_sweep.py's Dask test)
+    with mock.patch.dict(os.environ), distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
+                                                               dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        censuses["dask"] = traced_once_each(census_knob(TINY, plan, execution=Execution(client=client,
+                                                                                        progress=False)), "dask", 2)
+    assert TINY.traces_here() == 0  # the workers traced; this process did not
+    censuses["sequential"] = traced_once_each(census_knob(TINY, plan), "sequential", 1)
+    censuses["fork"] = traced_once_each(census_knob(TINY, plan, execution=Execution(jobs=2, backend="fork",
+                                                                                    progress=False)), "fork")
+    assert TINY.traces_here() == 1  # here, once, before the fork: forked workers inherit the joint
+    serial = censuses["sequential"].samples
+    assert len(serial) > len(plan.grid()) and serial.flat_peak.nunique() > 1  # refined: several rounds
+    for backend, census in censuses.items():
+        pd.testing.assert_frame_equal(census.samples, serial, obj=backend)
+
+
+@pytest.mark.slow  # two loky workers trace the tiny MLP: ~30 s
+def test_cli_runs_the_census_on_loky_workers(capsys, tmp_path):
+    from dtrlab.cli import main
+
+    argv = ["knob", "tests.test_partition:tiny_mlp", "--batch", "256", "--backend", "aot_eager", "--knobs",
+            "0,0.25,0.5,0.75,1", "--resolution", "0.5", "-j", "2", "--executor", "loky", "--out", str(tmp_path),
+            "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    (path,) = tmp_path.glob("*.json")
+    census = read_census(path)
+    assert census.meta["execution"] == "loky" and census.meta["traces_per_process"] == [1] * census.meta["processes"]
+    assert census.samples.knob.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0] and census.samples.flat_peak.nunique() == 2
+    assert "aot_eager accounting" in out and "CPU Inductor" not in out  # the GPU line is the Inductor census's

@@ -90,6 +90,8 @@ def test_frame_columns_and_budgets_in_bytes(small_resnet, tmp_path):
 def test_bad_arguments_say_what_works(small_resnet):
     with pytest.raises(ValueError, match="exactly one of ratios"):
         sweep(small_resnet, ratios=[0.5], budgets=[10], execution=Execution(cache=False))
+    with pytest.raises(ValueError, match="unknown backend 'forks' \\(did you mean 'fork'"):
+        sweep(small_resnet, ratios=[0.5, 0.6], execution=Execution(backend="forks", cache=False, progress=False))
     with pytest.raises(ValueError, match="unknown backend 'threads'"):
         sweep(small_resnet, ratios=[0.5], execution=Execution(backend="threads", cache=False, progress=False))
     with pytest.raises(ValueError, match="unknown policy"):
@@ -106,6 +108,7 @@ def test_run_many_keeps_spec_order_across_backends(small_resnet):
     assert [r.ratio for r in sequential] == ratios
     assert sequential == [simulate(small_resnet, "dtr", ratio=r) for r in ratios]
     assert run_many(small_resnet, specs, execution=Execution(jobs=2, backend="loky", progress=False)) == sequential
+    assert run_many(small_resnet, specs, execution=Execution(jobs=2, backend="fork", progress=False)) == sequential
 
 
 class SmallestFirst(ScorePolicy):

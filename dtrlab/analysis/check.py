@@ -44,7 +44,7 @@ from ..sweep.execution import SERIAL, Execution
 from ..trace.model import Trace
 from .anatomy import LIMIT_READERS, hole_anatomy, unlimited_runs
 from .holes import HoleCensus, census_grid, delta_bytes, refine_holes
-from .knob_census import KnobCensus, KnobChoice
+from .knob_census import KnobCensus, KnobChoice, gpu_answer
 
 #: The policies censused by default: DTR and the zoo's policies with the fewest holes at a
 #: threshold near DTR's on the shipped censuses (README, docs/sweeps.md: h_DTR^eq and MSPS).
@@ -152,6 +152,7 @@ class CheckReport:
         if self.knob is not None:
             lines.append(f"torch.compile activation_memory_budget ({self.knob['accounting']}): "
                          f"{KnobChoice(**self.knob).describe()}")
+            lines += [w["message"] for w in self.knob_warnings or () if w["kind"] == "cpu-lowering"]
         if self.ac is not None:
             lines.append(self._checkpointing())
         return lines
@@ -321,8 +322,9 @@ def knob_choices(census: KnobCensus, budget: int) -> list[dict]:
 class KnobWarning:
     """One thing the user must know at the chosen knob. ``kind``: ``lowering-unsafe`` (a smaller knob does
     not fit, in a hole or below the smallest fitting knob), ``cliff`` (the choice sits on either side of the
-    1.0-to-below-1.0 step), ``below-reachable`` (no knob fits), or a kind the caller adds (dtrlab.fit_knob:
-    recomputed random operators)."""
+    1.0-to-below-1.0 step), ``below-reachable`` (no knob fits), ``cpu-lowering`` (an Inductor census lowered for
+    the CPU answers for the GPU: :func:`~dtrlab.analysis.knob_census.gpu_answer`), or a kind the caller adds
+    (dtrlab.fit_knob: recomputed random operators)."""
 
     kind: str
     message: str
@@ -337,7 +339,7 @@ def census_knob_warnings(census: KnobCensus, choice: KnobChoice) -> list[KnobWar
         return [KnobWarning("below-reachable", f"no knob value fits {choice.budget:,} bytes ({choice.accounting}): "
                             f"the smallest peak the knob reaches is {int(summary['min_peak']):,} bytes, at knob "
                             f"{summary['largest_knob_at_min']:g}; see DTR's and monotone(dtr)'s outcome at this "
-                            "budget above")]
+                            "budget above"), *_cpu_lowering(census)]
     warnings = []
     if not choice.lowering_is_safe:
         warnings.append(KnobWarning("lowering-unsafe", f"{choice.describe()} at {choice.budget:,} bytes "
@@ -345,7 +347,13 @@ def census_knob_warnings(census: KnobCensus, choice: KnobChoice) -> list[KnobWar
     cliff = _cliff(knobs, peaks, knob)
     if cliff is not None:
         warnings.append(cliff)
-    return warnings
+    return warnings + _cpu_lowering(census)
+
+
+def _cpu_lowering(census: KnobCensus) -> list[KnobWarning]:
+    """``cpu-lowering``: an Inductor census lowered for the CPU answers for a GPU as the best available."""
+    answer = gpu_answer(census.meta)
+    return [] if answer is None else [KnobWarning("cpu-lowering", answer)]
 
 
 def _cliff(knobs: list[float], peaks: list[int], knob: float) -> KnobWarning | None:

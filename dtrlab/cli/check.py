@@ -110,7 +110,7 @@ def _knob_census(args):
                          "(run dtrlab knob on the model and pass its census JSON)")
     evaluate, name = model_evaluation(args)
     return census_knob(evaluate, KnobPlan(resolution=1e-3, refine="against"), name=name,
-                       execution=Execution(jobs=args.jobs, progress=not args.quiet))
+                       execution=Execution(jobs=args.jobs, backend="fork", progress=not args.quiet))
 
 
 def _checkpointing_plans(args):

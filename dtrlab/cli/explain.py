@@ -11,7 +11,7 @@ def register(subparsers) -> None:
         "explain", help="print a failing run's failure record and which single withheld storage rescues it")
     add_single_run_arguments(parser)
     parser.add_argument("--jobs", type=jobs_count, default=1, help="parallel processes for the re-runs (-1: all cores)")
-    parser.add_argument("--backend", default="loky", choices=["sequential", "loky", "dask"],
+    parser.add_argument("--backend", default="loky", choices=["sequential", "fork", "loky", "dask"],
                         help="how to run the re-runs (default loky; dask needs --scheduler)")
     parser.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://127.0.0.1:8786")
     parser.add_argument("--all", action="store_true",

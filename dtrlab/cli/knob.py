@@ -1,7 +1,7 @@
 """``dtrlab knob SOURCE --knobs 0:1:0.01 --budget 40GiB --out DIR``: census torch.compile's activation-memory knob.
 
-SOURCE is a model source as for ``dtrlab capture`` (traced once; torch's own partitioner runs at
-every knob value, dtrlab.trace.partition; by default each partition is then lowered by Inductor,
+SOURCE is a model source as for ``dtrlab capture`` (traced once per process: here, and in each loky or
+Dask worker with ``--executor``; torch's own partitioner runs at every knob value, dtrlab.trace.partition; by default each partition is then lowered by Inductor,
 dtrlab.trace.inductor, ``--backend aot_eager`` runs the graphs node by node) or a census JSON
 written before (read back verified, no torch needed). See docs/compile.md.
 """
@@ -9,6 +9,7 @@ written before (read back verified, no torch needed). See docs/compile.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import time
@@ -112,7 +113,16 @@ def register(subparsers) -> None:
     parser.add_argument("--out", type=output_directory, metavar="DIR",
                         help="write the census's tables (parquet) and its JSON here")
     parser.add_argument("-j", "--jobs", type=jobs_count, default=1,
-                        help="evaluate knobs in this many processes forked after tracing (-1: all cores; default 1)")
+                        help="evaluate knobs in this many worker processes (-1: all cores; default 1)")
+    # dtrlab.sweep.BACKENDS, as `dtrlab sweep --backend` (here --backend names the compile backend)
+    parser.add_argument("--executor", choices=("sequential", "fork", "loky", "dask"), default="fork",
+                        help="where --jobs evaluate knobs (dtrlab sweep's --backend; here --backend is the compile "
+                             "backend): fork (default: processes forked after the model is traced here, sharing "
+                             "the traced graph; POSIX), loky (joblib processes) or dask (needs --scheduler): each "
+                             "of their workers receives the model source's spec and traces it once; sequential: here")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="evaluate knobs on this Dask scheduler's workers, e.g. tcp://host:8786 (each traces the "
+                             "model once)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run)
 
@@ -127,16 +137,15 @@ def add_backend_argument(parser, flag: str) -> None:
 
 
 def run(args) -> int:
-    from ..analysis.knob_census import KnobPlan, census_knob, read_census, write_census
-    from ..sweep.execution import Execution
+    from ..analysis.knob_census import KnobPlan, census_knob, gpu_answer, read_census, write_census
 
     plan = KnobPlan(**(args.knobs or knob_range("0:1:0.01")), resolution=args.resolution,
                     refine=args.refine)
     if args.source.endswith(".json") and Path(args.source).is_file():
         censuses = [(lambda: read_census(args.source), "")]
     else:
+        execution = knob_execution(args)
         evaluations = model_evaluations(args)
-        execution = Execution(jobs=args.jobs, progress=not args.quiet)
         censuses = [(functools.partial(census_knob, evaluate, plan, name=name, execution=execution), axes)
                     for evaluate, name, axes in evaluations]
     for make, axes in censuses:
@@ -148,34 +157,48 @@ def run(args) -> int:
         report(census, ACCOUNTING_NAMES[args.accounting], args.budget)
         written = write_census(census, args.out) if args.out else []
         backend = census.meta.get("backend", "aot_eager")
+        if gpu_answer(census.meta):
+            print(f"\n{gpu_answer(census.meta)}")
         print(f"\n{len(census.samples)} knob values ({census.plan.describe()}), {backend} accounting, in "
               f"{seconds:.1f} s" + (f"; wrote {written[-1]} and {len(written) - 1} tables" if written else ""))
     return 0
 
 
+def knob_execution(args):
+    """The :class:`~dtrlab.sweep.execution.Execution` of ``--jobs``, ``--executor``, ``--scheduler`` and
+    ``--quiet``; a ``--scheduler`` that does not answer fails now."""
+    from ..sweep.execution import Execution
+    from .common import check_scheduler
+
+    if args.executor == "dask" and not args.scheduler:
+        raise ValueError("--executor dask needs --scheduler ADDRESS, e.g. tcp://127.0.0.1:8786")
+    check_scheduler(args.scheduler)
+    return Execution(jobs=args.jobs, backend="dask" if args.scheduler else args.executor, client=args.scheduler,
+                     progress=not args.quiet)
+
+
 def model_evaluations(args) -> list[tuple]:
-    """(knob -> peaks, the census's name, its axes) per solver and runtime estimator asked for: the model
-    source traced once, torch's partitioner per knob (watched: does the knapsack keep its limit)."""
+    """(knob -> peaks, the census's name, its axes) per solver and runtime estimator asked for: a
+    :class:`~dtrlab.analysis.knob_census.KnobSource` each (the model source is traced once per process, at its
+    first knob; torch's partitioner per knob, watched: does the knapsack keep its limit)."""
     try:
         import torch  # noqa: F401 (installed?)
     except ImportError as exc:
         raise ValueError(f"dtrlab knob needs PyTorch ({exc}); install it with `pip install 'dtrlab[torch]'`") \
             from None
-    from ..memory.partitioned import knob_peaks
-    from ..trace.partition import check_torch_has_knob, trace_joint
+    from ..analysis.knob_census import KnobSource
+    from ..trace.partition import check_torch_has_knob
     from ..trace.sizes import SIZE_KEYS
 
     check_torch_has_knob()
-    sizes = {key: getattr(args, key) for key in SIZE_KEYS}
-    joint = trace_joint(args.source, batch=args.batch, seq=args.seq, image=args.image, **precision_options(args),
-                        backend=getattr(args, "compile_backend", "inductor"), **sizes)
+    options = {"batch": args.batch, "seq": args.seq, "image": args.image, **precision_options(args),
+               **{key: getattr(args, key) for key in SIZE_KEYS}}
+    source = KnobSource(args.source, tuple(sorted(options.items())), getattr(args, "compile_backend", "inductor"))
     name = census_name(args.source, args)
     solvers, estimators = getattr(args, "solver", None), getattr(args, "runtime_estimator", None)
     if solvers is None and estimators is None:
-        return [(functools.partial(knob_peaks, joint), name, "")]
-    from ..analysis.knob_solvers import watched_peaks
-
-    return [(functools.partial(watched_peaks, joint, solver=solver, runtime_estimator=estimator),
+        return [(source, name, "")]
+    return [(dataclasses.replace(source, solver=solver, runtime_estimator=estimator, watched=True),
              name + "".join(f"-{part}" for part in (solver, estimator) if part),
              f"solver {solver or 'configured'}, runtime estimator {estimator or 'configured'}")
             for solver in solvers or (None,) for estimator in estimators or (None,)]

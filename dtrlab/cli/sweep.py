@@ -15,8 +15,9 @@ def add_sweep_arguments(parser) -> None:
     parser.add_argument("-j", "--jobs", type=jobs_count, default=1,
                         help="local worker processes (-1: all cores; default 1)")
     # dtrlab.sweep.BACKENDS (not imported here: it needs pandas; tests/test_cli_startup.py checks they agree)
-    parser.add_argument("--backend", choices=("sequential", "loky", "dask"), default="loky",
-                        help="default loky (joblib processes)")
+    parser.add_argument("--backend", choices=("sequential", "fork", "loky", "dask"), default="loky",
+                        help="where the runs go: sequential (here), fork (processes forked from this one; POSIX), "
+                             "loky (joblib processes; default) or dask (needs --scheduler)")
     parser.add_argument("--scheduler", metavar="ADDRESS", help="run on this Dask scheduler, e.g. tcp://host:8786")
     cache = parser.add_mutually_exclusive_group()
     cache.add_argument("--cache", metavar="DIR", help="result cache directory (default $DTRLAB_CACHE or ~/.cache/dtrlab)")

@@ -18,7 +18,7 @@ def register(subparsers) -> None:
     parser.add_argument("--overhead-limit", type=overhead_limit, default=2.0,
                         help="thrash once total compute exceeds this multiple of the baseline (default 2.0)")
     parser.add_argument("--jobs", type=jobs_count, default=1, help="parallel processes (-1: all cores)")
-    parser.add_argument("--backend", default="loky", choices=["sequential", "loky", "dask"],
+    parser.add_argument("--backend", default="loky", choices=["sequential", "fork", "loky", "dask"],
                         help="how to run the sweeps (default loky; dask needs --scheduler)")
     parser.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://127.0.0.1:8786")
     parser.add_argument("--no-cache", action="store_true", help="simulate every budget again instead of reusing "

@@ -97,7 +97,8 @@ def ship_one(set_name: str, name: str, command: str, title: str, plan: KnobPlan,
     traced = time.perf_counter() - started
     print(f"dtrlab ship knob: {set_name}/{name}: traced {source} ({joint.node_count} joint-graph nodes) in {traced:.0f} s",
           flush=True)
-    census = census_knob(functools.partial(knob_peaks, joint), plan, name=name, execution=Execution(jobs=jobs))
+    census = census_knob(functools.partial(knob_peaks, joint), plan, name=name,
+                         execution=Execution(jobs=jobs, backend="fork"))  # the traced joint inherited, not pickled
     census.meta.update(trace_seconds=round(traced, 1), command=command, title=title, desc=joint.desc,
                        nodes=joint.node_count)
     recording = capture(source, cost="flops", **options)

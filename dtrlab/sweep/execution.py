@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 
 @dataclass(frozen=True)
 class Execution:
-    """``jobs``: local worker processes (``-1``: one per core); ``backend``: ``"loky"`` or
-    ``"dask"`` (see :data:`dtrlab.sweep.BACKENDS`); ``client``: a Dask client or scheduler address
+    """``jobs``: local worker processes (``-1``: one per core); ``backend``: ``"sequential"``,
+    ``"fork"`` (processes forked from this one, sharing what it holds; POSIX only), ``"loky"`` or
+    ``"dask"`` (see :data:`dtrlab.sweep.BACKENDS` and :class:`dtrlab.sweep.engine.Workers`); ``client``: a Dask client or scheduler address
     (runs go there); ``cache``: True (``$DTRLAB_CACHE`` or ``~/.cache/dtrlab``), a directory, or
     False; ``progress``: show a progress bar."""
 
