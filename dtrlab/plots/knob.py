@@ -48,8 +48,7 @@ def plot_knob_peaks(census, ax=None, *, title: str | None = None, legend: bool =
 
 
 #: Each knob accounting's backend (dtrlab.memory.partitioned.knob_peaks): its label and colour.
-BACKEND_STYLES = {"aot_eager": ("aot_eager (graphs run node by node)", "#1f77b4"),
-                  "inductor": ("Inductor (its lowering, no kernels)", "#d62728")}
+BACKEND_STYLES = {"aot_eager": ("aot_eager", "#1f77b4"), "inductor": ("Inductor", "#d62728")}
 
 
 def plot_knob_backends(censuses: dict, accounting: str = "allocated_peak", ax=None, *, title: str = ""):
@@ -62,11 +61,11 @@ def plot_knob_backends(censuses: dict, accounting: str = "allocated_peak", ax=No
         label, color = BACKEND_STYLES.get(backend, (backend, None))
         line = ax.step(knobs, np.array(peaks) / scale, where="post", color=color,
                        label=f"{label}, {len(knobs)} knobs")[0]
-        ax.plot(knobs, np.array(peaks) / scale, ".", color=line.get_color(), markersize=3)
+        ax.plot(knobs, np.array(peaks) / scale, ".", color=line.get_color(), markersize=2)
     ax.set_xlabel("activation_memory_budget (knob)")
-    ax.set_ylabel(f"peak memory ({unit}), {ACCOUNTING_STYLES.get(accounting, (accounting,))[0]}")
+    ax.set_ylabel(f"{accounting.replace('_peak', '')} peak ({unit})")
     ax.set_title(title)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="x-small")
     return ax
 
 
