@@ -15,12 +15,14 @@ inductor / aot_eager of the knobs' time and of the whole census (trace + knobs).
     python benchmarks/bench_knob_inductor.py --source hf:llama --layers 16 --seq 2048
 
 Measured 2026-12-03, torch 2.14.1, CPU seconds of this one process on a shared 2-core machine at
-load 9-11 (docs/compile.md, "Speed of the Inductor accounting"), GPT-2 small at batch 8, sequence 1024:
+load 4-11 (docs/compile.md, "Speed of the Inductor accounting"); GPT-2 small at batch 8, sequence 1024:
 
 * ``--layers 2`` (11 knobs): aot_eager 107.9, inductor 7.7 knob evaluations per CPU minute: 14.0x per
   knob, 7.9x for the whole census with its traces; 10 distinct partitions, 20 lowerings (each once).
 * ``--layers 12 --knobs 3``: aot_eager 16.8, inductor 1.5 a minute (32-44 s per lowered partition):
   11.0x per knob, 6.0x with the traces; 3 distinct partitions, 6 lowerings.
+* ``--source hf:llama --layers 16 --batch 4 --seq 2048 --knobs 3``: aot_eager 13.0, inductor 1.6 a
+  minute (31-42 s per lowered partition): 7.9x per knob, 5.1x with the traces; 6 lowerings for 3.
 """
 
 from __future__ import annotations
