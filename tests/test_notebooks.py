@@ -238,3 +238,36 @@ def test_notebook_13_reads_a_census_dtrlab_knob_wrote(tmp_path, monkeypatch):
     samples.write_bytes(samples.read_bytes() + b"\0")  # damaged: no longer the sha256 its JSON carries
     with pytest.raises(PapermillExecutionError, match="does not match its sha256"):
         make_figures.run_notebook(notebook, tmp_path / "executed", parameters)
+
+
+def test_notebook_13_draws_inductor_beside_aot_eager(tmp_path, monkeypatch):
+    """Notebook 13 with a census under each backend of the same step (``DIR/NAME.json`` and
+    ``DIR/inductor/NAME.json``, as ``dtrlab ship knob --backend inductor`` lays them out): the side-by-side
+    figure, and the table's ratios of the two peaks on the knobs both evaluated; a census with no Inductor
+    twin is left out of it."""
+    pytest.importorskip("papermill")
+    from dtrlab.analysis.knob_census import KnobPlan, census_knob, write_census
+
+    monkeypatch.setenv("MPLBACKEND", "agg")
+    out = tmp_path / "mine"
+
+    def census(peaks, plan, name, backend):
+        def evaluate(knob):
+            peak = 2**20 * peaks[0 if knob < 0.5 else 1]
+            return {**dict.fromkeys(("flat_peak", "allocated_peak", "reserved_peak"), peak), "backend": backend,
+                    "recompute_flops": 1e6 * (1 - knob)}
+        return census_knob(evaluate, plan, name=name)
+
+    write_census(census([300, 200], KnobPlan(step=0.05, resolution=0.05), "both", "aot_eager"), out)
+    write_census(census([150, 200], KnobPlan(step=0.1, resolution=0.1), "both", "inductor"), out / "inductor")
+    write_census(census([100, 50], KnobPlan(step=0.1, resolution=0.1), "alone", "aot_eager"), out)
+    parameters = {**make_figures.notebook_parameters(ROOT / "traces", tmp_path / "figures", tmp_path / "cache",
+                                                     quick=True, jobs=1, reference=None), "results_dir": str(out)}
+    executed = make_figures.run_notebook(make_figures.notebook_paths(["13"])[0], tmp_path / "executed", parameters)
+    assert (tmp_path / "figures" / "13-knob-backends.png").stat().st_size > 5000
+    cells = json.loads(executed.read_text())["cells"]
+    [cell] = [cell for cell in cells if "plot_knob_backends, titles" in "".join(cell["source"])]
+    [table] = ["".join(output["data"]["text/plain"]) for output in cell["outputs"] if "data" in output]
+    assert "alone" not in table  # it has no Inductor census
+    row = next(line.split() for line in table.splitlines() if line.startswith("both"))
+    assert row[1:5] == ["11", "0.5", "1.0", "1.0"]  # knobs both evaluated; Inductor / aot_eager: min, max, at 1.0

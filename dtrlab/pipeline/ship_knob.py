@@ -2,8 +2,9 @@
 
     dtrlab ship knob                                       # the zoo (traces/) and the modern corpus (models)
     dtrlab ship knob --sets models --only llama-1b-l2-b4-s2048 -j 2
-    dtrlab ship knob --knobs 0:1:0.01 --resolution 1e-4    # the defaults
+    dtrlab ship knob --knobs 0:1:0.01 --resolution 1e-4    # the defaults (aot_eager)
     dtrlab ship knob --sets models --only llama-tiny-l2-b2-s64 --interventions 0.05
+    dtrlab ship knob --sets models --backend inductor        # its default plan: 0:1:0.1, against, 0.025
 
 Each model is a ``dtrlab capture`` command (the zoo's as traces/manifest.json records them; the
 modern corpus two blocks deep, see MODELS). Its training step is traced once into the joint graph
@@ -15,6 +16,13 @@ step (``<name>.jsonl.gz``: ``dtrlab capture`` with FLOP costs, the knob's recomp
 sha256 and size of every file written are recorded in ``results/shipped/MANIFEST.json`` (the other
 entries are kept). The census's wall time on this machine is in its JSON (``seconds``). The shipped
 corpus was computed with ``--resolution 1e-3`` (``--refine against`` but for the Llama decoder).
+
+``--backend`` names whose step is accounted (:func:`dtrlab.memory.partitioned.knob_peaks`): ``aot_eager``
+(the default here: the full-resolution censuses above) or ``inductor`` (Inductor's lowering of each distinct
+partition, dtrlab.trace.inductor; seconds per partition, so on a coarser plan). An Inductor census is written
+to ``results/shipped/knob/<set>/inductor/<name>.json``, beside the aot_eager one of the same name (its DTR
+trace is the aot_eager folder's); notebook 13 draws the two side by side. The shipped Inductor censuses are
+on its own default plan (:data:`PLANS`; docs/results.md says which models).
 """
 
 from __future__ import annotations
@@ -52,6 +60,20 @@ MODELS = {
 }
 
 
+#: Each backend's default plan (``--knobs``, ``--resolution``, ``--refine``): aot_eager's every 0.01, every change
+#: bisected to 1e-4; Inductor's (a lowering takes seconds per distinct partition) every 0.1, each change against
+#: the knob bisected to 0.025.
+PLANS = {"aot_eager": {"knobs": "0:1:0.01", "resolution": 1e-4, "refine": "changes"},
+         "inductor": {"knobs": "0:1:0.1", "resolution": 0.025, "refine": "against"}}
+
+
+def census_directory(set_name: str, backend: str) -> Path:
+    """Where a trace set's censuses under ``backend`` are shipped: aot_eager's in ``knob/<set>/``, beside the DTR
+    traces of the same steps; Inductor's in ``knob/<set>/inductor/``."""
+    directory = SHIPPED / "knob" / set_name
+    return directory / "inductor" if backend == "inductor" else directory
+
+
 def corpus(set_name: str) -> dict[str, tuple[str, str]]:
     """Trace name -> (the ``dtrlab capture`` command that builds it, its title), for a trace set."""
     if set_name == "models":
@@ -84,28 +106,31 @@ def build_options(command: str) -> dict:
             **{key: getattr(options, key) for key in SIZE_KEYS}}
 
 
-def ship_one(set_name: str, name: str, command: str, title: str, plan: KnobPlan, jobs: int) -> list[Path]:
-    """Census one model and write it, with the DTR trace of the same step (``dtrlab capture``, FLOP costs)."""
+def ship_one(set_name: str, name: str, command: str, title: str, plan: KnobPlan, jobs: int,
+             backend: str = "aot_eager") -> list[Path]:
+    """Census one model under ``backend`` and write it; under aot_eager with the DTR trace of the same step
+    (``dtrlab capture``, FLOP costs)."""
     from ..memory.partitioned import knob_peaks
     from ..trace.capture import capture
     from ..trace.partition import trace_joint
 
     source, options = capture_options(command).model, build_options(command)
-    directory = SHIPPED / "knob" / set_name
+    directory = census_directory(set_name, backend)
     started = time.perf_counter()
-    joint = trace_joint(source, **options)
+    joint = trace_joint(source, backend=backend, **options)
     traced = time.perf_counter() - started
-    print(f"dtrlab ship knob: {set_name}/{name}: traced {source} ({joint.node_count} joint-graph nodes) in {traced:.0f} s",
-          flush=True)
+    print(f"dtrlab ship knob: {set_name}/{name} ({backend}): traced {source} ({joint.node_count} joint-graph nodes) "
+          f"in {traced:.0f} s", flush=True)
     census = census_knob(functools.partial(knob_peaks, joint), plan, name=name,
                          execution=Execution(jobs=jobs, backend="fork"))  # the traced joint inherited, not pickled
     census.meta.update(trace_seconds=round(traced, 1), command=command, title=title, desc=joint.desc,
                        nodes=joint.node_count)
-    recording = capture(source, cost="flops", **options)
-    directory.mkdir(parents=True, exist_ok=True)
-    trace_path = recording.write(directory / f"{name}.jsonl.gz")
-    print(f"dtrlab ship knob: {set_name}/{name}: {len(census.samples)} knobs in {census.seconds:.0f} s", flush=True)
-    return [trace_path, *write_census(census, directory)]
+    print(f"dtrlab ship knob: {set_name}/{name} ({backend}): {len(census.samples)} knobs in {census.seconds:.0f} s"
+          + (f", {len(joint.lowerings)} distinct partitions lowered" if backend == "inductor" else ""), flush=True)
+    written = write_census(census, directory)
+    if backend == "inductor":
+        return written
+    return [capture(source, cost="flops", **options).write(directory / f"{name}.jsonl.gz"), *written]
 
 
 def ship_interventions(set_name: str, name: str, command: str, knob: float) -> Path:
@@ -136,27 +161,37 @@ def add_arguments(parser) -> None:
     """The options of ``dtrlab ship knob``."""
     parser.add_argument("--sets", nargs="+", choices=("traces", "models"), default=["traces", "models"])
     parser.add_argument("--only", nargs="+", metavar="NAME", help="only these models (names as in the corpus)")
-    parser.add_argument("--knobs", default="0:1:0.01", help="START:STOP:STEP or a list (default 0:1:0.01)")
-    parser.add_argument("--resolution", type=float, default=1e-4, help="bisection resolution (default 1e-4)")
-    parser.add_argument("--refine", choices=REFINE_MODES, default="changes",
-                        help="bisect every change (default) or only those against the knob")
+    parser.add_argument("--knobs", help="START:STOP:STEP or a list (default 0:1:0.01; inductor: 0:1:0.1)")
+    parser.add_argument("--resolution", type=float, help="bisection resolution (default 1e-4; inductor: 0.025)")
+    parser.add_argument("--refine", choices=REFINE_MODES,
+                        help="bisect every change (default) or only those against the knob (inductor's default)")
     parser.add_argument("--interventions", type=float, metavar="KNOB",
                         help="instead of censuses: the single-node interventions at this knob of each --only model")
+    parser.add_argument("--backend", choices=tuple(PLANS), default="aot_eager",
+                        help="whose step is accounted: aot_eager (default; knob/<set>/) or inductor "
+                             "(knob/<set>/inductor/)")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="processes per census (default 1)")
 
 
 def run(args, parser) -> int:
-    plan = KnobPlan(**parse_knobs(args.knobs), resolution=args.resolution, refine=args.refine)
+    given = {key: getattr(args, key) for key in PLANS[args.backend] if getattr(args, key) is not None}
+    options = {**PLANS[args.backend], **given}
+    try:
+        plan = KnobPlan(**parse_knobs(options["knobs"]), resolution=options["resolution"], refine=options["refine"])
+    except ValueError as exc:
+        parser.error(str(exc))
     known = {name for set_name in args.sets for name in corpus(set_name)}
     if set(args.only or ()) - known:
         parser.error(f"--only {sorted(set(args.only) - known)}: not in {args.sets}; known: {sorted(known)}")
+    if args.interventions is not None and args.backend != "aot_eager":
+        parser.error("--interventions: the single-node interventions are aot_eager's only (--backend aot_eager)")
     written = []
     for set_name in args.sets:
         for name, (command, title) in corpus(set_name).items():
             if args.interventions is not None and name in (args.only or ()):
                 written.append(ship_interventions(set_name, name, command, args.interventions))
             elif args.interventions is None and (not args.only or name in args.only):
-                written += ship_one(set_name, name, command, title, plan, args.jobs)
+                written += ship_one(set_name, name, command, title, plan, args.jobs, args.backend)
             else:
                 continue
             write_manifest(SHIPPED, written)  # after each model: a later failure keeps the earlier ones

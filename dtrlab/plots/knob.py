@@ -47,6 +47,28 @@ def plot_knob_peaks(census, ax=None, *, title: str | None = None, legend: bool =
     return ax
 
 
+#: Each knob accounting's backend (dtrlab.memory.partitioned.knob_peaks): its label and colour.
+BACKEND_STYLES = {"aot_eager": ("aot_eager", "#1f77b4"), "inductor": ("Inductor", "#d62728")}
+
+
+def plot_knob_backends(censuses: dict, accounting: str = "allocated_peak", ax=None, *, title: str = ""):
+    """One model's peak against the knob under each backend's accounting (``censuses``: backend -> census of
+    the same step), under ``accounting``; a dot at every knob a census evaluated (their plans may differ)."""
+    ax = _axes(ax)
+    curves = {backend: census.curve(accounting) for backend, census in censuses.items()}
+    scale, unit = byte_unit([peak for _, peaks in curves.values() for peak in peaks])
+    for backend, (knobs, peaks) in curves.items():
+        label, color = BACKEND_STYLES.get(backend, (backend, None))
+        line = ax.step(knobs, np.array(peaks) / scale, where="post", color=color,
+                       label=f"{label}, {len(knobs)} knobs")[0]
+        ax.plot(knobs, np.array(peaks) / scale, ".", color=line.get_color(), markersize=2)
+    ax.set_xlabel("activation_memory_budget (knob)")
+    ax.set_ylabel(f"{accounting.replace('_peak', '')} peak ({unit})")
+    ax.set_title(title)
+    ax.legend(fontsize="x-small")
+    return ax
+
+
 def plot_knob_holes(census, accounting: str = "allocated_peak", ax=None, *, title: str | None = None):
     """Holes in byte terms: the knob on x, the byte budget on y. Above the peak curve the knob fits; a
     hole (purple) is a budget and a run of knobs that do not fit although a smaller and a larger knob do."""
