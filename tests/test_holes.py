@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from chains import chain_log
 from dtrlab.analysis.holes import (HOLE_COLUMNS, census_table, default_resolution, find_holes, refine_holes,
                                    suspicious_samples)
 from dtrlab.runtime import baseline, simulate
@@ -101,3 +102,74 @@ def test_refine_rejects_a_frame_of_another_policy(small_resnet, tmp_path):
         refine_holes(small_resnet, grid, "dtr", probes=1, spike=-1, execution=Execution(cache=tmp_path, progress=False))
     with pytest.raises(ValueError, match="resolution must be >= 1"):
         refine_holes(small_resnet, grid, "lru", resolution=0, execution=Execution(cache=tmp_path, progress=False))
+
+
+def test_summary_row_in_full():
+    """Every field of a census row, for the frame of test_holes_non_monotone_failures_and_threshold (holes 40-50 and
+    70, passes from 80 on) and for one without holes."""
+    from dtrlab.analysis.holes import MIB
+    census = find_holes(frame_of(["oom", "oom", "pass", "thrash", "thrash", "pass", "oom", "pass", "pass"]))
+    assert census.summary() == {
+        "trace": "t", "policy": "dtr", "memory": "flat", "samples": 9, "failures": 5, "non_monotone_failures": 3,
+        "holes": 2, "widest_hole_ratio": "0.4-0.5", "widest_hole_mib": 30 / MIB, "widest_hole_kinds": "thrash",
+        "threshold_ratio": 0.8, "max_gap_bytes": 10}
+    plain = find_holes(frame_of(["oom", "pass"])).summary()
+    assert {k: plain[k] for k in ("holes", "widest_hole_ratio", "widest_hole_mib", "widest_hole_kinds",
+                                  "threshold_ratio")} == {"holes": 0, "widest_hole_ratio": None,
+                                                          "widest_hole_mib": None, "widest_hole_kinds": None,
+                                                          "threshold_ratio": 0.2}
+
+
+def chain_trace():
+    """chains.chain_log's three layers: peak 50 bytes (x, a1, a2, a3 and g3), and nothing fits below 40 (b2's
+    own footprint), so every budget int(50 * ratio) under 40 fails."""
+    return chain_log().trace("chain")
+
+
+def test_census_grid_keywords():
+    """The grid of a census with delta, on the chain (peak 50): a fraction keeps START:STOP of the ratios at the
+    new step; bytes sample int(50 * START)..int(50 * STOP) in ceil(gap / delta) even pieces."""
+    from dtrlab.analysis.holes import census_grid
+    trace = chain_trace()
+    assert census_grid(trace, "0.2:0.6:0.01", None) == {"ratios": "0.2:0.6:0.01"}
+    assert census_grid(trace, [0.5], None) == {"ratios": [0.5]}
+    assert census_grid(trace, "0.2:0.6:0.01", 0.05) == {"ratios": "0.2:0.6:0.05"}
+    assert census_grid(trace, [0.6, 0.2, 0.4], 0.05) == {"ratios": "0.2:0.6:0.05"}
+    # 10..50 bytes, 40 apart, at 15 bytes: 3 pieces, 10 + 40 // 3 and 10 + 80 // 3.
+    assert census_grid(trace, "0.2:1.0:0.1", 15) == {"budgets": [10, 23, 36, 50]}
+    assert census_grid(trace, "0.2:1.0", 1.0) == {"budgets": list(range(10, 51))}  # 1.0 is one byte, not a ratio
+    with pytest.raises(ValueError, match=r"^delta is bytes \(an integer >= 1\)"):
+        census_grid(trace, "0.2:1.0", 0.0)
+    for bad in ("0.2", "a:b"):
+        with pytest.raises(ValueError, match=r"^ratios must look like START:STOP:STEP, e.g. 0.05:1.0:0.005; "
+                                             f"got '{bad}'$"):
+            census_grid(trace, bad, 0.05)
+
+
+def test_run_census_on_the_chain(tmp_path):
+    """The chain's census at ratios 0.5..1.0: budgets 25, 30 and 35 fail (below 40), and 40, 45 and 50 pass under
+    DTR; refinement bisects 35..40 to one byte (midpoints 37, 38, 39). Files go into a new nested directory, and a
+    second census writes into it again."""
+    from dtrlab.analysis.holes import run_census
+    execution = Execution(cache=tmp_path / "cache", progress=False)
+    out = tmp_path / "a" / "b"
+    census = run_census({"chain": chain_trace()}, "dtr", ratios="0.5:1.0:0.1", out=out, execution=execution)
+    assert census.table.to_dict("records") == [{
+        "trace": "chain", "policy": "dtr", "memory": "flat", "samples": 6, "failures": 3, "non_monotone_failures": 0,
+        "holes": 0, "widest_hole_ratio": None, "widest_hole_mib": None, "widest_hole_kinds": None,
+        "threshold_ratio": 0.8, "max_gap_bytes": 5, "refined_holes": 0, "hidden_holes": 0, "refined_widest_mib": None,
+        "refined_threshold_ratio": 0.8, "refined_max_gap_bytes": 5, "refinement_runs": 3}]
+    assert census.files == tuple(str(out / name) for name in ("chain.parquet", "holes.parquet", "summary.csv"))
+    samples = pd.read_parquet(out / "chain.parquet")
+    assert samples["budget_bytes"].tolist() == [25, 30, 35, 37, 38, 39, 40, 45, 50]
+    assert samples["status"].tolist() == ["oom"] * 6 + ["pass"] * 3
+    assert census.refinements["chain"].bisection_budgets == (37, 38, 39)
+    assert len(pd.read_parquet(out / "holes.parquet")) == 0 and list(census.holes["trace"]) == []
+    assert pd.read_csv(out / "summary.csv")["refinement_runs"].tolist() == [3]
+    grid_only = run_census({"chain": chain_trace()}, "dtr", ratios="0.5:1.0:0.1", out=out, refine=False,
+                           execution=execution)
+    assert "refined_holes" not in grid_only.table and grid_only.refinements == {}
+    assert len(pd.read_parquet(out / "chain.parquet")) == 6
+    with pytest.raises(ValueError, match=r"^no traces to census; pass a directory of logs such as "
+                                         r"\.\./shared/dtr-logs or traces/$"):
+        run_census({})
