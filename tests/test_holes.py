@@ -173,3 +173,141 @@ def test_run_census_on_the_chain(tmp_path):
     with pytest.raises(ValueError, match=r"^no traces to census; pass a directory of logs such as "
                                          r"\.\./shared/dtr-logs or traces/$"):
         run_census({})
+
+
+def test_hole_ratios_samples_and_errors_word_for_word():
+    """The ratio columns of each hole and the samples frame as given (sorted, renumbered, memory columns added);
+    each refusal in its own words."""
+    frame = frame_of(["pass", "oom", "thrash", "pass", "pass"]).iloc[::-1]
+    census = find_holes(frame)
+    hole = census.holes.iloc[0]
+    assert (hole.pass_below_ratio, hole.fail_low_ratio, hole.fail_high_ratio, hole.pass_above_ratio) == (
+        0.1, 0.2, 0.3, 0.4)
+    assert hole.width_ratio == pytest.approx(0.3) and census.max_gap_bytes == 10
+    assert list(census.samples.columns) == [*frame.columns, "memory", "memory_options", "enforce", "device_capacity"]
+    assert census.samples.index.tolist() == [0, 1, 2, 3, 4]
+    assert (census.trace, census.policy, census.threshold_bytes, census.threshold_ratio) == ("t", "dtr", 40, 0.4)
+    with pytest.raises(ValueError, match=r"^find_holes needs a sweep frame \(dtrlab.sweep\(...\)\); column 'ratio' "
+                                         r"is missing$"):
+        find_holes(frame.drop(columns="ratio"))
+    both = pd.concat([frame_of(["pass"], "a"), frame_of(["pass"], "b")])
+    with pytest.raises(ValueError, match=r"^the frame mixes 2 trace/policy configurations; pass one at a time, "
+                                         r"e.g. frame\[\(frame.trace == T\) & \(frame.policy == P\)\], or use "
+                                         r"census_table\(frame\)$"):
+        find_holes(both)
+    with pytest.raises(ValueError, match=r"^a fractional delta needs the frame's baseline_memory column \(a "
+                                         r"dtrlab.sweep frame\); give delta in bytes instead$"):
+        find_holes(frame, delta=0.5)
+    with pytest.raises(ValueError, match=r"^the samples are 10 bytes apart between budgets 10 and 20, coarser than "
+                                         r"delta = 9 bytes; sample more finely \(refine_holes\(trace, frame, "
+                                         r"delta=...\) fills every gap\)$"):
+        find_holes(frame, delta=9)
+    assert find_holes(frame, delta=10).max_gap_bytes == 10  # a gap of exactly delta is fine
+
+
+def test_census_table_keeps_the_frames_order_and_memory_labels():
+    """Configurations in the order they first appear, each labelled with its memory model and changed options."""
+    from dtrlab.analysis.holes import frame_memory_label, with_memory_columns
+    caching = frame_of(["pass"], "z").assign(memory="caching", memory_options='{"expandable_segments": true}',
+                                             enforce="reserved", device_capacity="")
+    flat = with_memory_columns(frame_of(["oom", "pass"], "a"))
+    table = census_table(pd.concat([caching, flat]))
+    assert table[["trace", "memory", "samples"]].to_dict("records") == [
+        {"trace": "z", "memory": "caching(expandable_segments=True)", "samples": 1},
+        {"trace": "a", "memory": "flat", "samples": 2}]
+    assert frame_memory_label(caching.assign(memory_options="")) == "caching"
+    filled = with_memory_columns(frame_of(["pass"]).assign(enforce="allocated"))
+    assert filled.iloc[0][["memory", "memory_options", "enforce", "device_capacity"]].tolist() == [
+        "flat", "", "allocated", ""]
+
+
+def test_suspicious_samples_boundaries_and_both_reasons():
+    """With spike 0.5 and near_miss 0.5 (allowance 100 x (2 - 1) = 100): an overhead exactly 1.5 x the previous
+    passing one, or a recompute of exactly 50, is no spike but is a near miss; failing samples are skipped."""
+    frame = frame_of(["pass", "oom", "pass", "pass", "pass"], overheads=[1.0, 9.0, 1.5, 1.6, 2.5],
+                     remat=[0, 0, 49, 50, 80])
+    flagged = suspicious_samples(find_holes(frame).samples, spike=0.5, near_miss=0.5)
+    assert flagged.to_dict("list") == {"ratio": [0.4, 0.5], "budget_bytes": [40, 50], "overhead": [1.6, 2.5],
+                                       "remat_compute": [50, 80], "reason": ["near miss", "overhead spike + near miss"]}
+    assert flagged.index.tolist() == [3, 4]
+
+
+def test_fill_probe_and_bisection_edges():
+    """fill_budgets' limit (exactly MAX_BUDGETS budgets is allowed), gap_probes beside the first, a middle and the
+    last sample (existing budgets dropped), and a bisection that stops at a gap of exactly the resolution."""
+    from dtrlab.analysis.holes import bisect_transitions, fill_budgets, gap_probes
+    from dtrlab.sweep.budget_sweep import MAX_BUDGETS
+    assert len(fill_budgets([0, MAX_BUDGETS + 1], 1)) == MAX_BUDGETS
+    with pytest.raises(ValueError, match=rf"^delta = 1 bytes makes {MAX_BUDGETS + 1:,} budgets, more than the "
+                                         rf"{MAX_BUDGETS:,} allowed; take a larger delta \(a fraction such as 0.001 "
+                                         r"of the peak, or more bytes\)$"):
+        fill_budgets([0, MAX_BUDGETS + 2], 1)
+    with pytest.raises(ValueError, match=r"^delta must be >= 1 byte, got 0$"):
+        fill_budgets([0, 10], 0)
+    assert fill_budgets([0, 1], 1) == []
+    budgets = [0, 90, 180]
+    assert gap_probes(budgets, [1], 2) == {30, 60, 120, 150}
+    assert gap_probes(budgets, [0], 2) == {30, 60}
+    assert gap_probes(budgets, [2], 2) == {120, 150}
+    assert gap_probes([0, 1, 4], [0], 2) == set()  # 0 + 1 * j // 3 is 0, a budget already run
+    passed = {0: False, 8: True}
+    assert bisect_transitions(passed, lambda budgets: {b: b >= 3 for b in budgets}, resolution=4) == [4]
+    assert passed == {0: False, 4: True, 8: True}
+
+
+def test_hidden_holes_are_those_without_a_grid_sample():
+    """Refined holes at 20, 40-50 and 70-80; the grid sampled 50 (the second's upper edge) and 70 (the third's lower
+    edge), so only the first is hidden."""
+    from dtrlab.analysis.holes import Refinement
+    refined = find_holes(frame_of(["pass", "oom", "pass", "oom", "oom", "pass", "oom", "oom", "pass", "pass"]))
+    grid = find_holes(refined.samples[refined.samples["budget_bytes"].isin([10, 50, 70, 100])])
+    refinement = Refinement(grid=grid, refined=refined, suspicious=pd.DataFrame(), probe_budgets=(),
+                            bisection_budgets=(), resolution=1)
+    hidden = refinement.hidden_holes
+    assert hidden[["fail_low_bytes", "fail_high_bytes"]].to_dict("records") == [
+        {"fail_low_bytes": 20, "fail_high_bytes": 20}]
+    assert hidden.index.tolist() == [0]
+
+
+def test_refine_holes_on_the_chain(tmp_path):
+    """The chain's grid 25..50 every 5 bytes (oom below 40, pass from 40). Probing every passing sample but the first
+    (spike -1; the first has no smaller passing sample) two budgets a gap: 41, 43, 46, 48, then the bisection of
+    35..40: 37, 38, 39. With delta 2 bytes: each 5-byte gap gets
+    low + 5 // 3 and low + 10 // 3, no probes by default, and the bisection 39 again. A fraction 0.05 of the peak
+    is ceil(2.5) + 1 = 4 bytes. Resolution defaults to one byte (50 // 10000 is below it)."""
+    from dtrlab.analysis.holes import default_resolution
+    from dtrlab.sweep import sweep
+    execution = Execution(cache=tmp_path, progress=False)
+    trace = chain_trace()
+    grid = sweep(trace, "dtr", ratios="0.5:1.0:0.1", execution=execution)
+    probed = refine_holes(trace, grid, "dtr", probes=2, spike=-1, execution=execution)
+    assert probed.suspicious["budget_bytes"].tolist() == [45, 50]
+    assert probed.probe_budgets == (41, 43, 46, 48) and probed.bisection_budgets == (37, 38, 39)
+    assert (probed.resolution, probed.fill_budgets, probed.delta_bytes) == (1, (), None)
+    assert (probed.refined.threshold_bytes, len(probed.refined.samples)) == (40, 13)
+    filled = refine_holes(trace, grid, "dtr", delta=2, execution=execution)
+    assert filled.fill_budgets == (26, 28, 31, 33, 36, 38, 41, 43, 46, 48)
+    assert (filled.probe_budgets, filled.bisection_budgets, filled.delta_bytes) == ((), (39,), 2)
+    assert filled.refined.max_gap_bytes == 2
+    assert refine_holes(trace, grid, "dtr", delta=0.05, execution=execution).delta_bytes == 4
+    assert default_resolution(trace) == 1
+    with pytest.raises(TypeError, match=r"^memory: refine_holes runs under the frame's own semantics \(its rows' "
+                                        r"memory, enforce, device capacity and overhead limit\); sweep again to "
+                                        r"refine under another$"):
+        refine_holes(trace, grid, "dtr", memory="caching")
+    with pytest.raises(ValueError, match=r"^resolution must be >= 1 byte \(default: min\(1 MiB, baseline peak / "
+                                         r"10000\)\) and probes >= 0; got resolution=1, probes=-1$"):
+        refine_holes(trace, grid, "dtr", probes=-1)
+    with pytest.raises(ValueError, match=r"^the frame was swept with policy 'dtr', not 'lru'; pass the same policy "
+                                         r"\(and parameters\) to refine_holes$"):
+        refine_holes(trace, grid, "lru")
+
+
+def test_default_resolution_is_at_most_a_mebibyte():
+    """A 20 GB constant: a ten-thousandth of its peak is 2 MB, above the 1 MiB cap."""
+    from dtrlab.analysis.holes import MIB, default_resolution
+    from dtrlab.trace.builder import LogBuilder
+    log = LogBuilder()
+    log.constant("x", 20 * 10**9)
+    log.call("f", ["x"], [("y", 10)], time=1)
+    assert default_resolution(log.trace("huge")) == MIB
