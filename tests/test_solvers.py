@@ -292,17 +292,21 @@ def test_replay_refuses_hand_built_bad_schedules():
     resident = replay(trace, replace(at_50, remat=tuple((1,) if t == 5 else () for t in range(7))), 50)
     assert (resident.remat_compute, resident.claimed_remat_compute) == (5, 5) and not resident.passed
     assert resident.disagreements == ("stage 5: recomputing f1 (operator 1) whose outputs are all resident",)
-    # The schedule at 40 (a1 gone from stage 2 to 4) made interval-model, with f2 recomputed at stage 4 after evicting
-    # a2 and a1 evicted again before b2: f2 then costs f1's 5 and its own 1, and f1 at stage 5 another 5.
+    # The schedule at 40 (a1 gone from stage 2 to 4) made interval-model, with f1 recomputed (5) and dropped again at
+    # stage 3, then f2 recomputed at stage 4 after evicting a2, and a1 evicted again before b2: f2 then costs f1's 5
+    # and its own 1, and f1 at stage 5 another 5, after an attempt to evict the pinned x.
     storages = list(build_problem(trace).storage_window)
 
     def gone(t):
         return tuple(s for s in storages if s not in at_40.resident[t])
-    evictions = tuple(((2,), (1, *gone(4))) if t == 4 else ((),) * len(at_40.remat[t]) + (gone(t),) for t in range(7))
-    remat = tuple((2,) if t == 4 else at_40.remat[t] for t in range(7))
+    evictions = {3: ((), (1, *gone(3))), 4: ((2,), (1, *gone(4))), 5: ((0,), gone(5))}
+    evictions = tuple(evictions.get(t, ((),) * len(at_40.remat[t]) + (gone(t),)) for t in range(7))
+    remat = tuple({3: (1,), 4: (2,)}.get(t, at_40.remat[t]) for t in range(7))
+    assert at_40.remat[5] == (1,)
     costly = replay(trace, Schedule(at_40.resident, remat, evictions), 50, overhead_limit=3)
-    assert costly.disagreements == ("stage 4: recomputing f2 (operator 2) cost 6, not 1: an argument was not resident",)
-    assert costly.summary() == f"FAIL: {costly.disagreements[0]}; recompute 11 != claimed 6"
+    assert costly.disagreements == ("stage 4: recomputing f2 (operator 2) cost 6, not 1: an argument was not resident",
+                                    "stage 5: cannot evict x (locked or pinned)")
+    assert costly.summary() == f"FAIL: {'; '.join(costly.disagreements)}; recompute 16 != claimed 11"
 
 
 def test_replay_names_at_most_three_storages_and_five_disagreements():
@@ -323,17 +327,19 @@ def test_replay_names_at_most_three_storages_and_five_disagreements():
 
 
 def test_replay_runs_the_gap_before_the_first_step():
-    """A trace without a constant: its first stage starts at step 0, and a wrong claim there is reported."""
+    """A trace that starts with an operator, then a constant: its first stage's gap is before step 0 (and none is
+    before step 1), and a wrong claim there is reported."""
     from dataclasses import replace
     log = LogBuilder()
     log.call("f1", [], [("a1", 10)], time=2)
-    log.call("f2", ["a1"], [("a2", 10)], time=1)
+    log.constant("x", 10)
+    log.call("f2", ["a1", "x"], [("a2", 10)], time=1)
     log.release("a1")
     log.call("f3", ["a2"], [("a3", 10)], time=1)
     log.release("a2")
-    trace = log.trace("no_constant")
-    assert build_problem(trace).stage_step[0] == 0
-    schedule = solve_optimal(trace, 20, **EXACT).schedule
-    assert replay(trace, schedule, 20).passed
-    wrong = replay(trace, replace(schedule, resident=((1, 2), *schedule.resident[1:])), 20)
+    trace = log.trace("operator_first")
+    assert build_problem(trace).stage_step == (0, 3, 5, 8)
+    schedule = solve_optimal(trace, 30, **EXACT).schedule
+    assert replay(trace, schedule, 30).passed
+    wrong = replay(trace, replace(schedule, resident=((2, 3), *schedule.resident[1:])), 30)
     assert wrong.disagreements == ("stage 0: resident set differs from the schedule (extra [], missing ['a2', 'a3'])",)
