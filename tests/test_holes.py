@@ -311,3 +311,24 @@ def test_default_resolution_is_at_most_a_mebibyte():
     log.constant("x", 20 * 10**9)
     log.call("f", ["x"], [("y", 10)], time=1)
     assert default_resolution(log.trace("huge")) == MIB
+
+
+def test_run_census_defaults_policy_semantics_and_delta_in_bytes(tmp_path):
+    """The chain's census with the default policy (dtr) and grid (0.05:1.0:0.005: every budget int(50 * r), 2..50
+    bytes, of which 2..39 fail); under an overhead limit of 1.5 (a recompute allowance of 5) its 40 and 45 bytes,
+    which need DTR's recompute of 6, thrash too; LRU is swept as LRU; a delta of 5 bytes samples 25, 30, .., 50;
+    every run goes to the cache the execution names."""
+    from dtrlab.analysis.holes import run_census
+    from dtrlab.runtime import REFERENCE
+    execution = Execution(cache=tmp_path / "cache", progress=False)
+    traces = {"chain": chain_trace()}
+    default = run_census(traces, refine=False, execution=execution).table.iloc[0]
+    assert (default.policy, default.samples, default.failures, default.threshold_ratio) == ("dtr", 49, 38, 0.8)
+    assert any((tmp_path / "cache").iterdir())
+    tight = run_census(traces, "dtr", ratios="0.5:1.0", delta=5, refine=False, execution=execution,
+                       semantics=REFERENCE.with_(overhead_limit=1.5))
+    assert tight.holes.empty
+    row = tight.table.iloc[0]
+    assert (row.samples, row.failures, row.threshold_ratio, row.max_gap_bytes) == (6, 5, 1.0, 5)
+    assert run_census(traces, "lru", ratios="0.5:1.0:0.1", refine=False, execution=execution).table.iloc[0].policy \
+        == "lru"
