@@ -316,7 +316,7 @@ def test_default_resolution_is_at_most_a_mebibyte():
 def test_run_census_defaults_policy_semantics_and_delta_in_bytes(tmp_path):
     """The chain's census with the default policy (dtr) and grid (0.05:1.0:0.005: every budget int(50 * r), 2..50
     bytes, of which 2..39 fail); under an overhead limit of 1.5 (a recompute allowance of 5) its 40 and 45 bytes,
-    which need DTR's recompute of 6, thrash too; LRU is swept as LRU; a delta of 5 bytes samples 25, 30, .., 50;
+    which need DTR's recompute of 6, thrash too; LRU is swept and refined as LRU; a delta of 5 bytes samples 25, 30, .., 50;
     every run goes to the cache the execution names."""
     from dtrlab.analysis.holes import run_census
     from dtrlab.runtime import REFERENCE
@@ -330,5 +330,33 @@ def test_run_census_defaults_policy_semantics_and_delta_in_bytes(tmp_path):
     assert tight.holes.empty
     row = tight.table.iloc[0]
     assert (row.samples, row.failures, row.threshold_ratio, row.max_gap_bytes) == (6, 5, 1.0, 5)
-    assert run_census(traces, "lru", ratios="0.5:1.0:0.1", refine=False, execution=execution).table.iloc[0].policy \
-        == "lru"
+    lru = run_census(traces, "lru", ratios="0.5:1.0:0.1", execution=execution)
+    assert (lru.table.iloc[0].policy, lru.refinements["chain"].grid.policy) == ("lru", "lru")
+
+
+def test_run_census_passes_its_options_to_the_refinement(small_resnet, tmp_path, monkeypatch):
+    """ResNet-32: a thrash hole holds 9460849 bytes (test_probing_finds_a_hole_narrower_than_the_sampling_step), between
+    passing samples at 0.425 and 0.43. On that three-sample grid the hole is found, not hidden, as wide as the
+    grid's gap around it, with no bisection at a resolution of peak / 50. On the grid 0.42, 0.425, 0.43, where 0.425
+    is an overhead spike, one probe a gap samples the two midpoints. Nothing reaches the default cache."""
+    from dtrlab.analysis.holes import MIB, run_census
+    monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "default"))
+    execution = Execution(cache=tmp_path / "cache", progress=False)
+    peak = baseline(small_resnet).peak_memory
+    low, high = (int(peak * r) for r in (0.425, 0.43))
+    ratios = [0.425, (9460849 + 0.5) / peak, 0.43]
+    grid_only = run_census({"r": small_resnet}, "dtr", ratios=ratios, refine=False, execution=execution)
+    assert grid_only.holes[["fail_low_bytes", "hidden"]].to_dict("records") == [
+        {"fail_low_bytes": 9460849, "hidden": False}]
+    census = run_census({"r": small_resnet}, "dtr", ratios=ratios, resolution=peak // 50, probes=0,
+                        execution=execution)
+    row = census.table.iloc[0]
+    assert (row.refined_holes, row.hidden_holes, row.refinement_runs) == (1, 0, 0)
+    assert row.refined_widest_mib == row.widest_hole_mib == (high - low) / MIB
+    assert census.holes["hidden"].tolist() == [False]
+    probed = run_census({"r": small_resnet}, "dtr", ratios=[0.42, 0.425, 0.43], resolution=peak // 50, probes=1,
+                        execution=execution).refinements["r"]
+    budgets = [int(peak * r) for r in (0.42, 0.425, 0.43)]
+    assert probed.probe_budgets == ((budgets[0] + budgets[1]) // 2, (budgets[1] + budgets[2]) // 2)
+    assert probed.resolution == peak // 50
+    assert not (tmp_path / "default").exists()
