@@ -353,9 +353,12 @@ def test_run_census_passes_its_options_to_the_refinement(small_resnet, tmp_path,
     row = census.table.iloc[0]
     assert (row.refined_holes, row.hidden_holes, row.refinement_runs) == (1, 0, 0)
     assert row.refined_widest_mib == row.widest_hole_mib == (high - low) / MIB
-    assert census.holes["hidden"].tolist() == [False]
-    probed = run_census({"r": small_resnet}, "dtr", ratios=[0.42, 0.425, 0.43], resolution=peak // 50, probes=1,
-                        execution=execution).refinements["r"]
+    assert census.holes[["trace", "policy", "hidden"]].to_dict("records") == [
+        {"trace": "r", "policy": "dtr", "hidden": False}]
+    probed_census = run_census({"r": small_resnet}, "dtr", ratios=[0.42, 0.425, 0.43], resolution=peak // 50,
+                               probes=1, execution=execution)
+    probed = probed_census.refinements["r"]
+    assert probed_census.table.iloc[0].refinement_runs == 2 + len(probed.bisection_budgets)
     budgets = [int(peak * r) for r in (0.42, 0.425, 0.43)]
     assert probed.probe_budgets == ((budgets[0] + budgets[1]) // 2, (budgets[1] + budgets[2]) // 2)
     assert probed.resolution == peak // 50
