@@ -311,3 +311,27 @@ def test_monotone_parameters_start_and_refusal():
     assert (refused.status, refused.peak_memory, wrapped.cap) == ("oom", 0, None)
     capped = get_policy("monotone", calibration=[1.0])
     assert simulate(trace, capped, budget_bytes=20).passed and capped.cap.budget_bytes == 11
+
+
+def test_calibration_tells_apart_classes_that_share_a_label():
+    """Two stand-ins labelled ``dtr`` that evict as LRU does (clock 16 at 40 bytes, DTR's is 17): one in DTR's own
+    module under another class name, one under DTR's class name in another module. After DTR's calibration in the
+    same process, each gets its own points; and the base starts on the simulator capped at the calibration budget."""
+    from chains import chain_log
+    from dtrlab.calibrated.monotone import calibrate
+    chain = chain_log().trace("chain")
+    dtr, lru = type(get_policy("dtr")), type(get_policy("lru"))
+    assert calibrate(chain, get_policy("dtr"), CHAIN_RATIOS, 20.0)[1].clock == 17
+    for module, qualname in ((dtr.__module__, "Other"), ("elsewhere", dtr.__qualname__)):
+        twin = type(qualname, (lru,), {"name": "dtr", "__module__": module, "__qualname__": qualname})()
+        assert twin.label == "dtr"
+        assert calibrate(chain, twin, CHAIN_RATIOS, 20.0)[1].clock == 16, (module, qualname)
+
+    class Watched(lru):
+        name = "watched"
+        budgets: list = []
+
+        def start(self, sim):
+            Watched.budgets.append(sim.budget)
+    assert simulate(chain, get_policy("monotone", base=Watched(), calibration=CHAIN_RATIOS), budget_bytes=47).passed
+    assert Watched.budgets[-1] == 45  # 40 and 45 tie at clock 17 under DTR; as LRU both take 16: the larger, 45
