@@ -363,3 +363,54 @@ def test_run_census_passes_its_options_to_the_refinement(small_resnet, tmp_path,
     assert probed.probe_budgets == ((budgets[0] + budgets[1]) // 2, (budgets[1] + budgets[2]) // 2)
     assert probed.resolution == peak // 50
     assert not (tmp_path / "default").exists()
+
+
+def test_refine_holes_keeps_the_frames_configuration(tmp_path):
+    """New runs go under the frame's own policy (with its parameters), withheld storages and overhead limit: the
+    refined samples stay one configuration. At an overhead limit of 1.65 (an allowance of 6.5) the recompute of 6 at
+    40 and 45 bytes is a near miss (>= 0.9 x 6.5), so each gap beside them gets probes 36..49, and no bisection is
+    left; a one-sample frame has nothing to refine. Loose keywords are refused in words."""
+    from dtrlab.runtime import REFERENCE, Intervention
+    from dtrlab.sweep import sweep
+    execution = Execution(cache=tmp_path, progress=False)
+    trace = chain_trace()
+    for policy, params, intervention in (("random", {"seed": 3}, None), ("lru", {}, None),
+                                         ("dtr", {}, Intervention(frozenset({3})))):
+        grid = sweep(trace, policy, ratios="0.5:1.0:0.1", execution=execution, intervention=intervention, **params)
+        refined = refine_holes(trace, grid, policy, execution=execution, **params)
+        assert refined.bisection_budgets == (37, 38, 39)
+        assert refined.refined.samples[["policy", "withhold"]].drop_duplicates().to_dict("records") == \
+            grid[["policy", "withhold"]].drop_duplicates().to_dict("records")
+    near = sweep(trace, "dtr", ratios="0.5:1.0:0.1", execution=execution,
+                 semantics=REFERENCE.with_(overhead_limit=1.65))
+    refined = refine_holes(trace, near, execution=execution)
+    assert refined.suspicious[["budget_bytes", "reason"]].to_dict("list") == {"budget_bytes": [40, 45],
+                                                                              "reason": ["near miss"] * 2}
+    assert refined.probe_budgets == (*range(36, 40), *range(41, 45), *range(46, 50))
+    assert refined.bisection_budgets == () and (refined.refined.samples["overhead_limit"] == 1.65).all()
+    single = refine_holes(trace, sweep(trace, "dtr", ratios=[1.0], execution=execution), execution=execution)
+    assert len(single.refined.samples) == 1 and single.bisection_budgets == ()
+    with pytest.raises(TypeError, match=r"^enforce, memory: refine_holes runs under the frame's own semantics"):
+        refine_holes(trace, near, enforce="allocated", memory="caching")
+    with pytest.raises(TypeError, match=r"^jobs: pass them as execution=Execution\(jobs=2\), not as loose keywords$"):
+        refine_holes(trace, near, jobs=2)
+
+
+def test_near_misses_scale_with_the_overhead_limit():
+    """At an overhead limit of 3 the allowance is 100 x (3 - 1) = 200: a recompute of 150 is no near miss, 190 is."""
+    frame = frame_of(["pass", "pass"], remat=[150, 190]).assign(overhead_limit=3.0)
+    assert suspicious_samples(find_holes(frame).samples)["remat_compute"].tolist() == [190]
+
+
+def test_census_files_carry_no_index(small_resnet, tmp_path):
+    """Two traces, each with the grid hole of test_run_census_passes_its_options_to_the_refinement: the hole table
+    is numbered 0, 1, and no file stores a pandas index as a column."""
+    import pyarrow.parquet as pq
+    from dtrlab.analysis.holes import run_census
+    peak = baseline(small_resnet).peak_memory
+    census = run_census({"r": small_resnet, "s": small_resnet}, "dtr", ratios=[0.425, (9460849 + 0.5) / peak, 0.43],
+                        refine=False, out=tmp_path / "out", execution=Execution(cache=tmp_path, progress=False))
+    assert census.holes.index.tolist() == [0, 1] and census.holes["trace"].tolist() == ["r", "s"]
+    for name in ("r.parquet", "holes.parquet"):
+        assert not any(column.startswith("__index") for column in pq.read_schema(tmp_path / "out" / name).names)
+    assert list(pd.read_csv(tmp_path / "out" / "summary.csv").columns) == list(census.table.columns)
