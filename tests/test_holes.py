@@ -237,11 +237,12 @@ def test_fill_probe_and_bisection_edges():
     last sample (existing budgets dropped), and a bisection that stops at a gap of exactly the resolution."""
     from dtrlab.analysis.holes import bisect_transitions, fill_budgets, gap_probes
     from dtrlab.sweep.budget_sweep import MAX_BUDGETS
-    assert len(fill_budgets([0, MAX_BUDGETS + 1], 1)) == MAX_BUDGETS
+    low = 10**6  # gaps counted from their lower end, not from 0
+    assert len(fill_budgets([low, low + MAX_BUDGETS + 1], 1)) == MAX_BUDGETS
     with pytest.raises(ValueError, match=rf"^delta = 1 bytes makes {MAX_BUDGETS + 1:,} budgets, more than the "
                                          rf"{MAX_BUDGETS:,} allowed; take a larger delta \(a fraction such as 0.001 "
                                          r"of the peak, or more bytes\)$"):
-        fill_budgets([0, MAX_BUDGETS + 2], 1)
+        fill_budgets([low, low + MAX_BUDGETS + 2], 1)
     with pytest.raises(ValueError, match=r"^delta must be >= 1 byte, got 0$"):
         fill_budgets([0, 10], 0)
     assert fill_budgets([0, 1], 1) == []
@@ -304,13 +305,17 @@ def test_refine_holes_on_the_chain(tmp_path):
 
 
 def test_default_resolution_is_at_most_a_mebibyte():
-    """A 20 GB constant: a ten-thousandth of its peak is 2 MB, above the 1 MiB cap."""
+    """A 20 GB constant: a ten-thousandth of its peak is 2 MB, above the 1 MiB cap; a peak of 10^7 bytes gives 1000."""
     from dtrlab.analysis.holes import MIB, default_resolution
     from dtrlab.trace.builder import LogBuilder
     log = LogBuilder()
     log.constant("x", 20 * 10**9)
     log.call("f", ["x"], [("y", 10)], time=1)
     assert default_resolution(log.trace("huge")) == MIB
+    small = LogBuilder()
+    small.constant("x", 10**7 - 10)
+    small.call("f", ["x"], [("y", 10)], time=1)
+    assert default_resolution(small.trace("small")) == 1000  # a peak of 10^7 bytes
 
 
 def test_run_census_defaults_policy_semantics_and_delta_in_bytes(tmp_path):
@@ -388,6 +393,8 @@ def test_refine_holes_keeps_the_frames_configuration(tmp_path):
                                                                               "reason": ["near miss"] * 2}
     assert refined.probe_budgets == (*range(36, 40), *range(41, 45), *range(46, 50))
     assert refined.bisection_budgets == () and (refined.refined.samples["overhead_limit"] == 1.65).all()
+    strict = refine_holes(trace, near, near_miss=0.95, execution=execution)  # 6 < 0.95 x 6.5: no near miss
+    assert (len(strict.suspicious), strict.probe_budgets, strict.bisection_budgets) == (0, (), (37, 38, 39))
     single = refine_holes(trace, sweep(trace, "dtr", ratios=[1.0], execution=execution), execution=execution)
     assert len(single.refined.samples) == 1 and single.bisection_budgets == ()
     with pytest.raises(TypeError, match=r"^enforce, memory: refine_holes runs under the frame's own semantics"):
