@@ -490,3 +490,20 @@ def test_roundup_power2_divisions_option_by_hand():
                          ({"2": -1}, r"\['2'\] must be >= 0, got -1")):
         with pytest.raises(ValueError, match=r"^roundup_power2_divisions(: |)" + message + "$"):
             CachingModel(2**30, roundup_power2_divisions=bad)
+
+
+def test_caching_option_errors_word_for_word():
+    """PyTorch's kLargeBuffer is 20 MiB: a split limit must be a whole number of MiB above it, 21 MiB = 22020096
+    bytes or more. A divisions table may switch rounding off for one interval with 0."""
+    from dtrlab.memory import CachingModel
+    for options, message in (
+            ({"max_split_size": 5}, "max_split_size must be None (no limit) or a whole number of MiB above 20 MiB "
+                                    "(22020096 bytes or more, as max_split_size_mb in PyTorch), got 5"),
+            ({"max_split_size": "x"}, "max_split_size must be an integer, got 'x'"),
+            ({"roundup_power2_divisions": -2}, "roundup_power2_divisions must be >= 0, got -2"),
+            ({"roundup_power2_divisions": 3}, "roundup_power2_divisions must be 0 (off) or a power of 2, got 3")):
+        with pytest.raises(ValueError) as refused:
+            CachingModel(2**30, **options)
+        assert str(refused.value) == message
+    assert CachingModel(2**30, max_split_size=21 * 2**20).core_args()[4] == 21 * 2**20
+    assert CachingModel(2**30, roundup_power2_divisions={"2": 0}).core_args()[5][:2] == (0, 0)
