@@ -421,3 +421,17 @@ def test_census_files_carry_no_index(small_resnet, tmp_path):
     for name in ("r.parquet", "holes.parquet"):
         assert not any(column.startswith("__index") for column in pq.read_schema(tmp_path / "out" / name).names)
     assert list(pd.read_csv(tmp_path / "out" / "summary.csv").columns) == list(census.table.columns)
+
+
+def test_small_frames_and_whole_byte_deltas():
+    """Two samples have one gap; a float delta of 1.0 is one byte (no baseline needed), so a 10-byte gap is too
+    coarse for it; one sample with its baseline takes a fractional delta; a frame saved before the memory columns
+    reads as flat under the reserved semantics."""
+    from dtrlab.analysis.holes import max_gap, with_memory_columns
+    assert max_gap([0, 5]) == 5
+    with pytest.raises(ValueError, match=r"^the samples are 10 bytes apart between budgets 10 and 20, coarser than "
+                                         r"delta = 1 bytes;"):
+        find_holes(frame_of(["pass", "pass"]), delta=1.0)
+    assert find_holes(frame_of(["pass"]).assign(baseline_memory=1000), delta=0.5).max_gap_bytes == 0
+    assert with_memory_columns(frame_of(["pass"])).iloc[0][["memory", "memory_options", "enforce",
+                                                            "device_capacity"]].tolist() == ["flat", "", "reserved", ""]
