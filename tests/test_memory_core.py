@@ -78,6 +78,8 @@ PYTHON_ONLY = [
     "test_unknown_option_lists_the_valid_ones", "test_an_option_of_another_model_is_refused",
     "test_caching_option_values_are_validated", "test_bad_capacity_and_granularity_are_refused",
     "test_an_instance_is_used_as_is_and_takes_no_options", "test_effective_options",
+    "test_roundup_power2_next_division_by_hand", "test_roundup_power2_divisions_option_by_hand",
+    "test_caching_option_errors_word_for_word",
 ]
 #: test_memory_models.py's hypothesis invariants, run on compiled models (slow: 100 examples each).
 INVARIANT_TEST = "test_invariants_and_determinism"
