@@ -54,6 +54,9 @@ def configuration(module: str, tests: list[str]) -> str:
             f"also_copy = {toml_list(ALSO_COPY)}\n"
             f"pytest_add_cli_args = {toml_list(['-m', 'not slow', '-p', 'no:random_order', '-p', 'no:cacheprovider'])}\n"
             f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
+            # A mutant that loops (a bisection that never ends) is stopped after 2 x 3 x (its tests' CPU time + 1 s)
+            # (mutmut's default, 15, let one hold a module's run for minutes on busy cores); it counts as killed.
+            "timeout_multiplier = 3.0\n"
             "use_git_change_detection = false\n\n"
             "[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\n"
             "markers = [\"slow: long reference checks\", \"shared: needs ../shared\"]\n")

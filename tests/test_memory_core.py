@@ -20,7 +20,7 @@ import test_memory_semantics as semantics
 from dtrlab.memory import (AlignedModel, Block, CachingModel, FlatModel, MemoryModel, MemoryStats, Segment,
                            get_memory_model)
 from dtrlab.memory.caching import _divisions_table
-from dtrlab.memory.core_args import MAX_BYTES
+from dtrlab.memory.core_args import MAX_BYTES, MAX_DIVISIONS
 
 _memory = pytest.importorskip("dtrlab.memory._compiled", reason="the compiled memory models are not built")
 
@@ -78,6 +78,8 @@ PYTHON_ONLY = [
     "test_unknown_option_lists_the_valid_ones", "test_an_option_of_another_model_is_refused",
     "test_caching_option_values_are_validated", "test_bad_capacity_and_granularity_are_refused",
     "test_an_instance_is_used_as_is_and_takes_no_options", "test_effective_options",
+    "test_roundup_power2_next_division_by_hand", "test_roundup_power2_divisions_option_by_hand",
+    "test_caching_option_errors_word_for_word",
 ]
 #: test_memory_models.py's hypothesis invariants, run on compiled models (slow: 100 examples each).
 INVARIANT_TEST = "test_invariants_and_determinism"
@@ -140,6 +142,19 @@ def test_models_the_c_code_does_not_know_get_none():
     assert AlignedModel(GiB, granularity=MAX_BYTES + 1).core_args() is None
     assert CachingModel(GiB, roundup_power2_divisions=1 << 31).core_args() is None
     assert CachingModel(GiB, max_split_size=1 << 63).core_args() is None
+    # The limits themselves still go to the C model.
+    assert CachingModel(GiB, roundup_power2_divisions=MAX_DIVISIONS).core_args()[5] == (MAX_DIVISIONS,) * 16
+    assert CachingModel(GiB, max_split_size=MAX_BYTES).core_args()[4] == MAX_BYTES
+
+
+def test_a_caching_choice_is_refused_in_words():
+    """limit_check and address_policy take one of their names. (A mutant of this check is built when the class is,
+    at import, so make mutate cannot plant it; planted by hand, it fails this test.)"""
+    assert CachingModel(GiB, limit_check="allocation_size", address_policy="reuse").core_args()[6:] == (True, True)
+    with pytest.raises(ValueError, match=r"^limit_check must be one of 'mapped', 'allocation_size', got 'nope'$"):
+        CachingModel(GiB, limit_check="nope")
+    with pytest.raises(ValueError, match=r"^address_policy must be one of 'bump', 'reuse', got 3$"):
+        CachingModel(GiB, address_policy=3)
 
 
 def test_bad_arguments_are_refused():

@@ -466,3 +466,44 @@ def test_invariants_and_determinism(name, options, capacity_mib, ops):
     first = run_checked(get_memory_model(name, capacity_mib * MiB, **options), ops)
     second = run_checked(get_memory_model(name, capacity_mib * MiB, **options), ops)
     assert first == second
+
+
+def test_roundup_power2_next_division_by_hand():
+    """PyTorch's roundup_power2_next_division, derived by hand: a power of 2 stays (even where the step would be 0);
+    1200 with 4 divisions of 1024..2048 goes to 1280, 1280 stays, 1025 with 1 division goes to 2048; 3 with 4
+    divisions has a step of 0 (2 >> 2), so it goes to the next power of 2, 4."""
+    from dtrlab.memory.caching import _roundup_power2_next_division as next_division
+    cases = {(1, 4): 1, (2, 4): 2, (1024, 4): 1024, (1200, 4): 1280, (1280, 4): 1280, (1025, 1): 2048, (3, 4): 4,
+             (3 * 2**20 + 1, 4): 3 * 2**20 + 2**19}
+    assert {case: next_division(*case) for case in cases} == cases
+
+
+def test_roundup_power2_divisions_option_by_hand():
+    """Intervals are powers of 2 MiB (1 included, 0 and names not); divisions are 0 or powers of 2 (1 included)."""
+    from dtrlab.memory import CachingModel
+    from dtrlab.memory.caching import _divisions_table
+    assert _divisions_table(CachingModel(2**30, roundup_power2_divisions={"1": 4, "2": 2})._options[
+        "roundup_power2_divisions"])[:3] == [4, 2, 0]
+    assert CachingModel(2**30, roundup_power2_divisions=1).request_bytes(1200) == 1536  # 512-byte blocks: 3 of them
+    for bad, message in (({"0": 4}, r"interval '0' must be a power of 2 \(MiB\) or '>'"),
+                         ({"abc": 4}, r"interval 'abc' must be a power of 2 \(MiB\) or '>'"),
+                         ({"2": -1}, r"\['2'\] must be >= 0, got -1")):
+        with pytest.raises(ValueError, match=r"^roundup_power2_divisions(: |)" + message + "$"):
+            CachingModel(2**30, roundup_power2_divisions=bad)
+
+
+def test_caching_option_errors_word_for_word():
+    """PyTorch's kLargeBuffer is 20 MiB: a split limit must be a whole number of MiB above it, 21 MiB = 22020096
+    bytes or more. A divisions table may switch rounding off for one interval with 0."""
+    from dtrlab.memory import CachingModel
+    for options, message in (
+            ({"max_split_size": 5}, "max_split_size must be None (no limit) or a whole number of MiB above 20 MiB "
+                                    "(22020096 bytes or more, as max_split_size_mb in PyTorch), got 5"),
+            ({"max_split_size": "x"}, "max_split_size must be an integer, got 'x'"),
+            ({"roundup_power2_divisions": -2}, "roundup_power2_divisions must be >= 0, got -2"),
+            ({"roundup_power2_divisions": 3}, "roundup_power2_divisions must be 0 (off) or a power of 2, got 3")):
+        with pytest.raises(ValueError) as refused:
+            CachingModel(2**30, **options)
+        assert str(refused.value) == message
+    assert CachingModel(2**30, max_split_size=21 * 2**20).core_args()[4] == 21 * 2**20
+    assert CachingModel(2**30, roundup_power2_divisions={"2": 0}).core_args()[5][:2] == (0, 0)

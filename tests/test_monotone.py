@@ -185,3 +185,153 @@ def test_monotone_envelope_from_the_base_policys_own_runs(small_resnet, limit):
             assert np.isnan(row.cap_ratio) and np.isnan(row.monotone_overhead)
     with pytest.raises(ValueError, match="semantics sets memory, which calibration runs under flat memory"):
         monotone_envelope(small_resnet, calibration=ratios, semantics=Semantics(memory="caching"))
+
+
+# The hand-built chain (tests/chains.py): peak 50 bytes, model compute 10, the clock starts at 1. Its calibration at
+# budgets 30, 40, 45 and 50 (ratios 0.6, 0.8, 0.9, 1.0): 30 fails (nothing fits below 40), 50 needs no recompute
+# (clock 11), and DTR at 40 and 45 recomputes 6 (clock 17), within an allowance of 20 but not of 5.3.
+CHAIN_RATIOS = [0.6, 0.8, 0.9, 1.0]
+
+
+def chain_points(statuses, clocks):
+    return tuple(CalibrationPoint(r, int(50 * r), s, c) for r, s, c in zip(CHAIN_RATIOS, statuses, clocks))
+
+
+def test_calibration_memo_tells_configurations_apart():
+    """Calibrations of two traces with the same budgets, two policies, two recompute limits and two calibrations in
+    one process: each its own (a memo keyed on less would hand one the other's points)."""
+    from chains import chain_log
+    from dtrlab.calibrated.monotone import calibrate
+    chain, cheaper = chain_log().trace("chain"), chain_log((4, 1, 1)).trace("chain")
+    dtr = get_policy("dtr")
+    assert calibrate(chain, dtr, CHAIN_RATIOS, 20.0) == chain_points(["oom", "pass", "pass", "pass"], [14, 17, 17, 11])
+    assert calibrate(cheaper, dtr, CHAIN_RATIOS, 20.0)[-1].clock == 10  # its model compute is 9
+    assert calibrate(chain, dtr, CHAIN_RATIOS, 5.3) == chain_points(["oom", "thrash", "thrash", "pass"],
+                                                                   [14, 16, 16, 11])
+    assert calibrate(chain, get_policy("lru"), CHAIN_RATIOS, 20.0)[1].clock == 16  # LRU recomputes 5 at 40
+    assert [p.budget_bytes for p in calibrate(chain, dtr, [0.8, 1.0], 20.0)] == [40, 50]
+
+
+def test_calibration_without_an_exact_overhead_limit_matches_one_with_it():
+    """A recompute limit of 20.3 is no overhead limit's allowance (1 + 20.3 / 10 gives back another float), so
+    calibration runs the Python Simulator with it: the same points as at the exact limit 20 (overhead 3), which
+    simulate() runs, since the chain's runs recompute 0 or 6."""
+    from chains import chain_log
+    from dtrlab.calibrated.monotone import _overhead_limit, calibrate
+    from dtrlab.trace.builder import LogBuilder
+    chain = chain_log().trace("chain")
+    assert _overhead_limit(chain, 20.3) is None and _overhead_limit(chain, 20.0) == 3.0
+    free = LogBuilder()
+    free.call("f", [], [("y", 10)], time=0)
+    assert _overhead_limit(free.trace("free"), 0.0) is None  # no compute: no overhead limit at all
+    assert calibrate(chain, get_policy("dtr"), CHAIN_RATIOS, 20.3) == calibrate(chain, get_policy("dtr"),
+                                                                                CHAIN_RATIOS, 20.0)
+    assert calibrate(chain, get_policy("dtr"), CHAIN_RATIOS, 5.3) == chain_points(
+        ["oom", "thrash", "thrash", "pass"], [14, 16, 16, 11])
+
+
+def test_calibration_reads_the_sweep_cache(monkeypatch):
+    """Budgets a sweep already ran (at the overhead limit whose allowance is the recompute limit) are read from the
+    default cache, not simulated; the others, or all when the cache cannot be read, are simulated."""
+    from chains import chain_log
+    from dtrlab.calibrated import monotone
+    from dtrlab.runtime import REFERENCE
+    from dtrlab.sweep import SweepCache
+    chain = chain_log().trace("chain")
+    frame = sweep(chain, "dtr", budgets=[30, 40, 50], semantics=REFERENCE.with_(overhead_limit=3.0),
+                  execution=Execution(progress=False))
+    simulated = []
+    real = monotone.simulate
+
+    def counted(*args, **kwargs):
+        simulated.append(kwargs["budget_bytes"])
+        return real(*args, **kwargs)
+    monkeypatch.setattr(monotone, "simulate", counted)
+    points = monotone.calibrate(chain, get_policy("dtr"), CHAIN_RATIOS, 20.0)
+    assert simulated == [45]
+    cached = {b: (s, c) for b, s, c in zip(frame["budget_bytes"], frame["status"], frame["clock"])}
+    assert {p.budget_bytes: (p.status, p.clock) for p in points if p.budget_bytes != 45} == cached
+    assert points == chain_points(["oom", "pass", "pass", "pass"], [14, 17, 17, 11])
+
+    def busy(self):
+        raise OSError("compacting")
+    monkeypatch.setattr(SweepCache, "load", busy)
+    monkeypatch.setattr(monotone, "_CALIBRATIONS", {})
+    simulated.clear()
+    assert monotone.calibrate(chain, get_policy("dtr"), CHAIN_RATIOS, 20.0) == points
+    assert simulated == [30, 40, 45, 50]
+
+
+def test_monotone_envelope_of_the_chain():
+    """The envelope row by row, derived by hand from the chain's calibration (overhead limit 2, an allowance of 10):
+    at 45 the tie between 40 and 45 (both clock 17) goes to the larger budget; at 50 the cap is 50 (clock 11)."""
+    from chains import chain_log
+    from dtrlab.runtime import Semantics
+    chain = chain_log().trace("chain")
+    envelope = monotone_envelope(chain, "dtr", CHAIN_RATIOS)
+    nan = float("nan")
+    expected = {"ratio": CHAIN_RATIOS, "budget_bytes": [30, 40, 45, 50], "base_status": ["oom", "pass", "pass", "pass"],
+                "base_overhead": [nan, 1.7, 1.7, 1.1], "cap_ratio": [nan, 0.8, 0.9, 1.0],
+                "monotone_overhead": [nan, 1.7, 1.7, 1.1]}
+    assert list(envelope.columns) == list(expected)
+    assert envelope.pop("base_status").tolist() == expected.pop("base_status")
+    for column, values in expected.items():
+        assert envelope[column].tolist() == pytest.approx(values, nan_ok=True), column
+    default = monotone_envelope(chain)  # dtr over the default calibration 0.05:1.0:0.01
+    assert len(default) == 96 and default.set_index("ratio").loc[0.8, "base_overhead"] == pytest.approx(1.7)
+    with pytest.raises(ValueError, match=r"^semantics sets memory, which calibration runs under flat memory, so the "
+                                         r"envelope"):
+        monotone_envelope(chain, calibration=CHAIN_RATIOS, semantics=Semantics(memory="caching"))
+
+
+def test_monotone_parameters_start_and_refusal():
+    """A tuple of ratios becomes a list of floats (and its label says so); a base given as an instance is labelled by
+    its own label; the wrapper has its base's features and no cap until it starts; under an address-aware memory
+    model it refuses in words; below the first passing budget it refuses before allocating even a 1-byte constant."""
+    from dtrlab.runtime import Semantics
+    from dtrlab.trace.builder import LogBuilder
+    policy = get_policy("monotone", base=get_policy("lru"), calibration=(0.5, 1))
+    assert policy.params["calibration"] == [0.5, 1.0] and all(type(r) is float for r in policy.params["calibration"])
+    assert policy.label == "monotone(base='lru', calibration=[0.5, 1.0])"
+    assert get_policy("monotone", base="dtr", calibration=CALIBRATION).label == "monotone"
+    assert get_policy("monotone", base="msps").features == get_policy("msps").features != frozenset()
+    assert policy.cap is None
+    with pytest.raises(ValueError, match=r"^monotone\(base=monotone\(...\)\) is the same as its inner monotone; wrap a "
+                                         r"plain policy$"):
+        get_policy("monotone", base="monotone")
+    log = LogBuilder()
+    log.constant("x", 1)
+    log.call("f", ["x"], [("y", 10)], time=1)
+    trace = log.trace("tiny")
+    with pytest.raises(ValueError, match=r"^monotone needs the flat byte-counting memory model \(the default\); its "
+                                         r"replay argument does not hold under an address-aware model$"):
+        simulate(trace, "monotone", budget_bytes=11, semantics=Semantics(memory="caching"))
+    wrapped = get_policy("monotone", calibration=[1.0])
+    refused = simulate(trace, wrapped, budget_bytes=10)
+    assert (refused.status, refused.peak_memory, wrapped.cap) == ("oom", 0, None)
+    capped = get_policy("monotone", calibration=[1.0])
+    assert simulate(trace, capped, budget_bytes=20).passed and capped.cap.budget_bytes == 11
+
+
+def test_calibration_tells_apart_classes_that_share_a_label():
+    """Two stand-ins labelled ``dtr`` that evict as LRU does (clock 16 at 40 bytes, DTR's is 17): one in DTR's own
+    module under another class name, one under DTR's class name in another module. After DTR's calibration in the
+    same process, each gets its own points; and the base starts on the simulator capped at the calibration budget."""
+    from chains import chain_log
+    from dtrlab.calibrated.monotone import calibrate
+    chain = chain_log().trace("chain")
+    dtr, lru = type(get_policy("dtr")), type(get_policy("lru"))
+    assert calibrate(chain, get_policy("dtr"), CHAIN_RATIOS, 20.0)[1].clock == 17
+    for module, qualname in ((dtr.__module__, "Other"), ("elsewhere", dtr.__qualname__)):
+        twin = type(qualname, (lru,), {"name": "dtr", "__module__": module, "__qualname__": qualname})()
+        assert twin.label == "dtr"
+        assert calibrate(chain, twin, CHAIN_RATIOS, 20.0)[1].clock == 16, (module, qualname)
+
+    class Watched(lru):
+        name = "watched"
+        budgets: list = []
+
+        def start(self, sim):
+            Watched.budgets.append(sim.budget)
+    assert simulate(chain, get_policy("monotone", base=Watched(), calibration=CHAIN_RATIOS), budget_bytes=47).passed
+    assert Watched.budgets[-1] == 45  # 40 and 45 tie at clock 17 under DTR; as LRU both take 16: the larger, 45

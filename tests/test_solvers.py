@@ -14,8 +14,10 @@ pytest.importorskip("ortools", reason="the exact solvers need the optional extra
 pytest.importorskip("highspy", reason="the exact solvers need the optional extra: pip install 'dtrlab[solvers]'")
 
 from dtrlab.solvers import SOLVERS, build_problem, replay, solve_optimal  # noqa: E402
+from dtrlab.solvers.problem import Schedule  # noqa: E402
 from dtrlab.trace import load_log  # noqa: E402
 from dtrlab.trace.builder import LogBuilder  # noqa: E402
+from chains import chain_log  # noqa: E402
 
 
 #: No wall-clock limit, one worker: a tiny model's solve ends with a proof, deterministically.
@@ -27,32 +29,6 @@ HANG_GUARD_S = 600
 
 def chain():
     return chain_log().trace("chain")
-
-
-def chain_log(costs=(5, 1, 1)) -> LogBuilder:
-    """Forward layers a1..an (10 bytes each, costs ``costs``) after a pinned constant x, then
-    their backward: b_n(a_n), then b_i(g_{i+1}, a_i), each releasing its arguments.
-
-    With the default three layers (a1 is expensive, the others cost 1): without eviction
-    the backward's first two steps hold a1, a2, a3/g3, g2 and x: 50 bytes. b2 needs g3, a2,
-    g2 and x (40) and b1 needs g2, a1, g1 and x (40), so below 50 a1 must be gone at b2 and
-    recomputed for b1: recompute 5 for budgets 40..49, none from 50. Below 40 (b2's own
-    footprint) nothing fits.
-    """
-    log = LogBuilder()
-    log.constant("x", 10)
-    previous = "x"
-    for i, cost in enumerate(costs, start=1):
-        log.call(f"f{i}", [previous], [(f"a{i}", 10)], time=cost)
-        previous = f"a{i}"
-    log.backward()
-    n = len(costs)
-    log.call(f"b{n}", [f"a{n}"], [(f"g{n}", 10)], time=1)
-    log.release(f"a{n}")
-    for i in range(n - 1, 0, -1):
-        log.call(f"b{i}", [f"g{i + 1}", f"a{i}"], [(f"g{i}", 10)], time=1)
-        log.release(f"g{i + 1}", f"a{i}")
-    return log
 
 
 def diamond():
@@ -291,5 +267,79 @@ def test_replay_thrash_limit_budget_errors_and_summary():
         replay(trace, result.schedule)
     with pytest.raises(ValueError, match=r"^the solve ended 'infeasible' without a schedule to replay$"):
         replay(trace, solve_optimal(trace, 5))
-    with pytest.raises(RuntimeError, match="withholds every storage"):
+    with pytest.raises(RuntimeError,
+                       match=r"^the scripted replay withholds every storage; the policy is never asked to choose$"):
         ScriptedPolicy().choose(None, [])
+
+
+def test_replay_refuses_hand_built_bad_schedules():
+    """Schedules that break the replay's rules, built by hand on chain_log's traces (storage ids: x is 0, a_i is i,
+    then g3, g2, g1): each is refused with the one disagreement its construction plants, and the recompute it caused."""
+    from dataclasses import replace
+
+    trace = chain()
+    at_50, at_40 = (solve_optimal(trace, budget, **EXACT).schedule for budget in (50, 40))
+    # The interval model evicting the pinned constant x in stage 1's gap: refused, x stays. At 40 bytes the schedule
+    # that needs 50 then runs out of memory when b3 makes g3 beside x, a1, a2 and a3 (the simulator's own words first).
+    pinned = replace(at_50, evictions=tuple(((0,),) if t == 1 else ((),) for t in range(7)))
+    refused = replay(trace, pinned, 50)
+    assert refused.status == "pass" and not refused.passed
+    assert refused.disagreements == ("stage 1: cannot evict x (locked or pinned)",)
+    oom = replay(trace, pinned, 40)
+    assert (oom.status, oom.failure.step, oom.failure.memory_in_use) == ("oom", 5, 40)
+    assert oom.summary() == f"FAIL: simulator: oom ({oom.failure}); stage 1: cannot evict x (locked or pinned)"
+    # Recomputing f1 at stage 5 while a1 is resident (the schedule at 50 keeps it): refused although the claim is right.
+    resident = replay(trace, replace(at_50, remat=tuple((1,) if t == 5 else () for t in range(7))), 50)
+    assert (resident.remat_compute, resident.claimed_remat_compute) == (5, 5) and not resident.passed
+    assert resident.disagreements == ("stage 5: recomputing f1 (operator 1) whose outputs are all resident",)
+    # The schedule at 40 (a1 gone from stage 2 to 4) made interval-model, with f1 recomputed (5) and dropped again at
+    # stage 3, then f2 recomputed at stage 4 after evicting a2, and a1 evicted again before b2: f2 then costs f1's 5
+    # and its own 1, and f1 at stage 5 another 5, after an attempt to evict the pinned x.
+    storages = list(build_problem(trace).storage_window)
+
+    def gone(t):
+        return tuple(s for s in storages if s not in at_40.resident[t])
+    evictions = {3: ((), (1, *gone(3))), 4: ((2,), (1, *gone(4))), 5: ((0,), gone(5))}
+    evictions = tuple(evictions.get(t, ((),) * len(at_40.remat[t]) + (gone(t),)) for t in range(7))
+    remat = tuple({3: (1,), 4: (2,)}.get(t, at_40.remat[t]) for t in range(7))
+    assert at_40.remat[5] == (1,)
+    costly = replay(trace, Schedule(at_40.resident, remat, evictions), 50, overhead_limit=3)
+    assert costly.disagreements == ("stage 4: recomputing f2 (operator 2) cost 6, not 1: an argument was not resident",
+                                    "stage 5: cannot evict x (locked or pinned)")
+    assert costly.summary() == f"FAIL: {'; '.join(costly.disagreements)}; recompute 16 != claimed 11"
+
+
+def test_replay_names_at_most_three_storages_and_five_disagreements():
+    """Five layers, nothing evicted: a schedule claiming nothing resident differs at every stage but the first, and
+    one claiming every storage misses, at stage 0, all but a1 (only the first three named, in storage order)."""
+    trace = chain_log((1,) * 5).trace("chain5")
+    problem = build_problem(trace)
+    n = len(problem.stage_op)
+    assert n == 11  # f1..f5, b5..b1, the final stage
+    empty = replay(trace, Schedule(((),) * n, ((),) * n, (((),),) * n), 10 ** 6)
+    assert len(empty.disagreements) == n - 1
+    assert empty.disagreements[3] == ("stage 4: resident set differs from the schedule "
+                                      "(extra ['a1', 'a2', 'a3'], missing [])")
+    assert empty.summary() == "FAIL: " + "; ".join(empty.disagreements[:5])
+    everything = replay(trace, Schedule((tuple(problem.storage_window),) * n, ((),) * n), 10 ** 6)
+    assert everything.disagreements[0] == ("stage 0: resident set differs from the schedule "
+                                           "(extra [], missing ['a2', 'a3', 'a4'])")
+
+
+def test_replay_runs_the_gap_before_the_first_step():
+    """A trace that starts with an operator, then a constant: its first stage's gap is before step 0 (and none is
+    before step 1), and a wrong claim there is reported."""
+    from dataclasses import replace
+    log = LogBuilder()
+    log.call("f1", [], [("a1", 10)], time=2)
+    log.constant("x", 10)
+    log.call("f2", ["a1", "x"], [("a2", 10)], time=1)
+    log.release("a1")
+    log.call("f3", ["a2"], [("a3", 10)], time=1)
+    log.release("a2")
+    trace = log.trace("operator_first")
+    assert build_problem(trace).stage_step == (0, 3, 5, 8)
+    schedule = solve_optimal(trace, 30, **EXACT).schedule
+    assert replay(trace, schedule, 30).passed
+    wrong = replay(trace, replace(schedule, resident=((2, 3), *schedule.resident[1:])), 30)
+    assert wrong.disagreements == ("stage 0: resident set differs from the schedule (extra [], missing ['a2', 'a3'])",)
