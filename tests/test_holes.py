@@ -221,6 +221,21 @@ def test_census_table_keeps_the_frames_order_and_memory_labels():
         "flat", "", "allocated", ""]
 
 
+def test_census_table_keeps_every_row_of_a_frame_with_missing_values():
+    """Sweep files saved before the memory columns, read with newer ones (``dtrlab holes OLD NEW``), and a
+    configuration without an overhead limit: pandas' groupby dropped their rows; each is its own configuration,
+    the old one flat."""
+    caching = frame_of(["pass"], "z").assign(memory="caching", memory_options="", enforce="reserved",
+                                             device_capacity="")
+    old = frame_of(["oom", "pass", "oom", "pass"], "a")
+    unlimited = frame_of(["oom", "pass"], "u").assign(overhead_limit=float("nan"))
+    table = census_table(pd.concat([caching, old, unlimited], ignore_index=True))
+    assert table[["trace", "memory", "samples", "non_monotone_failures"]].to_dict("records") == [
+        {"trace": "z", "memory": "caching", "samples": 1, "non_monotone_failures": 0},
+        {"trace": "a", "memory": "flat", "samples": 4, "non_monotone_failures": 1},
+        {"trace": "u", "memory": "flat", "samples": 2, "non_monotone_failures": 0}]
+
+
 def test_suspicious_samples_boundaries_and_both_reasons():
     """With spike 0.5 and near_miss 0.5 (allowance 100 x (2 - 1) = 100): an overhead exactly 1.5 x the previous
     passing one, or a recompute of exactly 50, is no spike but is a near miss; failing samples are skipped."""

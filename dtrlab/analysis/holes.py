@@ -186,9 +186,18 @@ def find_holes(frame: pd.DataFrame, delta: int | float | None = None) -> HoleCen
     )
 
 
+def configurations(frame: pd.DataFrame):
+    """``(key, rows)`` per trace/policy configuration of a sweep frame, every row in one: a frame concatenated
+    from sweeps saved before and after the memory columns has them missing in part (pandas' groupby would drop
+    those rows), and a missing value is the flat default (:func:`with_memory_columns`)."""
+    frame = with_memory_columns(frame)
+    frame = frame.fillna({k: v for k, v in MEMORY_DEFAULTS.items() if frame[k].isna().any()})
+    return frame.groupby(CONFIGURATION, sort=False, dropna=False)
+
+
 def census_table(frame: pd.DataFrame) -> pd.DataFrame:
     """:meth:`HoleCensus.summary` of every trace/policy configuration in a frame."""
-    return pd.DataFrame([find_holes(group).summary() for _, group in with_memory_columns(frame).groupby(CONFIGURATION, sort=False)])
+    return pd.DataFrame([find_holes(group).summary() for _, group in configurations(frame)])
 
 
 @dataclass(frozen=True)
@@ -411,10 +420,13 @@ def census_grid(trace: Trace, ratios, delta: int | float | None) -> dict:
     return {"budgets": sorted({low, high, *fill_budgets([low, high], delta_bytes(delta, 1))})}
 
 
+#: The memory columns of a sweep frame and their values in frames saved before them (all flat).
+MEMORY_DEFAULTS = {"memory": FLAT, "memory_options": "", "enforce": "reserved", "device_capacity": ""}
+
+
 def with_memory_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with the memory columns of a sweep frame (frames saved before them were all flat)."""
-    missing = {k: v for k, v in (("memory", FLAT), ("memory_options", ""), ("enforce", "reserved"),
-                                 ("device_capacity", "")) if k not in frame}
+    missing = {k: v for k, v in MEMORY_DEFAULTS.items() if k not in frame}
     return frame.assign(**missing) if missing else frame
 
 

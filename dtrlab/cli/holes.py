@@ -25,7 +25,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import pandas as pd  # imported when the command runs, so other commands start fast
 
-    from ..analysis.holes import CONFIGURATION, census_table, find_holes
+    from ..analysis.holes import census_table, configurations, find_holes
 
     files = []
     for path in map(Path, args.paths):
@@ -41,7 +41,7 @@ def run(args) -> int:
     print_table(table.where(table.notna(), None).to_dict("records"))
     if args.list or args.anatomy:
         holes = [_holes(find_holes(group), traces, args.quiet).assign(trace=key[0], policy=key[1])
-                 for key, group in frame.groupby(CONFIGURATION, sort=False)]
+                 for key, group in configurations(frame)]
         listed = pd.concat(holes, ignore_index=True)
         columns = ["trace", "policy", "fail_low_ratio", "fail_high_ratio", "pass_below_bytes", "fail_low_bytes",
                    "fail_high_bytes", "pass_above_bytes", "width_bytes", "samples", "kinds",
