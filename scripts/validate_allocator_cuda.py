@@ -57,6 +57,19 @@ PYTORCH_CUDA_ALLOC_CONF is read once, when torch's allocator starts):
   prediction by more than the step's largest tensor is a mismatch; reserved bytes and the
   saved-tensor counts (real: autograd's saved-tensor hooks) are reported beside.
 
+* ``compile`` (only when named: ``--sections compile``): ``dtrlab.compile`` (docs/compile.md, "Budget in
+  bytes") on the GPU: for each of ``--compile-models`` (a JSON object, source -> build options; default the
+  zoo ``transformer`` and a two-layer ``hf:llama``), a probe pick at a budget every knob fits, then three
+  budgets spread between the smallest and the largest predicted peak
+  (:func:`dtrlab.analysis.fit_knob.spread_budgets`); at each, the step (the model and its loss,
+  ``LossStep``) compiled by ``dtrlab.compile(..., backend=--compile-backend, accounting="allocated")``
+  on the GPU's own tensors, run once to compile and once measured: the bytes the allocator held for the
+  parameters and inputs plus ``torch.cuda.max_memory_allocated`` above the bytes allocated when the step
+  starts, against the budget. Recorded per budget: the pick, its predicted peak, the measured peak,
+  whether it is within the budget (a run over it is a mismatch), ``max_memory_reserved``, and the grid
+  knob above the pick with its predicted peak (over the budget: the pick is the largest at the grid's
+  resolution).
+
 Results are printed and written as JSON to ``--out``, else to ``$OUT/validate_allocator_cuda.json``
 when ``$OUT`` is set.
 
@@ -84,8 +97,11 @@ from dtrlab.trace import load
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = ROOT / "traces" / "resnet32-b8.jsonl.gz"
-SECTIONS = ("layout", "expandable-limit", "semantics", "execute", "knob")
-DEFAULT_SECTIONS = SECTIONS[:3]  # execute and knob run a model's step on the GPU: asked for by name
+SECTIONS = ("layout", "expandable-limit", "semantics", "execute", "knob", "compile")
+DEFAULT_SECTIONS = SECTIONS[:3]  # execute, knob and compile run a model's step on the GPU: asked for by name
+#: The compile section's default models: source -> build options (dtrlab.trace.models.build).
+COMPILE_MODELS = {"transformer": {}, "hf:llama": {"layers": 2, "hidden": 256, "heads": 4, "kv_heads": 2,
+                                                   "intermediate": 512, "vocab": 1024, "batch": 8, "seq": 256}}
 NO_CUDA = 3  # exit status without torch or a CUDA device
 
 
@@ -96,12 +112,25 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"validate_allocator_cuda: error: {message}\n")
 
 
+def compile_models(text: str) -> dict:
+    """``--compile-models``: a JSON object, each model source to a dict of its build options."""
+    try:
+        models = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc.msg} at character {exc.pos}): {text!r}") from None
+    if not isinstance(models, dict) or not models or not all(isinstance(o, dict) for o in models.values()):
+        raise argparse.ArgumentTypeError(f'a JSON object of sources and their build options, such as '
+                                         f'{{"transformer": {{}}}}, got {text!r}')
+    return models
+
+
 def parse_args(argv=None):
     parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("trace", type=Path, nargs="?", default=DEFAULT_TRACE,
                         help="a dtrlab trace or simrd log (default traces/resnet32-b8.jsonl.gz)")
     parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
-                        help=f"comma-separated sections (default {', '.join(DEFAULT_SECTIONS)}; also execute)")
+                        help=f"comma-separated sections (default {', '.join(DEFAULT_SECTIONS)}; also execute, knob, "
+                             "compile)")
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON results file (default $OUT/validate_allocator_cuda.json when $OUT is set)")
     parser.add_argument("--checkpoints", type=int, default=20, help="layout: snapshots evenly spaced over the events")
@@ -121,6 +150,11 @@ def parse_args(argv=None):
     parser.add_argument("--knob-backends", default="inductor,aot_eager",
                         help="knob: the torch.compile backends compared, each with its accounting "
                              "(comma-separated; default inductor,aot_eager)")
+    parser.add_argument("--compile-models", type=compile_models, default=COMPILE_MODELS,
+                        help="compile: a JSON object of model sources and their build options (default "
+                             + json.dumps(COMPILE_MODELS) + ")")
+    parser.add_argument("--compile-backend", choices=("inductor", "aot_eager"), default="inductor",
+                        help="compile: the torch.compile backend, and the accounting of the pick (default inductor)")
     parser.add_argument("--worker", choices=SECTIONS, help=argparse.SUPPRESS)  # a section in its own process
     parser.add_argument("--worker-spec", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -473,6 +507,8 @@ def worker(args) -> int:
         result = execute_section(spec)
     elif args.worker == "knob":
         result = knob_section(spec, torch)
+    elif args.worker == "compile":
+        result = compile_section(spec, torch)
     else:
         result = semantics_replay(spec, torch)
     print(json.dumps(result))
@@ -537,6 +573,50 @@ def knob_section(spec: dict, torch) -> dict:
         torch._dynamo.reset()
         torch.cuda.empty_cache()
     return {"model": spec["model"], "backend": backend, "runs": runs, "mismatches": sum(not run["within_tolerance"] for run in runs)}
+
+
+def compile_section(spec: dict, torch) -> dict:
+    """dtrlab.compile's pick on a real GPU step at three budgets (see the module docstring)."""
+    import dtrlab
+    from dtrlab.analysis.fit_knob import fit_knob, spread_budgets
+    from dtrlab.trace.models import build
+    from dtrlab.trace.partition import LossStep
+
+    backend, runs = spec["backend"], []
+    workload = build(spec["model"], device="cuda", **spec["options"])
+    step, inputs = LossStep(workload.module, workload.loss_fn), tuple(workload.inputs)
+    probe = fit_knob(step, inputs, budget=1 << 50, accounting="allocated", backend=backend, cache=False)
+    for budget in spread_budgets(probe):
+        step.zero_grad(set_to_none=True)
+        torch._dynamo.reset()
+        compiled = dtrlab.compile(step, budget=budget, example_inputs=inputs, accounting="allocated",
+                                  backend=backend, cache=False)
+        fit = compiled.knob_fit
+        compiled(*inputs).backward()  # compiles at the pick
+        step.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        start = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        compiled(*inputs).backward()
+        torch.cuda.synchronize()
+        constants = {t.untyped_storage().data_ptr(): -(-t.untyped_storage().nbytes() // 512) * 512
+                     for t in [*step.parameters(), *step.buffers(), *inputs] if isinstance(t, torch.Tensor)}
+        measured = sum(constants.values()) + torch.cuda.max_memory_allocated() - start
+        above = round(fit.knob + 0.01, 2) if fit.knob < 1.0 else None
+        run = {"budget": budget, "knob": fit.knob, "predicted": fit.peak, "measured": measured,
+               "within": measured <= budget, "over_by": max(0, measured - budget),
+               "max_memory_allocated": torch.cuda.max_memory_allocated(), "allocated_at_start": start,
+               "max_memory_reserved": torch.cuda.max_memory_reserved(), "next_grid_knob": above,
+               "next_grid_knob_predicted": dict(fit.evaluated).get(above), "evaluations": fit.evaluations,
+               "pick_seconds": fit.seconds, "warnings": fit.warnings()}
+        print(f"  {spec['model']} at {budget:,} B: knob {fit.knob:g}, predicted {fit.peak:,} B, measured "
+              f"{measured:,} B ({'within' if run['within'] else 'OVER'}); grid knob above: {above} predicted "
+              f"{run['next_grid_knob_predicted']}")
+        runs.append(run)
+        del compiled
+        torch._dynamo.reset()
+    return {"model": spec["model"], "options": spec["options"], "backend": backend, "accounting": "allocated_peak",
+            "runs": runs, "mismatches": sum(not run["within"] for run in runs)}
 
 
 def run_worker(args, section: str, conf: str, spec: dict | None = None, extra: list[str] = ()) -> dict:
@@ -611,6 +691,10 @@ def main(argv=None) -> int:
         results["sections"]["knob"] = [run_worker(args, "knob", "", {"model": args.knob_model, "knobs": knobs,
                                                                       "backend": backend})
                                        for backend in args.knob_backends.split(",")]
+    if "compile" in args.sections:
+        results["sections"]["compile"] = [run_worker(args, "compile", "", {"model": model, "options": options,
+                                                                            "backend": args.compile_backend})
+                                          for model, options in args.compile_models.items()]
     mismatches = sum(part.get("mismatches", 0) for parts in results["sections"].values() for part in parts)
     results["mismatches"] = mismatches
     results["status"] = "match" if mismatches == 0 else "mismatch"

@@ -4,7 +4,10 @@ and a step with graph breaks is accounted as torch.compile runs it (real aot_eag
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+import re
 import warnings
 
 import pytest
@@ -12,8 +15,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from dtrlab.analysis.fit_knob import fit_knob  # noqa: E402
+from dtrlab.analysis.knob_census import read_census  # noqa: E402
 from dtrlab.cli import main  # noqa: E402
 from dtrlab.memory.partitioned import interventions, step_peaks  # noqa: E402
+from dtrlab.trace import partition as partition_module  # noqa: E402
 from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
 from tests.compiled_steps import measure_compiled_run  # noqa: E402
 
@@ -150,3 +156,99 @@ def test_graph_break_peak_is_the_real_cpu_peak(source):
             predicted = step_peaks(step)["flat_peak"] - constants + 4  # + the loss's gradient
             _, real = measure_compiled_run(source, knob, fullgraph=False)
             assert real == predicted, (knob, real, predicted)
+
+
+def _build_options(argv: list[str]) -> dict:
+    """A corpus entry's CLI flags as fit_knob's build options (``--kv-heads 2`` -> ``{"kv_heads": 2}``)."""
+    flags = dict(zip(argv[1::2], argv[2::2]))
+    return {flag.removeprefix("--").replace("-", "_"): getattr(torch, value) if flag in ("--dtype", "--autocast")
+            else int(value) for flag, value in flags.items()}
+
+
+def _shared(function, key):
+    """``function`` memoised on ``key(*args, **kwargs)``: the API and the CLI share a trace or an evaluation
+    only when they ask for it with the same arguments (anything else traces and evaluates anew)."""
+    memo = {}
+
+    @functools.wraps(function)
+    def shared(*args, **kwargs):
+        found = key(*args, **kwargs)
+        if found not in memo:
+            memo[found] = function(*args, **kwargs)
+        return memo[found]
+
+    shared.memo = memo
+    return shared
+
+
+def _trace_key(*args, **kwargs):
+    bound = inspect.signature(trace_joint).bind(*args, **kwargs)
+    bound.apply_defaults()
+    sizes = bound.arguments.pop("sizes", {})
+    return tuple(sorted((k, str(v)) for k, v in {**bound.arguments, **sizes}.items() if v is not None))
+
+
+def _cli_choice(capsys, tmp_path, source: list[str], budget: int, knobs) -> tuple[int, tuple | None, str]:
+    """``dtrlab knob SOURCE --budget B`` on ``knobs`` (no refinement): rc, (knob, peak, its verdict), stderr."""
+    out_dir = tmp_path / f"cli-{budget}"
+    code, out, err = _run(capsys, ["knob", *source, "--knobs", ",".join(f"{k:g}" for k in knobs), "--resolution", "1",
+                                   "--budget", str(budget), "--accounting", "allocated", "--backend", "aot_eager",
+                                   "--quiet", "--out", str(out_dir)])
+    if code != 0:
+        return code, None, err
+    assert re.search(r"^\d+ knob values .*, aot_eager accounting, in ", out, flags=re.M), out
+    line = re.search(rf"^budget {budget:,} bytes \([^)]*\), (\w+): (.*)$", out, flags=re.M)
+    assert line and line[1] == "allocated_peak", out
+    (census_file,) = out_dir.glob("*.json")
+    census = read_census(census_file)
+    assert census.meta["backend"] == "aot_eager"
+    choice = census.knob_for_budget(budget, "allocated_peak")
+    peaks = dict(zip(census.samples.knob, census.samples.allocated_peak))
+    knob = re.search(r"largest knob that fits ([0-9.e-]+)", line[2])
+    assert (float(knob[1]) if knob else None) == choice.largest_fitting_knob, (line[2], choice)
+    found = None if choice.largest_fitting_knob is None else int(peaks[choice.largest_fitting_knob])
+    return code, (choice.largest_fitting_knob, found, line[2]), err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_the_api_and_the_cli_agree(capsys, tmp_path, monkeypatch, name):
+    """``dtrlab.fit_knob`` and ``dtrlab knob --budget`` on every corpus source, at two budgets between its smallest
+    and largest evaluated peak (a third and two thirds up; one budget when the knob does not move the peak):
+    the same knob, the same peak, the same verdict on lowering it, under the allocated accounting of the
+    aot_eager step (the Inductor accounting lowers every partition: minutes per source on this corpus).
+
+    The CLI is given the knob values the API evaluated (``--knobs``, no refinement): the two answer from the
+    same evaluations, each through its own path (build options, trace, accounting, backend, choice). Whether
+    the API's search finds a full census's answer is measured apart (docs/compile.md, "Budget in bytes").
+    The trace and each evaluation are shared when both ask with the same arguments (a memo in this test)."""
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name])
+    from dtrlab.memory import partitioned
+
+    traces = _shared(trace_joint, _trace_key)
+    monkeypatch.setattr(partition_module, "trace_joint", traces)
+    monkeypatch.setattr(partitioned, "knob_peaks", _shared(partitioned.knob_peaks, lambda joint, knob, **kw: (
+        id(joint), knob, tuple(sorted(kw.items())))))
+    source, options = CORPUS[name][0], _build_options(CORPUS[name])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            probe = fit_knob(source, options, budget=1 << 50, accounting="allocated", backend="aot_eager", cache=False)
+        except ValueError as exc:  # the source cannot run: the CLI must end with the same one line
+            code, _, err = _cli_choice(capsys, tmp_path, CORPUS[name], 1 << 50, (0.0, 1.0))
+            assert code == 2 and err.count("\n") == 1 and str(exc) in err, err
+            return
+    low, high = probe.min_peak, max(peak for _, peak in probe.evaluated)
+    for budget in sorted({low + (high - low) // 3, low + 2 * (high - low) // 3}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = fit_knob(source, options, budget=budget, accounting="allocated", backend="aot_eager", cache=False)
+        code, cli, err = _cli_choice(capsys, tmp_path, CORPUS[name], budget, [k for k, _ in fit.evaluated])
+        assert code == 0, err
+        knob, peak, verdict = cli
+        assert (knob, peak) == (fit.knob, fit.peak), (name, budget, cli, fit.describe())
+        assert ("every smaller knob fits too" in verdict) == fit.lowering_is_safe, (verdict, fit.describe())
+        for first, last in fit.holes:
+            assert f"{first:g}..{last:g}" in verdict, (verdict, fit.holes)
+    assert len(traces.memo) == 1, list(traces.memo)  # both traced the same step (same source, same options)

@@ -46,13 +46,36 @@ def test_bad_input_is_one_line():
     done = run_script("--sections", "layout,bogus")
     assert done.returncode == 2
     assert done.stderr == "validate_allocator_cuda: error: unknown section(s) bogus; valid: layout, " \
-                          "expandable-limit, semantics, execute, knob\n"
+                          "expandable-limit, semantics, execute, knob, compile\n"
 
 
-def test_without_cuda_one_line_and_status_3(tmp_path):
+@pytest.mark.parametrize("models, message", [
+    ("{transformer}", "not JSON (Expecting property name enclosed in double quotes at character 1)"),
+    ('["transformer"]', "a JSON object of sources and their build options"),
+    ('{"transformer": 8}', "a JSON object of sources and their build options")])
+def test_compile_models_bad_input_is_one_line(models, message):
+    done = run_script("--sections", "compile", "--compile-models", models)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("validate_allocator_cuda: error: argument --compile-models: " + message)
+
+
+def test_compile_models_parse():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import validate_allocator_cuda as script
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    args = script.parse_args(["--sections", "compile,knob", "--compile-models", '{"hf:llama": {"layers": 2}}'])
+    assert args.sections == ["compile", "knob"] and args.compile_models == {"hf:llama": {"layers": 2}}
+    assert args.compile_backend == "inductor"
+    assert script.parse_args([]).compile_models == script.COMPILE_MODELS and "compile" not in script.DEFAULT_SECTIONS
+
+
+@pytest.mark.parametrize("sections", [[], ["--sections", "compile,knob"]])
+def test_without_cuda_one_line_and_status_3(tmp_path, sections):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device: the script would run for real")
-    done = run_script(stand_in=False, OUT=str(tmp_path))
+    done = run_script(*sections, stand_in=False, OUT=str(tmp_path))
     assert done.returncode == 3 and len(done.stderr.splitlines()) == 1 and "no CUDA device" in done.stderr
     assert json.loads((tmp_path / "validate_allocator_cuda.json").read_text())["status"] == "no-cuda"

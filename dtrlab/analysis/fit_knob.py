@@ -165,6 +165,19 @@ class KnobFit:
         return {k: v for k, v in dataclasses.asdict(self).items() if k != "from_cache"}
 
 
+def spread_budgets(probe: KnobFit) -> tuple[int, int, int]:
+    """Three budgets for proving picks on a real step, from a ``probe`` fitted at a budget every knob fits: the
+    smallest evaluated peak, and the middle and three quarters up to the largest one, or to just below the peak
+    at knob 1.0 when that is lower (a budget at or above it picks 1.0, with no grid knob above to check)."""
+    low, high = probe.min_peak, max(peak for _, peak in probe.evaluated)
+    if low < probe.peak_at_1 < high:
+        high = probe.peak_at_1 - 1
+    if low >= high:
+        raise ValueError(f"{probe.source}: the knob does not move this step's peak ({_size(low)} at every knob "
+                         "evaluated): there is no budget between the smallest and the largest peak")
+    return low, (low + high) // 2, (low + 3 * high) // 4
+
+
 def budget_bytes(spec) -> tuple[int, bool]:
     """``spec`` (int bytes, a size such as ``"40GiB"``, or a GPU preset such as ``"A100-80GB"``) in bytes,
     and whether it named a preset. A one-line ValueError naming ``budget`` otherwise."""
