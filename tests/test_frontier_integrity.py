@@ -187,9 +187,13 @@ def test_resume_from_a_finished_file_repeats_no_solve(tmp_path, capsys, monkeypa
 
 # ------------------------------------------------------------------ SIGINT and SIGKILL, then --resume
 WRAPPER = textwrap.dedent("""
-    import os, sys, time
+    import os, signal, sys, time
     from dtrlab.cli import main
     from dtrlab.solvers.frontier import steps as frontier
+
+    # As tests/test_search.py's wrapper: a suite started in the background by a non-interactive shell passes
+    # SIGINT on as ignored, and the SIGINT case then waited out its guard instead of testing Ctrl-C.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     done = 0
 
