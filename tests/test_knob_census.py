@@ -511,22 +511,24 @@ def test_every_execution_backend_gives_the_same_census_each_worker_tracing_once(
     distributed = pytest.importorskip("distributed")
     plan = KnobPlan(low=0.0, high=1.0, step=0.125, resolution=0.03)
 
-    def traced_once_each(census, backend: str, processes: int | None = None):
+    def traced_once_each(census, backend: str, processes: int = 2):
+        # How many of the workers get knobs is the scheduler's choice (a busy machine can leave one idle): at most
+        # ``processes``, and each that got any traced once.
         assert census.meta["execution"] == backend and census.meta["backend"] == "aot_eager"
         assert census.meta["traces_per_process"] == [1] * census.meta["processes"], (backend, census.meta)
-        assert processes is None or census.meta["processes"] == processes, (backend, census.meta)
+        assert 1 <= census.meta["processes"] <= processes, (backend, census.meta)
         return census
 
     censuses = {"loky": traced_once_each(census_knob(TINY, plan, execution=Execution(jobs=2, backend="loky",
-                                                                                     progress=False)), "loky", 2)}
+                                                                                     progress=False)), "loky")}
     # A Nanny writes OMP_NUM_THREADS and more into this process's os.environ (tests/test_sweep.py's Dask test)
     with mock.patch.dict(os.environ), distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
                                                                dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         censuses["dask"] = traced_once_each(census_knob(TINY, plan, execution=Execution(client=client,
-                                                                                        progress=False)), "dask", 2)
+                                                                                        progress=False)), "dask")
     assert TINY.traces_here() == 0  # the workers traced; this process did not
-    censuses["sequential"] = traced_once_each(census_knob(TINY, plan), "sequential", 1)
+    censuses["sequential"] = traced_once_each(census_knob(TINY, plan), "sequential", processes=1)
     censuses["fork"] = traced_once_each(census_knob(TINY, plan, execution=Execution(jobs=2, backend="fork",
                                                                                     progress=False)), "fork")
     assert TINY.traces_here() == 1  # here, once, before the fork: forked workers inherit the joint
