@@ -23,8 +23,9 @@ import statistics
 import time
 from pathlib import Path
 
-from dtrlab.analysis.fit_knob import ACCOUNTING_NAMES, fit_knob, search_budget
+from dtrlab.analysis.fit_knob import fit_knob, search_budget
 from dtrlab.analysis.knob_census import KnobPlan, read_census
+from dtrlab.memory.device import PEAK_ACCOUNTINGS
 
 SHIPPED = Path(__file__).resolve().parents[1] / "results" / "shipped"
 
@@ -61,7 +62,7 @@ def real_pick(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--accounting", choices=tuple(ACCOUNTING_NAMES), default="allocated")
+    parser.add_argument("--accounting", choices=tuple(PEAK_ACCOUNTINGS), default="allocated")
     parser.add_argument("--budgets", type=int, default=9, help="budgets per census in the replay (>= 2)")
     parser.add_argument("--scan-step", type=float, default=0.2,
                         help="search_budget's scan_step (default 0.2, fit_knob's SCAN_STEP)")
@@ -74,7 +75,7 @@ def main() -> None:
     if args.source:
         real_pick(args)
     else:
-        replay(ACCOUNTING_NAMES[args.accounting], max(2, args.budgets), args.scan_step)
+        replay(PEAK_ACCOUNTINGS[args.accounting], max(2, args.budgets), args.scan_step)
 
 
 if __name__ == "__main__":

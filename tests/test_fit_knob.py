@@ -3,6 +3,7 @@ compile that applies it to one model alone; slow: proved on real CPU steps."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import warnings
@@ -202,6 +203,184 @@ def test_preset_budget_defaults_to_reserved_bytes(mlp):
     model, x = mlp
     assert fit_knob(model, (x,), backend="aot_eager", budget="A100-80GB", cache=False).accounting == "reserved_peak"
     assert fit_knob(model, (x,), backend="aot_eager", budget="80GiB", cache=False).accounting == "allocated_peak"
+
+
+class GlobalFlagMLP(nn.Module):
+    """A model whose graph depends on a module-level flag, which no fingerprint reads (a change the compile-time
+    check must catch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(64, 256), nn.Linear(256, 10)
+
+    def forward(self, x):
+        hidden = self.fc1(x)
+        hidden = F.gelu(hidden) if not EXTRA_OPERATOR["on"] else F.gelu(hidden).tanh()
+        return self.fc2(hidden)
+
+
+EXTRA_OPERATOR = {"on": False}
+
+
+def test_step_fingerprint_sees_what_decides_the_graph():
+    """Equal for the same model rebuilt (other weights' values), different for each change a graph depends on."""
+    from dtrlab.trace.fingerprint import step_fingerprint
+
+    def built(seed=0, dropout=0.1, width=256):
+        torch.manual_seed(seed)
+        return DropoutMLP(dropout, width)
+
+    x = torch.randn(8, 64)
+    loss = lambda out: out.square().mean()  # noqa: E731
+    base = step_fingerprint(built(), (x,), loss)
+    assert step_fingerprint(built(seed=1), (torch.randn(8, 64),), loss) == base  # values never matter
+    assert step_fingerprint(built(), (x,), lambda out: out.square().mean()) == base  # the same code
+    tied = built()
+    tied.a.bias = tied.b.bias  # two names, one tensor (both 256 wide: only the sharing differs)
+    frozen = built()
+    frozen.a.weight.requires_grad_(False)
+    hooked = built()
+    hooked.a.register_forward_hook(lambda module, args, out: out * 2)
+    labels = torch.randn(8, 10)
+    changed = {
+        "a parameter's shape": (built(width=128), (x,), loss),
+        "the dtype": (built().double(), (x,), loss),
+        "eval mode": (built().eval(), (x,), loss),
+        "an attribute (the dropout probability)": (built(dropout=0.2), (x,), loss),
+        "a tied weight": (tied, (x,), loss),
+        "requires_grad": (frozen, (x,), loss),
+        "a forward hook": (hooked, (x,), loss),
+        "the input's shape": (built(), (torch.randn(16, 64),), loss),
+        "the input's layout": (built(), (torch.randn(64, 8).t(),), loss),
+        "the loss's code": (built(), (x,), lambda out: out.abs().mean()),
+        "the loss's closure": (built(), (x,), lambda out: (out - labels).square().mean()),
+        "no loss": (built(), (x,), None),
+    }
+    prints = {what: step_fingerprint(*arguments) for what, arguments in changed.items()}
+    assert {what for what, found in prints.items() if found == base} == set()
+    assert step_fingerprint(built(), (x,), lambda out: (out - torch.randn(8, 5)).mean()) != \
+        prints["the loss's closure"]  # a closed-over tensor's shape
+    import torch._functorch.config as functorch_config
+    with functorch_config.patch(activation_memory_budget_solver="greedy"):
+        assert step_fingerprint(built(), (x,), loss) != base
+    assert step_fingerprint(built(), (x,), loss) == base
+
+
+def _compiled_at(model, x, tmp_path, **options):
+    return dtrlab.compile(model, budget=options.pop("budget", 1 << 30), example_inputs=(x,), accounting="flat",
+                          backend="aot_eager", cache=tmp_path, **options)
+
+
+def _refused(*args, **kwargs):
+    raise AssertionError("searched: the pick was not read by fingerprint")
+
+
+@contextlib.contextmanager
+def search_refused():
+    """dtrlab.compile with its search (and trace) refused: a pick must come from the fingerprint's entry."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("dtrlab.analysis.knob_compile.fit_knob", _refused)
+        yield
+
+
+def test_a_second_run_reads_the_pick_by_fingerprint_and_checks_it_when_torch_compiles(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(1024, 64)
+    first = _compiled_at(DropoutMLP(0.0), x, tmp_path, budget=5 << 20)
+    never_called = _compiled_at(DropoutMLP(0.0), x, tmp_path / "other", budget=5 << 20)
+    torch._dynamo.reset()
+    first(x).sum().backward()  # the first compile records the graph dynamo hands the backend
+    assert first.knob_fit.from_cache is None and len(first.knob_graphs.document["compiled"]) == 1
+    with search_refused():
+        second = _compiled_at(DropoutMLP(0.0), x, tmp_path, budget=5 << 20)  # another instance, the same model
+    assert second.knob_fit.from_cache == "fingerprint" and "fingerprint" in second.knob_fit.describe()
+    assert second.knob_fit.to_dict() | {"seconds": 0} == first.knob_fit.to_dict() | {"seconds": 0}
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second(x).sum().backward()
+    assert second.knob_graphs.checked == first.knob_graphs.document["compiled"] and not second.knob_graphs.unexpected
+    with search_refused(), pytest.raises(AssertionError, match="searched"):  # its run never compiled: nothing to
+        _compiled_at(DropoutMLP(0.0), x, tmp_path / "other", budget=5 << 20)      # check a read against
+    assert never_called.knob_graphs.document["compiled"] == []
+
+
+def test_a_model_changed_where_the_fingerprint_does_not_look_is_caught_when_torch_compiles(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    x = torch.randn(256, 64)
+    first = _compiled_at(GlobalFlagMLP(), x, tmp_path)
+    torch._dynamo.reset()
+    first(x).sum().backward()
+    monkeypatch.setitem(EXTRA_OPERATOR, "on", True)
+    with search_refused():
+        second = _compiled_at(GlobalFlagMLP(), x, tmp_path)
+    assert second.knob_fit.from_cache == "fingerprint"
+    torch._dynamo.reset()
+    with pytest.warns(UserWarning, match="torch compiles a graph this model did not have .* picks afresh"):
+        second(x).sum().backward()
+    torch._dynamo.reset()
+    assert len(second.knob_graphs.unexpected) == 1 and not list(tmp_path.glob("by-fingerprint/*.json"))
+    third = _compiled_at(GlobalFlagMLP(), x, tmp_path)  # searched again (the flag's graph, traced)
+    assert third.knob_fit.from_cache != "fingerprint"
+
+
+def test_a_damaged_fingerprint_entry_is_searched_again(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(256, 64)
+    first = _compiled_at(DropoutMLP(0.0), x, tmp_path)
+    torch._dynamo.reset()
+    first(x).sum().backward()
+    torch._dynamo.reset()
+    (entry,) = tmp_path.glob("by-fingerprint/*.json")
+    document = json.loads(entry.read_text())
+    document["compiled"].append("0" * 64)  # a planted corruption: the graphs no longer match the sha256
+    entry.write_text(json.dumps(document))
+    with pytest.warns(UserWarning, match="ignoring damaged cache file"):
+        again = _compiled_at(DropoutMLP(0.0), x, tmp_path)
+    assert again.knob_fit.from_cache != "fingerprint" and again.knob_fit.knob == first.knob_fit.knob
+
+
+#: One run of a training script: dtrlab.compile (Inductor, the default) of a model built from torch's own modules,
+#: one step, and what the pick was and how it was found (``searched``: how often dtrlab.compile searched).
+SCRIPT_RUN = """
+import json, sys, warnings
+import torch
+import dtrlab
+from dtrlab.analysis import knob_compile
+
+searched = []
+search = knob_compile.fit_knob
+knob_compile.fit_knob = lambda *args, **kwargs: searched.append(1) or search(*args, **kwargs)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 10))
+x = torch.randn(512, 64)
+compiled = dtrlab.compile(model, budget=1 << 30, example_inputs=(x,), accounting="flat", cache=sys.argv[1])
+with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    compiled(x).sum().backward()
+graphs = compiled.knob_graphs
+print(json.dumps({"searched": len(searched), "from_cache": compiled.knob_fit.from_cache, "knob": compiled.knob_fit.knob,
+                  "recorded": graphs.document["compiled"], "checked": graphs.checked, "unexpected": graphs.unexpected}))
+"""
+
+
+@pytest.mark.slow
+def test_a_second_process_reads_the_pick_by_fingerprint_and_checks_the_graph_inductor_compiles(tmp_path):
+    """Two runs of one script (two processes, Inductor: its own caches may answer the second compile, the graph
+    dynamo hands the backend is checked all the same)."""
+    import subprocess
+    import sys
+
+    def run() -> dict:
+        done = subprocess.run([sys.executable, "-c", SCRIPT_RUN, str(tmp_path)], capture_output=True, text=True,
+                              timeout=1800)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first, second = run(), run()
+    assert first["searched"] == 1 and first["from_cache"] is None and len(first["recorded"]) == 1
+    assert second["searched"] == 0 and second["from_cache"] == "fingerprint" and second["knob"] == first["knob"]
+    assert second["checked"] == first["recorded"] and second["unexpected"] == []
 
 
 @pytest.fixture

@@ -34,8 +34,9 @@ the cliff between 1.0 and 0.99, and, when no evaluated knob fits, what DTR and
 The answer is cached (``$DTRLAB_CACHE/fit_knob``, JSON written atomically, its record's
 sha256 checked on every read; a damaged entry is moved aside and recomputed) under the
 traced graph's content hash, the torch version, the accounting, the backend, the solver,
-the runtime estimator, the search's grid and the budget: a second run traces (seconds) and
-reads the answer.
+the runtime estimator, the search's grid and the budget: a second call traces the step again (to
+hash it) and reads the answer. :func:`dtrlab.compile` also keeps the answer under the model's fingerprint,
+so that a second run of a training script reads it without tracing (:mod:`dtrlab.analysis.knob_compile`).
 
 Accounting: ``backend="inductor"`` (the default: Inductor's own lowering of each partition,
 :mod:`dtrlab.trace.inductor`) or ``"aot_eager"`` (the partitioned graphs run node by node), both through
@@ -57,20 +58,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..integrity import IntegrityError, atomic_write_json, quarantine, read_json
-from ..memory.device import GPU_PRESETS, device_capacity
+from ..memory.device import GPU_PRESETS, PEAK_ACCOUNTINGS, device_capacity
 from ..suggest import did_you_mean
+from ..trace.partition import BACKENDS
 from .knob_census import ACCOUNTINGS, KNOB_DECIMALS, KnobPlan
 
-#: Accountings by their short names (``dtrlab knob --accounting``) and their peak columns.
-ACCOUNTING_NAMES = {"flat": "flat_peak", "allocated": "allocated_peak", "reserved": "reserved_peak"}
-#: The accountings of the step's graphs ``knob_peaks`` offers (dtrlab.trace.partition.BACKENDS); the first,
-#: torch.compile's default backend, is the default.
-BACKENDS = ("inductor", "aot_eager")
 #: A cliff worth a warning: the peaks at 1.0 and 0.99 differ by more than this fraction.
 CLIFF_WARNING = 0.01
 FIT_FORMAT = "dtrlab-fit-knob-1"
 #: The scan's knob step (docs/compile.md, "Budget in bytes": 0.2 meets a tenth of a census on the full models).
 SCAN_STEP = 0.2
+#: How a cached answer was found (:attr:`KnobFit.from_cache`), as :meth:`KnobFit.describe` says it.
+CACHE_MATCHES = {"graph": "cached answer, found by the traced graph's hash",
+                 "fingerprint": "cached answer, found by the model's fingerprint without tracing; checked against "
+                                "the graphs torch partitions when it compiles"}
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,9 @@ class KnobFit:
     seconds: float
     graph_hash: str
     torch_version: str
-    from_cache: bool = False
+    #: Not part of the record: None when searched in this call, else how the cached answer was found:
+    #: "graph" (the traced graph's hash) or "fingerprint" (dtrlab.compile: the model's, no trace).
+    from_cache: str | None = None
 
     @property
     def evaluations(self) -> int:
@@ -157,7 +160,7 @@ class KnobFit:
                 lines.append("every smaller knob evaluated fits too")
         lines.append(f"smallest peak found: {_size(self.min_peak)} at knob {self.min_peak_knob:g}; "
                      f"{self.evaluations} knob values evaluated in {self.seconds:.1f} s"
-                     + (" (cached answer)" if self.from_cache else ""))
+                     + (f" ({CACHE_MATCHES[self.from_cache]})" if self.from_cache else ""))
         lines += [f"WARNING: {w}" for w in self.warnings()]
         return "\n".join(lines)
 
@@ -197,10 +200,10 @@ def accounting_column(accounting: str | None, preset: bool) -> str:
         return "reserved_peak" if preset else "allocated_peak"
     if accounting in ACCOUNTINGS:
         return accounting
-    if accounting not in ACCOUNTING_NAMES:
-        raise ValueError(f"unknown accounting {accounting!r}{did_you_mean(accounting, ACCOUNTING_NAMES)}; "
-                         f"choose {', '.join(ACCOUNTING_NAMES)}")
-    return ACCOUNTING_NAMES[accounting]
+    if accounting not in PEAK_ACCOUNTINGS:
+        raise ValueError(f"unknown accounting {accounting!r}{did_you_mean(accounting, PEAK_ACCOUNTINGS)}; "
+                         f"choose {', '.join(PEAK_ACCOUNTINGS)}")
+    return PEAK_ACCOUNTINGS[accounting]
 
 
 @dataclass(frozen=True)
@@ -308,16 +311,15 @@ def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solve
                started: float) -> KnobFit:
     from ..trace.partition import joint_hash, partitioner_config
 
-    grid = KnobPlan().grid()
-    key = {"format": FIT_FORMAT, "graph": joint_hash(joint), "torch": joint.torch_version, "accounting": column,
-           "backend": backend, "solver": solver, "runtime_estimator": runtime_estimator, "budget": budget,
-           "grid": [grid[0], grid[-1], len(grid)], "scan_step": SCAN_STEP}
-    path = _cache_path(cache, key)
+    key = {"graph": joint_hash(joint), "torch": joint.torch_version,
+           **search_settings(budget=budget, column=column, backend=backend, solver=solver,
+                             runtime_estimator=runtime_estimator)}
+    path = cache_path(cache, key)
     cached = _read_cached(path, key) if path is not None else None
     if cached is not None:
-        return dataclasses.replace(cached, seconds=time.perf_counter() - started, from_cache=True)
+        return dataclasses.replace(cached, seconds=time.perf_counter() - started, from_cache="graph")
     with partitioner_config(None, runtime_estimator=runtime_estimator):
-        search = search_budget(_evaluator(joint, solver, backend), budget, column, grid, SCAN_STEP)
+        search = search_budget(_evaluator(joint, solver, backend), budget, column, KnobPlan().grid(), SCAN_STEP)
         # The chosen partition's graphs run node by node: its recomputed operators by name and their FLOPs
         # (capture's FLOP model; Inductor's fused kernels have no per-operator count, the partition is the same).
         chosen = _partitioned(joint, search.choice, solver) if search.choice is not None else None
@@ -328,8 +330,16 @@ def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solve
         fit = dataclasses.replace(fit, instead=_instead_of_knob(workload, budget),
                                   seconds=time.perf_counter() - started)
     if path is not None:
-        atomic_write_json(path, {"key": key, "record": fit.to_dict(), "sha256": _record_hash(fit.to_dict())})
+        atomic_write_json(path, {"key": key, "record": fit.to_dict(), "sha256": record_hash(fit.to_dict())})
     return fit
+
+
+def search_settings(*, budget: int, column: str, backend: str, solver, runtime_estimator) -> dict:
+    """What decides a pick besides the step: the cache key's other half (the record's format and the search's grid)."""
+    grid = KnobPlan().grid()
+    return {"format": FIT_FORMAT, "accounting": column, "backend": backend, "solver": solver,
+            "runtime_estimator": runtime_estimator, "budget": budget, "grid": [grid[0], grid[-1], len(grid)],
+            "scan_step": SCAN_STEP}
 
 
 def _trace(model, example_inputs, loss_fn, device, backend: str):
@@ -457,7 +467,9 @@ def _eager_trace(workload):
     return trace
 
 
-def _cache_path(cache, key: dict) -> Path | None:
+def cache_path(cache, key: dict, folder: str = "") -> Path | None:
+    """Where the answer under ``key`` is cached (``cache``: True for ``$DTRLAB_CACHE/fit_knob``, a directory, or
+    False/None for no cache), in ``folder`` of it."""
     if cache is False or cache is None:
         return None
     if cache is True:
@@ -466,11 +478,13 @@ def _cache_path(cache, key: dict) -> Path | None:
         directory = default_cache_dir() / "fit_knob"
     else:
         directory = Path(cache)
+    directory = directory / folder
     directory.mkdir(parents=True, exist_ok=True)
     return directory / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32] + ".json")
 
 
-def _record_hash(record: dict) -> str:
+def record_hash(record) -> str:
+    """sha256 of a JSON document's canonical form (a cache entry's checksum)."""
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
@@ -481,15 +495,16 @@ def _read_cached(path: Path, key: dict) -> KnobFit | None:
     try:
         document = read_json(path)
         if not isinstance(document, dict) or document.get("key") != key or \
-                _record_hash(document.get("record")) != document.get("sha256"):
+                record_hash(document.get("record")) != document.get("sha256"):
             raise IntegrityError(f"{path}: its key or record does not match its sha256")
-        return _from_dict(document["record"])
+        return from_dict(document["record"])
     except (IntegrityError, KeyError, TypeError) as exc:
         quarantine(path, str(exc))
         return None
 
 
-def _from_dict(record: dict) -> KnobFit:
+def from_dict(record: dict) -> KnobFit:
+    """A :class:`KnobFit` from its ``to_dict()``."""
     tuples = {"holes": tuple(tuple(h) for h in record["holes"]),
               "evaluated": tuple(tuple(e) for e in record["evaluated"]),
               "recomputed_random": tuple(record["recomputed_random"])}

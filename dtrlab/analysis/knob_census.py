@@ -45,11 +45,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..memory.device import PEAK_ACCOUNTINGS
+
 from ..integrity import (IntegrityError, atomic_write_bytes, atomic_write_json, read_json, sha256_bytes,
                          verify_in_manifest)
 
 #: The peak columns the census reads, one per accounting of the step's memory.
-ACCOUNTINGS = ("flat_peak", "allocated_peak", "reserved_peak")
+ACCOUNTINGS = tuple(PEAK_ACCOUNTINGS.values())
 #: The tables a written census holds, each as ``<name>-<table>.parquet``.
 TABLES = ("samples", "changes", "regions", "holes", "knob_map")
 CENSUS_FORMAT = "dtrlab-knob-census-1"

@@ -18,24 +18,45 @@ torch partitions for this model, no global configuration is left changed, and tw
 compiled with different budgets in one process each keep their own (tests/test_fit_knob.py
 reads the knob torch's partitioner sees). The patch is also in force when AOT autograd's cache
 keys the compile on the functorch configuration.
+
+**A second run starts in milliseconds.** With a cache, the pick for a live model compiled by Inductor or
+aot_eager is also kept under the model's fingerprint (:func:`dtrlab.trace.fingerprint.step_fingerprint`: the
+model's classes, their source files, parameters, attributes, the inputs, the loss function's code, torch's
+version and configuration, hashed without tracing), together with the hash of every graph dynamo handed the
+backend when that run compiled (:func:`dtrlab.trace.fingerprint.dynamo_graph_hash`). A later run with the same
+fingerprint reads the pick without tracing, and when torch compiles, each graph must be one of those: a graph that
+is not (the model's code changed where the fingerprint does not look, say a helper in another file) gets a warning
+and the entry is dropped, so the next run picks afresh. A pick whose run never compiled is not read by
+fingerprint. The graph torch compiles is the model's alone when ``loss_fn`` is given (the loss runs eager): the
+loss is checked by its code in the fingerprint only.
 """
 
 from __future__ import annotations
 
-from ..trace.partition import partitioner_config
-from .fit_knob import KnobFit, fit_knob
+import dataclasses
+import time
+import warnings
+
+from ..integrity import IntegrityError, atomic_write_json, quarantine, read_json
+from ..trace.fingerprint import dynamo_graph_hash, step_fingerprint
+from ..trace.partition import BACKENDS, partitioner_config
+from .fit_knob import (KnobFit, accounting_column, budget_bytes, cache_path, fit_knob, from_dict, record_hash,
+                       search_settings)
+
 
 
 class KnobBackend:
     """A torch.compile backend: ``inner`` run with ``activation_memory_budget = knob`` (and ``solver``)."""
 
-    def __init__(self, inner, knob: float, solver: str | None = None):
-        self.inner, self.knob, self.solver = inner, knob, solver
+    def __init__(self, inner, knob: float, solver: str | None = None, graphs: CompiledGraphs | None = None):
+        self.inner, self.knob, self.solver, self.graphs = inner, knob, solver, graphs
         self.compiler_name = f"{getattr(inner, 'compiler_name', 'backend')}+activation_memory_budget={knob:g}"
 
     def __call__(self, graph_module, example_inputs, **kwargs):
         # mode and options were given to ``inner`` when it was built; torch.compile hands them again
         # to a callable backend only when the caller passed them, and they are the same.
+        if self.graphs is not None:
+            self.graphs.note(dynamo_graph_hash(graph_module, example_inputs))
         with partitioner_config(self.knob, self.solver):
             return self.inner(graph_module, example_inputs)
 
@@ -60,15 +81,89 @@ def compile(model, *, budget, example_inputs=(), loss_fn=None, device: str | Non
 
     if example_inputs == () or example_inputs is None:
         raise ValueError("dtrlab.compile needs example_inputs: the knob is chosen before the first call")
-    # The pick under the accounting of the backend that compiles (a backend dtrlab does not model: aot_eager's).
-    fit = fit_knob(model, example_inputs, loss_fn, budget=budget, device=device, accounting=accounting,
-                   solver=solver, cache=cache, backend="inductor" if backend == "inductor" else "aot_eager")
+    pick = dict(budget=budget, device=device, accounting=accounting, solver=solver, cache=cache,
+                # the pick under the accounting of the backend that compiles (one dtrlab does not model: aot_eager's)
+                backend="inductor" if backend == "inductor" else "aot_eager")
+    if cache and backend in BACKENDS and isinstance(model, torch.nn.Module):
+        fit, graphs = _fit_by_fingerprint(model, example_inputs, loss_fn, pick)
+    else:
+        fit, graphs = fit_knob(model, example_inputs, loss_fn, **pick), None
     if fit.knob is None:
         raise ValueError(f"budget: {fit.warnings()[0]}")
     compiled = torch.compile(model, backend=KnobBackend(_inner_backend(backend, torch_compile_kwargs), fit.knob,
-                                                        solver), **torch_compile_kwargs)
-    compiled.knob_fit = fit
+                                                        solver, graphs), **torch_compile_kwargs)
+    compiled.knob_fit, compiled.knob_graphs = fit, graphs
     return compiled
+
+
+class CompiledGraphs:
+    """The graphs dynamo hands the backend of one ``dtrlab.compile``, against its fingerprint entry: recorded
+    into it when the pick was searched in this run (``expected`` None), checked against it when the pick was read
+    by fingerprint (a graph not in ``expected`` warns and drops the entry)."""
+
+    def __init__(self, path, document: dict, expected: frozenset | None):
+        self.path, self.document, self.expected = path, document, expected
+        self.checked: list[str] = []
+        self.unexpected: list[str] = []
+
+    def note(self, graph: str) -> None:
+        if self.expected is None:
+            if graph not in self.document["compiled"]:
+                self.document["compiled"].append(graph)
+                _write_entry(self.path, self.document)
+        elif graph in self.expected:
+            self.checked.append(graph)
+        else:
+            self.unexpected.append(graph)
+            if len(self.unexpected) == 1:
+                knob = self.document["record"]["knob"]
+                warnings.warn(f"dtrlab.compile: torch compiles a graph this model did not have when its pick (knob "
+                              f"{knob:g}) was cached ({self.path}): the model or its inputs changed since; this "
+                              f"compile keeps knob {knob:g} unchecked, and the entry is dropped so that the next run "
+                              "picks afresh", stacklevel=2)
+                self.path.unlink(missing_ok=True)
+
+
+def _fit_by_fingerprint(model, example_inputs, loss_fn, pick: dict) -> tuple[KnobFit, CompiledGraphs]:
+    """The pick read by the model's fingerprint when a run that compiled it left one, else searched (and its entry
+    written, the graphs to be recorded when torch compiles)."""
+    started = time.perf_counter()
+    budget, preset = budget_bytes(pick["budget"])
+    inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    key = {"fingerprint": step_fingerprint(model, inputs, loss_fn), "device": pick["device"],
+           **search_settings(budget=budget, column=accounting_column(pick["accounting"], preset),
+                             backend=pick["backend"], solver=pick["solver"], runtime_estimator=None)}
+    path = cache_path(pick["cache"], key, "by-fingerprint")
+    document = _read_entry(path, key)
+    if document is not None and document["compiled"]:
+        fit = dataclasses.replace(from_dict(document["record"]), seconds=time.perf_counter() - started,
+                                  from_cache="fingerprint")
+        return fit, CompiledGraphs(path, document, frozenset(document["compiled"]))
+    fit = fit_knob(model, example_inputs, loss_fn, **pick)
+    document = {"key": key, "record": fit.to_dict(), "compiled": []}
+    if fit.knob is not None:
+        _write_entry(path, document)
+    return fit, CompiledGraphs(path, document, None)
+
+
+def _write_entry(path, document: dict) -> None:
+    atomic_write_json(path, {**document, "sha256": record_hash({k: document[k] for k in ("record", "compiled")})})
+
+
+def _read_entry(path, key: dict) -> dict | None:
+    """A fingerprint entry, verified (its key, and the sha256 of its record and graphs); a damaged one moved aside."""
+    if not path.exists():
+        return None
+    try:
+        document = read_json(path)
+        if not isinstance(document, dict) or document.get("key") != key or \
+                record_hash({k: document.get(k) for k in ("record", "compiled")}) != document.get("sha256"):
+            raise IntegrityError(f"{path}: its key, record or graphs do not match its sha256")
+        from_dict(document["record"])
+        return document
+    except (IntegrityError, KeyError, TypeError) as exc:
+        quarantine(path, str(exc))
+        return None
 
 
 def _inner_backend(backend, kwargs: dict):
@@ -86,4 +181,4 @@ def _inner_backend(backend, kwargs: dict):
         raise ValueError(f"backend {backend!r}: {str(exc).strip().splitlines()[0]}") from None
 
 
-__all__ = ["KnobBackend", "KnobFit", "compile"]
+__all__ = ["CompiledGraphs", "KnobBackend", "KnobFit", "compile"]

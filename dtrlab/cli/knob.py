@@ -15,10 +15,9 @@ import os
 import time
 from pathlib import Path
 
+from ..memory.device import PEAK_ACCOUNTINGS
 from .capture import add_model_size_arguments, add_precision_arguments, precision_options
 from .common import jobs_count, positive_float, print_table
-
-ACCOUNTING_NAMES = {"flat": "flat_peak", "allocated": "allocated_peak", "reserved": "reserved_peak"}
 
 
 def knob_range(text: str) -> dict:
@@ -100,7 +99,7 @@ def register(subparsers) -> None:
     parser.add_argument("--budget", type=byte_budget, action="append", default=[], metavar="BYTES",
                         help="answer for this byte budget (40GiB, bytes or a GPU preset; repeatable): the largest "
                              "knob that fits and whether every smaller knob fits too")
-    parser.add_argument("--accounting", choices=tuple(ACCOUNTING_NAMES), default="allocated",
+    parser.add_argument("--accounting", choices=tuple(PEAK_ACCOUNTINGS), default="allocated",
                         help="the peak --budget and the holes are read under: flat bytes, or the caching "
                              "allocator's allocated or reserved bytes (default allocated)")
     parser.add_argument("--solver", type=solver_list, default=None, metavar="NAME[,NAME...]",
@@ -154,7 +153,7 @@ def run(args) -> int:
         seconds = time.perf_counter() - started
         if axes:
             print(f"\n== {axes}")
-        report(census, ACCOUNTING_NAMES[args.accounting], args.budget)
+        report(census, PEAK_ACCOUNTINGS[args.accounting], args.budget)
         written = write_census(census, args.out) if args.out else []
         backend = census.meta.get("backend", "aot_eager")
         if gpu_answer(census.meta):

@@ -27,6 +27,9 @@ GPU_PRESETS = {
     "V100-16GB": 16 * GiB, "V100-32GB": 32 * GiB, "A100-40GB": 40 * GiB, "A100-80GB": 80 * GiB,
     "H100-80GB": 80 * GiB, "H200-141GB": 141 * GiB, "RTX3090-24GB": 24 * GiB, "RTX4090-24GB": 24 * GiB,
 }
+#: How a step's peak is counted, by short name (``--accounting``), and its column in the peak tables: bytes of live
+#: storages, or the caching allocator's allocated or reserved bytes (what a device enforces).
+PEAK_ACCOUNTINGS = {"flat": "flat_peak", "allocated": "allocated_peak", "reserved": "reserved_peak"}
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": GiB, "KB": 10**3, "MB": 10**6, "GB": 10**9}
 #: The capacity an unlimited device stands for: more than any trace can reserve.
 UNLIMITED_BYTES = 1 << 62
