@@ -118,11 +118,12 @@ def _measure(compiled, inputs):
     return sorted(saved), peak
 
 
-def rss_peak(source: str, knob: float, backend: str = "aot_eager", **options) -> int:
-    """The compiled step's peak RSS above its start, in bytes, measured in a fresh process (module docstring)."""
+def rss_peak(source: str, knob: float, backend: str = "aot_eager", fullgraph: bool = True, **options) -> int:
+    """The compiled step's peak RSS above its start, in bytes, measured in a fresh process (module docstring;
+    ``fullgraph``: :func:`measure_compiled_run`'s)."""
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    arguments = json.dumps([source, knob, backend, options])
+    arguments = json.dumps([source, knob, backend, fullgraph, options])
     done = subprocess.run([sys.executable, "-c", f"from tests.compiled_steps import _rss_main; _rss_main({arguments!r})"],
                           env=env, capture_output=True, text=True, check=True, cwd=ROOT)
     return int(done.stdout.strip().splitlines()[-1])
@@ -136,13 +137,13 @@ def _status_kib(field: str) -> int:
 
 
 def _rss_main(arguments: str) -> None:
-    source, knob, backend, options = json.loads(arguments)
+    source, knob, backend, fullgraph, options = json.loads(arguments)
     import warnings
 
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     with torch._functorch.config.patch(activation_memory_budget=knob):
-        _, compiled, inputs = compiled_step(source, backend, options)
+        _, compiled, inputs = compiled_step(source, backend, options, fullgraph)
         print(_rss_measure(compiled, inputs))
 
 

@@ -77,12 +77,40 @@ def test_each_distinct_partition_is_lowered_once(mlp_joint, monkeypatch):
     lower = module.lower
     monkeypatch.setattr(module, "lower", lambda *args, **kwargs: lowered.append(1) or lower(*args, **kwargs))
     mlp_joint.lowerings.clear()
+    mlp_joint.lowered_records.clear()
     steps = [partition_lowered(mlp_joint, knob) for knob in (1.0, 0.9, 0.8, 0.0)]
     distinct = {(s.saved, s.recomputed) for s in steps}
     assert len(lowered) == 2 * len(distinct) < 2 * len(steps)
     # The same partition gives the same trace whether lowered now or remembered.
     again = partition_lowered(mlp_joint, 0.9)
     assert again.trace.content_hash == steps[1].trace.content_hash
+
+
+def test_a_step_with_graph_breaks_is_lowered_graph_by_graph(monkeypatch):
+    """Each graph's joint is the one Inductor partitions, with its own capture; each distinct (forward, backward)
+    pair of each graph is lowered once; the wrappers run graph by graph give the real Inductor step's peak
+    (measured by the profiler in tests/test_user_corpus.py's slow test: 534,576 B above the constants at knob
+    1.0, 469,040 B at 0.0)."""
+    import dtrlab.trace.inductor as module
+    from dtrlab.trace.inductor import graph_key
+
+    joint = _trace("tests.user_corpus:graph_break")
+    assert len(joint.parts) == 3 and all(part.backend == "inductor" and part.inductor is not None
+                                         for part in joint.parts)
+    assert len({id(part.inductor.fake_mode) for part in joint.parts}) == 3  # a fake mode per dynamo compile
+    lowered = []
+    lower = module.lower
+    monkeypatch.setattr(module, "lower", lambda *args, **kwargs: lowered.append(1) or lower(*args, **kwargs))
+    knobs = (1.0, 0.5, 0.0)
+    predicted = []
+    for knob in knobs:
+        step = partition_lowered(joint, knob)
+        constants = [op for op in step.trace.operators if op.is_constant]
+        predicted.append(step_peaks(step)["flat_peak"] - sum(op.total_size for op in constants[:-1]))
+    distinct = {(c, graph_key(forward), graph_key(backward)) for knob in knobs
+                for c, (forward, backward) in enumerate(partition(joint, knob, keep_graphs=True).graphs)}
+    assert len(lowered) == 2 * len(distinct)
+    assert predicted[0] == 534_576 and predicted[2] == 469_040
 
 
 def _allocations(step) -> int:

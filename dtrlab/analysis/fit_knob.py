@@ -40,7 +40,7 @@ so that a second run of a training script reads it without tracing (:mod:`dtrlab
 
 Accounting: ``backend="inductor"`` (the default: Inductor's own lowering of each partition,
 :mod:`dtrlab.trace.inductor`) or ``"aot_eager"`` (the partitioned graphs run node by node), both through
-:func:`dtrlab.memory.partitioned.knob_peaks`; a step with graph breaks has the aot_eager accounting only.
+:func:`dtrlab.memory.partitioned.knob_peaks` (a step with graph breaks graph by graph, under either).
 The accounting of the peak is flat,
 allocated or reserved bytes, reserved by default for a GPU preset (what the device
 enforces), allocated otherwise.

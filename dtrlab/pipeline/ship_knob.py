@@ -126,7 +126,8 @@ def ship_one(set_name: str, name: str, command: str, title: str, plan: KnobPlan,
     census.meta.update(trace_seconds=round(traced, 1), command=command, title=title, desc=joint.desc,
                        nodes=joint.node_count)
     print(f"dtrlab ship knob: {set_name}/{name} ({backend}): {len(census.samples)} knobs in {census.seconds:.0f} s"
-          + (f", {len(joint.lowerings)} distinct partitions lowered" if backend == "inductor" else ""), flush=True)
+          + (f", {sum(len(part.lowerings) for part in joint.parts or (joint,))} distinct partitions lowered here"
+             if backend == "inductor" else ""), flush=True)
     written = write_census(census, directory)
     if backend == "inductor":
         return written

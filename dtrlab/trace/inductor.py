@@ -31,7 +31,7 @@ Method, per knob value (:func:`partition_lowered`):
    the CPU kernel (convolution's channels-last output), same sizes and bytes. Its ``call`` then runs the forward,
    then the backward on the forward's saved outputs (boxed: ``call`` clears its argument
    list, as AOT autograd's runtime calls it), under the capture's recorder
-   (:func:`dtrlab.trace.partition.record_step`). What comes out is Inductor's allocation
+   (:func:`dtrlab.trace.partition.record_partitioned`). What comes out is Inductor's allocation
    sequence exactly as its wrapper executes it: a buffer lives from its ``empty_strided``
    to its ``del`` (wrapper.py:4442) or its last Python reference; a reused buffer
    (``buf3 = buf0; del buf0  # reuse``, ``make_buffer_reuse``, wrapper.py:4460) is the same
@@ -41,6 +41,11 @@ Method, per knob value (:func:`partition_lowered`):
    name the CPU or CUDA device are moved to meta). The result is a dtrlab
    :class:`~dtrlab.trace.model.Trace`, so dtrlab.memory.partitioned's flat, allocated and
    reserved accountings apply unchanged.
+
+A step with graph breaks (``joint.parts``, each graph's joint the one Inductor partitions, with its own
+compile's capture): each graph's partition is lowered with its own capture, and the wrappers run graph by
+graph as :func:`dtrlab.trace.partition.run_parts` runs aot_eager's graphs (the tensors handed from graph to
+graph, the backwards in reverse order).
 
 Lowering is the cost (seconds per graph); many knob values give the same partition, so
 each distinct pair of graphs (by content, and the Inductor configuration) is lowered once
@@ -63,7 +68,7 @@ import torch
 from torch import fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .partition import JointGraph, PartitionedStep, partition, record_step
+from .partition import JointGraph, PartitionedStep, partition, record_partitioned
 
 
 class InductorLoweringError(ValueError):
@@ -77,29 +82,42 @@ def partition_lowered(joint: JointGraph, knob: float, *, solver: str | None = No
     ``joint`` must come from ``trace_joint(..., backend="inductor")``; ``solver`` and
     ``force`` are :func:`~dtrlab.trace.partition.partition`'s.
     """
-    if joint.backend != "inductor" or joint.inductor is None:
+    if joint.backend != "inductor" or any(part.inductor is None for part in joint.parts or (joint,)):
         raise ValueError(f"{joint.source}: the Inductor accounting needs the joint graph Inductor partitions: "
                          "trace it with backend='inductor'")
     return partition(joint, knob, solver=solver, force=force, record_with=record_lowered)
 
 
-def record_lowered(forward: fx.GraphModule, backward: fx.GraphModule, joint: JointGraph):
-    """:func:`~dtrlab.trace.partition.partition`'s ``record_with`` for Inductor: lower both graphs, run the wrappers.
+def record_lowered(pairs: tuple, joint: JointGraph):
+    """:func:`~dtrlab.trace.partition.partition`'s ``record_with`` for Inductor: lower each graph's forward and
+    backward (:func:`lowered_calls`), run the wrappers.
 
-    Keyed by the two graphs' content and Inductor's configuration: a partition met before
-    (at another knob value) is not lowered again.
+    Keyed by the graphs' content and Inductor's configuration: a partition met before (at
+    another knob value) is not lowered or run again.
     """
-    key = (graph_key(forward), graph_key(backward), _config_key())
-    if key not in joint.lowerings:
-        _categorize_saved_tensors(forward, backward, joint)
-        lowered_forward = lower(forward, joint, backward=False)
+    config = _config_key()
+    keys = tuple((graph_key(forward), graph_key(backward), config) for forward, backward in pairs)
+    if keys not in joint.lowered_records:
+        calls = tuple(lowered_calls(forward, backward, part, key)
+                      for (forward, backward), part, key in zip(pairs, joint.parts or (joint,), keys))
+        joint.lowered_records[keys] = record_partitioned(pairs, joint, calls)
+    return joint.lowered_records[keys]
+
+
+def lowered_calls(forward: fx.GraphModule, backward: fx.GraphModule, part: JointGraph, key: tuple):
+    """One graph's forward and backward wrappers (:func:`_wrapper_call`), lowered once per distinct pair (``key``,
+    in ``part.lowerings``)."""
+    memo = part.lowerings
+    if key not in memo:
+        _categorize_saved_tensors(forward, backward, part)
+        lowered_forward = lower(forward, part, backward=False)
         # The strides Inductor gave the forward's outputs are those the backward is compiled for.
         outputs = forward.graph.find_nodes(op="output")[0].args[0]
         strides = {node.name: stride for node, stride in zip(outputs, lowered_forward[2]) if isinstance(node, fx.Node)}
-        lowered_backward = lower(backward, joint, backward=True, input_strides=strides)
-        calls = (_wrapper_call(lowered_forward), _wrapper_call(lowered_backward))
-        joint.lowerings[key] = record_step(forward, backward, joint, calls)
-    return joint.lowerings[key]
+        lowered_backward = lower(backward, part, backward=True, input_strides=strides)
+        memo[key] = (lowered_forward, lowered_backward)
+    # The memo keeps what Inductor generated; each step run loads its own wrapper modules.
+    return tuple(_wrapper_call(lowered) for lowered in memo[key])
 
 
 def _categorize_saved_tensors(forward: fx.GraphModule, backward: fx.GraphModule, joint: JointGraph) -> None:

@@ -114,8 +114,11 @@ class JointGraph:
     backend: str = "aot_eager"
     #: Inductor's: what its compile held when it partitioned (:class:`InductorCapture`), for lowering later.
     inductor: InductorCapture | None = field(default=None, compare=False, repr=False)
-    #: Lowered partitions by content (dtrlab.trace.inductor): many knob values give the same graphs.
+    #: Lowered partitions by content (dtrlab.trace.inductor): many knob values give the same graphs. For a step
+    #: with graph breaks, each graph's lowerings are its part's.
     lowerings: dict = field(default_factory=dict, compare=False, repr=False)
+    #: The lowered step's records by its graphs' content (dtrlab.trace.inductor).
+    lowered_records: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def node_count(self) -> int:
@@ -266,8 +269,8 @@ def trace_step(module: nn.Module, inputs, loss_fn=None, *, source: str, build_op
     requires grad), as torch.compile would partition it: :func:`trace_joint`'s work once the model is
     built. ``module`` and ``inputs`` should be fake tensors (:func:`fake_module`, or built under a
     ``FakeTensorMode``): dynamo fakes real ones itself, but the caller then holds their memory.
-    A step dynamo cannot capture in one graph is followed through its graph breaks (``parts``; aot_eager
-    only: the Inductor accounting lowers one-graph steps). ``backend``: :func:`trace_joint`'s.
+    A step dynamo cannot capture in one graph is followed through its graph breaks (``parts``: each graph's
+    joint, under ``backend="inductor"`` the one Inductor partitions). ``backend``: :func:`trace_joint`'s.
     Raises :class:`~dtrlab.trace.models.ModelSourceError` (a ValueError, one line) for a step dynamo
     cannot capture at all or one that does not return one scalar."""
     from .models import ModelSourceError
@@ -277,12 +280,8 @@ def trace_step(module: nn.Module, inputs, loss_fn=None, *, source: str, build_op
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     step = LossStep(module, loss_fn)
     kept = _one_graph(step, inputs, source, backend)
-    if kept is None and backend == "inductor":
-        raise ModelSourceError(f"{source}: torch.compile cannot trace its training step in one graph (graph "
-                               "breaks), and the Inductor accounting covers one-graph steps only: use backend "
-                               "aot_eager")
     if kept is None:  # graph breaks: each graph partitioned on its own, as torch.compile does
-        return _graph_parts(step, inputs, source, build_options, desc)
+        return _graph_parts(step, inputs, source, build_options, desc, backend)
     graph_module = kept["graph_module"]
     tangents = [node for node in graph_module.graph.find_nodes(op="placeholder") if node.name.startswith("tangents")]
     if len(tangents) != 1 or tangents[0].meta["val"].dim() != 0:
@@ -340,14 +339,20 @@ def _untraceable(source: str, exc: BaseException) -> ValueError:
                             f"{type(cause).__name__}: {_first_line(cause)}")
 
 
-def _graph_parts(step: nn.Module, inputs: tuple, source: str, build_options: tuple, desc: str) -> JointGraph:
+def _graph_parts(step: nn.Module, inputs: tuple, source: str, build_options: tuple, desc: str,
+                 backend: str = "aot_eager") -> JointGraph:
     """A step with graph breaks, run by torch.compile (aot_autograd, torch's partitioner at knob 1.0)
     on the fake tensors: each graph's joint kept, and which tensors each call of a graph received
     and returned (:class:`StepLinks`). Graphs without a backward (nothing in them needs a
-    gradient) and the eager code between graphs are not part of the trace."""
+    gradient) and the eager code between graphs are not part of the trace. ``backend="inductor"``:
+    each graph dynamo hands the backend also goes through Inductor's ``compile_fx`` up to its partition
+    function (:func:`_inductor_joint`), and that joint is the part's (the step still runs on aot_autograd's
+    graphs, to follow the tensors from graph to graph)."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
+
+    from .models import ModelSourceError
 
     graphs: list[dict | None] = []
     calls: list[tuple[int, list, list]] = []
@@ -360,27 +365,67 @@ def _graph_parts(step: nn.Module, inputs: tuple, source: str, build_options: tup
 
     aot = aot_autograd(fw_compiler=_identity_compiler, bw_compiler=_identity_compiler, partition_fn=keep_joint)
 
-    def backend(graph_module, example_inputs):
+    inductor_joints: list[dict | None] = []
+
+    def compile_graph(graph_module, example_inputs):
         graphs.append(None)
-        return _calls_noted(aot(graph_module, example_inputs), len(graphs) - 1, calls)
+        compiled = aot(graph_module, example_inputs)
+        # Inductor after aot_autograd: its pre-grad passes rewrite the dynamo graph in place.
+        inductor_joints.append(_inductor_joint(graph_module, example_inputs)
+                               if backend == "inductor" and graphs[-1] is not None else None)
+        return _calls_noted(compiled, len(graphs) - 1, calls)
 
     torch._dynamo.reset()
     try:
-        loss = torch.compile(step, backend=backend, dynamic=False)(*inputs)
+        loss = torch.compile(step, backend=compile_graph, dynamic=False)(*inputs)
     except Exception as exc:
         raise _untraceable(source, exc) from exc
     finally:
         torch._dynamo.reset()
     used = [(graphs[index], args, outputs) for index, args, outputs in calls if graphs[index] is not None]
     links = _step_links(source, used, loss)
-    parts = tuple(_joint_graph(source, build_options, kept, desc) for kept, _, _ in used)
+    if backend == "inductor":
+        kept_joints = [inductor_joints[index] for index, _, _ in calls if graphs[index] is not None]
+        for c, ((aot_kept, _, _), kept) in enumerate(zip(used, kept_joints)):
+            if _signature(kept) != _signature(aot_kept):
+                raise ModelSourceError(f"{source}: graph {c}'s joint under Inductor takes or gives other tensors "
+                                       "than under aot_autograd, which dtrlab does not model")
+    else:
+        kept_joints = [kept for kept, _, _ in used]
+    parts = tuple(_joint_graph(source, build_options, kept, desc, backend) for kept in kept_joints)
     first = parts[0]
     return JointGraph(
         source=source, build_options=build_options, graph_module=first.graph_module,
         joint_inputs=first.joint_inputs, num_fwd_outputs=first.num_fwd_outputs,
         static_lifetime_input_indices=first.static_lifetime_input_indices,
         forward_nodes=frozenset(f"g{c}.{name}" for c, part in enumerate(parts) for name in part.forward_nodes),
-        torch_version=torch.__version__, desc=desc, parts=parts, links=links)
+        torch_version=torch.__version__, desc=desc, parts=parts, links=links, backend=backend)
+
+
+def _inductor_joint(graph_module: fx.GraphModule, example_inputs) -> dict:
+    """The joint graph Inductor's ``compile_fx`` hands its partitioner for one graph dynamo compiles, and what
+    lowering it needs (:func:`_inductor_partition_kept`); the compile stops there."""
+    from torch._inductor.compile_fx import compile_fx
+
+    kept: dict = {}
+
+    def keep_joint(joint_module, joint_inputs, **kwargs):
+        kept.update(graph_module=joint_module, joint_inputs=joint_inputs, **kwargs)
+        raise _JointCaptured
+
+    with _inductor_partition_kept(keep_joint, kept):
+        try:
+            compile_fx(graph_module, example_inputs)
+        except _JointCaptured:
+            pass
+    return kept
+
+
+def _signature(kept: dict) -> tuple:
+    """A joint graph's placeholders (primals and tangents: their count and shapes) and forward output count."""
+    placeholders = kept["graph_module"].graph.find_nodes(op="placeholder")
+    return (tuple((node.name.startswith("tangents"), tuple(node.meta["val"].shape)) for node in placeholders),
+            kept["num_fwd_outputs"])
 
 
 def _calls_noted(compiled, index: int, calls: list):
@@ -599,9 +644,9 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
     partitioner's configuration. Three of its four calls per partition do not depend on
     the knob at all; the fourth repeats whenever the knapsack's answer does. The answer is
     torch's either way (tests/test_partition.py compares with ``reuse_min_cuts=False``).
-    ``record_with``: how the two graphs become the step's trace, a function of
-    ``(forward, backward, joint)`` returning ``(trace, recorded peak, forward operator
-    count)``; None: run as aot_eager runs them (dtrlab.trace.inductor passes Inductor's lowering).
+    ``record_with``: how the graphs become the step's trace, a function of ``(pairs, joint)``
+    (``pairs``: a (forward, backward) pair per graph) returning ``(trace, recorded peak, forward
+    operator count)``; None: run as aot_eager runs them (dtrlab.trace.inductor passes Inductor's lowering).
     """
     check_torch_has_knob()
     knob = check_knob(knob)
@@ -616,9 +661,7 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
     saved = tuple(dataclasses.replace(s, name=named(c, s.name)) for c, r in enumerate(results) for s in r.saved)
     recomputed = tuple(named(c, name) for c, r in enumerate(results) for name in r.recomputed)
     pairs = tuple((r.forward, r.backward) for r in results)
-    if record_with is not None and joint.parts:
-        raise ValueError(f"{joint.source}: a step with graph breaks has only the aot_eager accounting")
-    trace, peak, forward_ops = record_with(*pairs[0], joint) if record_with else _record_step(pairs, joint)
+    trace, peak, forward_ops = (record_with or record_partitioned)(pairs, joint)
     first = results[0]
     return PartitionedStep(
         source=joint.source, knob=knob, solver=first.solver, runtime_estimator=first.estimator,
@@ -816,8 +859,9 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
     del loss, gradients
 
 
-def run_parts(pairs: tuple, joint: JointGraph, recorder: Recorder) -> None:
-    """Run a step with graph breaks under ``recorder`` as torch.compile runs it (aot_eager's boxed graphs).
+def run_parts(pairs: tuple, joint: JointGraph, recorder: Recorder, calls: tuple | None = None) -> None:
+    """Run a step with graph breaks under ``recorder`` as torch.compile runs it (aot_eager's boxed graphs, or
+    ``calls``: per graph, :func:`run_graphs`'s (forward, backward) callables).
 
     The forward graphs in order, each handed the tensors :class:`StepLinks` says it received
     (a parameter used by two graphs is one tensor); a graph's outputs are held until the last
@@ -843,10 +887,10 @@ def run_parts(pairs: tuple, joint: JointGraph, recorder: Recorder) -> None:
     gc.disable()  # as in capture.record: collection at random points would move releases
     try:
         with recorder:
-            saved, loss = _run_forwards(pairs, joint, recorder, constants)
+            saved, loss = _run_forwards(pairs, joint, recorder, constants, calls)
             recorder.flush_releases()
             recorder._emit(INSTRUCTION="ANNOTATE", ANNOTATION="BACKWARD")
-            gradients = _run_backwards(pairs, joint, recorder, saved, tangent)
+            gradients = _run_backwards(pairs, joint, recorder, saved, tangent, calls)
         recorder.close()
     finally:
         if gc_was_enabled:
@@ -858,13 +902,15 @@ def _output_nodes(graph_module: fx.GraphModule) -> list:
     return list(graph_module.graph.find_nodes(op="output")[0].args[0])
 
 
-def _run_forwards(pairs: tuple, joint: JointGraph, recorder: Recorder, constants: dict) -> tuple[list, object]:
+def _run_forwards(pairs: tuple, joint: JointGraph, recorder: Recorder, constants: dict,
+                  calls: tuple | None) -> tuple[list, object]:
     """The forward graphs in order: (per graph, its saved tensors by name; the loss)."""
     links, outputs, saved = joint.links, {}, []
     last_use = {(key[1], key[2]): c for c, keys in enumerate(links.inputs) for key in keys if key[0] == "out"}
     for c, (forward, _) in enumerate(pairs):
         arguments = [constants[key] if key[0] == "in" else outputs[key[1], key[2]] for key in links.inputs[c]]
-        results = _NodeInterpreter(forward, recorder, torch.device("meta"), f"g{c}.").boxed_run(arguments)
+        results = calls[c][0](arguments) if calls else \
+            _NodeInterpreter(forward, recorder, torch.device("meta"), f"g{c}.").boxed_run(arguments)
         count = joint.parts[c].num_fwd_outputs
         names = [node.name if isinstance(node, fx.Node) else None for node in _output_nodes(forward)]
         outputs.update(((c, m), value) for m, value in enumerate(results[:count]))
@@ -875,7 +921,8 @@ def _run_forwards(pairs: tuple, joint: JointGraph, recorder: Recorder, constants
     return saved, outputs[links.loss]
 
 
-def _run_backwards(pairs: tuple, joint: JointGraph, recorder: Recorder, saved: list, tangent) -> dict:
+def _run_backwards(pairs: tuple, joint: JointGraph, recorder: Recorder, saved: list, tangent,
+                   calls: tuple | None) -> dict:
     """The backward graphs in reverse order; returns the gradients of the step's inputs (and any left over)."""
     links, gradients = joint.links, {}
     for c in reversed(range(len(pairs))):
@@ -885,7 +932,8 @@ def _run_backwards(pairs: tuple, joint: JointGraph, recorder: Recorder, saved: l
                      for node in backward.graph.find_nodes(op="placeholder")]
         saved[c] = None
         del tangents
-        results = _NodeInterpreter(backward, recorder, tangent.device, f"g{c}.").boxed_run(arguments)
+        results = calls[c][1](arguments) if calls else \
+            _NodeInterpreter(backward, recorder, tangent.device, f"g{c}.").boxed_run(arguments)
         for key, gradient in zip(links.inputs[c], results):
             if isinstance(gradient, torch.Tensor):
                 gradients[key] = gradients[key] + gradient if key in gradients else gradient
@@ -938,23 +986,17 @@ class _NodeInterpreter(fx.Interpreter):
         return super().call_function(target, tuple(moved(v) for v in args), {k: moved(v) for k, v in kwargs.items()})
 
 
-def record_step(forward: fx.GraphModule, backward: fx.GraphModule, joint: JointGraph,
-                calls: tuple | None = None) -> tuple[Trace, int, int]:
-    """A one-graph partitioned step as a dtrlab trace (meta tensors, FLOP costs), its recorded peak, forward
-    op count. ``calls``: :func:`run_graphs`'s (None: the graphs run as aot_eager runs them)."""
-    return _record_step(((forward, backward),), joint, calls)
-
-
-def _record_step(pairs: tuple, joint: JointGraph, calls: tuple | None = None) -> tuple[Trace, int, int]:
-    """The partitioned step (one (forward, backward) pair per graph) as a dtrlab trace, its recorded peak,
-    forward op count."""
+def record_partitioned(pairs: tuple, joint: JointGraph, calls: tuple | None = None) -> tuple[Trace, int, int]:
+    """The partitioned step (one (forward, backward) pair per graph) as a dtrlab trace (meta tensors, FLOP
+    costs), its recorded peak, forward op count. ``calls``: per graph, :func:`run_graphs`'s (None: the graphs
+    run as aot_eager runs them)."""
     recorder = _NodeNamingRecorder("flops", 1)
     if joint.parts:
-        run_parts(pairs, joint, recorder)
+        run_parts(pairs, joint, recorder, calls)
     else:
         [(forward, backward)] = pairs
         primals = placeholder_tensors(forward, "meta")
-        run_graphs(forward, backward, primals, recorder, joint.num_fwd_outputs, calls)
+        run_graphs(forward, backward, primals, recorder, joint.num_fwd_outputs, calls[0] if calls else None)
         del primals
     # The recorder's lines are the log's records already (capture writes them as JSON).
     trace = parse_lines((), source=f"<{joint.source} partitioned>", name=joint.source,
