@@ -172,6 +172,51 @@ def test_budget_below_every_peak_says_what_would_fit(mlp):
     assert "no knob fits" in fit.warnings()[0] and "dtr" in fit.warnings()[0]
 
 
+LABELS = torch.randint(0, 10, (32,))
+
+
+def _global_labels_loss(logits):
+    return F.cross_entropy(logits, LABELS)
+
+
+def _dtr_by_hand(model, x, labels, budget: int) -> dict:
+    """DTR and monotone(dtr) at ``budget`` on the eager step recorded on meta tensors, the loss built on meta labels."""
+    from dtrlab.runtime import simulate
+    from dtrlab.runtime.semantics import REFERENCE
+    from dtrlab.trace.capture import record
+    from dtrlab.trace.models import meta_patches
+    from dtrlab.trace.partition import meta_module
+    from dtrlab.trace.simrd_log import parse_lines
+
+    meta_labels = torch.empty_like(labels, device="meta")
+    with torch.device("meta"), meta_patches():
+        recording = record(meta_module(model), (torch.empty_like(x, device="meta"),),
+                           loss_fn=lambda logits: F.cross_entropy(logits, meta_labels), cost="flops")
+    trace = parse_lines((), source="by hand", name="mlp", records=list(enumerate(recording.lines, 1)))
+    found = {}
+    for policy in ("dtr", "monotone"):
+        result = simulate(trace, policy, budget_bytes=budget, semantics=REFERENCE)
+        found[policy] = {"status": result.status, "overhead": result.overhead if result.passed else None}
+    return found
+
+
+def test_what_would_fit_instead_for_a_loss_reading_live_labels(mlp):
+    """The eager capture for DTR runs on meta copies: labels a loss reads from its closure or its module's globals
+    are swapped for meta twins while it runs (and restored), as a loss built on meta labels by hand."""
+    model, x = mlp
+    labels = torch.randint(0, 10, (32,))
+    budget = 700_000  # below every knob's peak (760,152 B): DTR evicts, and thrashes (the weights fill most of it)
+    closed = fit_knob(model, (x,), lambda logits: F.cross_entropy(logits, labels), backend="aot_eager",
+                      budget=budget, accounting="flat", cache=False)
+    assert closed.knob is None and "error" not in closed.instead, closed.instead
+    assert {k: closed.instead[k] for k in ("dtr", "monotone")} == _dtr_by_hand(model, x, labels, budget)
+    assert closed.instead["dtr"]["status"] == "thrash" and not labels.is_meta
+    by_global = fit_knob(model, (x,), _global_labels_loss, backend="aot_eager", budget=budget, accounting="flat",
+                         cache=False)
+    assert {k: by_global.instead[k] for k in ("dtr", "monotone")} == _dtr_by_hand(model, x, LABELS, budget)
+    assert not LABELS.is_meta
+
+
 def test_cache_answers_again_and_recomputes_a_damaged_entry(mlp, tmp_path):
     model, x = mlp
     first = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)

@@ -68,13 +68,12 @@ def test_source_passes_capture_and_knob(capsys, tmp_path, monkeypatch, name):
     code, out, err = _run(capsys, ["capture", *source, "--out", str(tmp_path / "step.jsonl"), "--quiet"])
     assert code == 0, err
     assert json.loads(out.splitlines()[0])["peak_live_bytes"] > 0
-    # The aot_eager accounting: the corpus is about tracing users' models (the Inductor accounting of each is not
-    # yet run here, and a step with graph breaks has the aot_eager one only).
-    code, out, err = _run(capsys, ["knob", *source, "--knobs", "0,0.5,1", "--resolution", "0.5", "--backend",
-                                   "aot_eager", "--quiet"])
-    assert _passes_or_names_its_limit(code, err), err
-    assert code == 0, err  # every source of the corpus passes today
-    assert "3 knob values" in out
+    for backend in ("aot_eager", "inductor"):  # both accountings (Inductor: each partition lowered, no kernels)
+        code, out, err = _run(capsys, ["knob", *source, "--knobs", "0,0.5,1", "--resolution", "0.5", "--backend",
+                                       backend, "--quiet"])
+        assert _passes_or_names_its_limit(code, err), err
+        assert code == 0, (backend, err)  # every source of the corpus passes today
+        assert "3 knob values" in out and f"{backend} accounting" in out
 
 
 def test_autocast_runs_the_forward_in_bfloat16():

@@ -449,7 +449,7 @@ def _eager_trace(workload):
 
     from ..trace.capture import capture, record
     from ..trace.models import meta_patches
-    from ..trace.partition import meta_module
+    from ..trace.partition import meta_closure, meta_module
     from ..trace.simrd_log import parse_lines
 
     kind, model, options = workload
@@ -459,7 +459,7 @@ def _eager_trace(workload):
         inputs, loss_fn = options
         meta_inputs = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: torch.empty_like(
             t, device="meta").requires_grad_(t.requires_grad), inputs)
-        with torch.device("meta"), meta_patches():
+        with torch.device("meta"), meta_patches(), meta_closure(loss_fn):
             recording = record(meta_module(model), meta_inputs, loss_fn=loss_fn, cost="flops")
     trace = parse_lines((), source="<fit_knob capture>", name=str(recording.meta.get("source", "model")),
                         records=list(enumerate(recording.lines, 1)))

@@ -61,6 +61,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import gc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -475,6 +476,28 @@ def meta_module(module: nn.Module) -> nn.Module:
         memo[id(tensor)] = nn.Parameter(twin, requires_grad=tensor.requires_grad) \
             if isinstance(tensor, nn.Parameter) else twin
     return copy.deepcopy(module, memo)
+
+
+@contextlib.contextmanager
+def meta_closure(function) -> Iterator[None]:
+    """The tensors ``function`` reads from its closure or its module's globals (a loss's labels) replaced by their
+    meta twins while the context runs, then restored: a step run on a :func:`meta_module` copy must not meet the
+    live tensors a loss refers to. Tensors inside containers, or reached through other functions, are not."""
+    def live(value) -> bool:
+        return isinstance(value, torch.Tensor) and not value.is_meta
+
+    slots = [(functools.partial(setattr, cell, "cell_contents"), cell.cell_contents)
+             for cell in getattr(function, "__closure__", None) or () if live(cell.cell_contents)]
+    code, namespace = getattr(function, "__code__", None), getattr(function, "__globals__", {})
+    slots += [(functools.partial(namespace.__setitem__, name), namespace[name])
+              for name in (code.co_names if code else ()) if live(namespace.get(name))]
+    for write, tensor in slots:
+        write(torch.empty_like(tensor, device="meta").requires_grad_(tensor.requires_grad))
+    try:
+        yield
+    finally:
+        for write, tensor in slots:
+            write(tensor)
 
 
 def fake_module(module: nn.Module, inputs, device: str | torch.device) -> tuple[nn.Module, tuple]:
