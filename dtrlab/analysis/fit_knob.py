@@ -65,7 +65,8 @@ from .knob_census import ACCOUNTINGS, KNOB_DECIMALS, KnobPlan
 
 #: A cliff worth a warning: the peaks at 1.0 and 0.99 differ by more than this fraction.
 CLIFF_WARNING = 0.01
-FIT_FORMAT = "dtrlab-fit-knob-1"
+#: In every cache key: a new format (here, the checksum's fields) is never read as an old one's entry.
+FIT_FORMAT = "dtrlab-fit-knob-2"
 #: The scan's knob step (docs/compile.md, "Budget in bytes": 0.2 meets a tenth of a census on the full models).
 SCAN_STEP = 0.2
 #: How a cached answer was found (:attr:`KnobFit.from_cache`), as :meth:`KnobFit.describe` says it.
@@ -315,9 +316,10 @@ def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solve
            **search_settings(budget=budget, column=column, backend=backend, solver=solver,
                              runtime_estimator=runtime_estimator)}
     path = cache_path(cache, key)
-    cached = _read_cached(path, key) if path is not None else None
+    cached = read_entry(path, key) if path is not None else None
     if cached is not None:
-        return dataclasses.replace(cached, seconds=time.perf_counter() - started, from_cache="graph")
+        return dataclasses.replace(from_dict(cached["record"]), seconds=time.perf_counter() - started,
+                                   from_cache="graph")
     with partitioner_config(None, runtime_estimator=runtime_estimator):
         search = search_budget(_evaluator(joint, solver, backend), budget, column, KnobPlan().grid(), SCAN_STEP)
         # The chosen partition's graphs run node by node: its recomputed operators by name and their FLOPs
@@ -330,7 +332,7 @@ def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solve
         fit = dataclasses.replace(fit, instead=_instead_of_knob(workload, budget),
                                   seconds=time.perf_counter() - started)
     if path is not None:
-        atomic_write_json(path, {"key": key, "record": fit.to_dict(), "sha256": record_hash(fit.to_dict())})
+        write_entry(path, {"key": key, "record": fit.to_dict()})
     return fit
 
 
@@ -483,24 +485,30 @@ def cache_path(cache, key: dict, folder: str = "") -> Path | None:
     return directory / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32] + ".json")
 
 
-def record_hash(record) -> str:
-    """sha256 of a JSON document's canonical form (a cache entry's checksum)."""
-    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+def write_entry(path: Path, document: dict, fields: tuple[str, ...] = ("record",)) -> None:
+    """``document`` (its ``key`` and ``fields``) written atomically with the sha256 of its ``fields``."""
+    atomic_write_json(path, {**document, "sha256": _fields_hash(document, fields)})
 
 
-def _read_cached(path: Path, key: dict) -> KnobFit | None:
-    """The cached answer, verified (its key and its record's sha256); a damaged one is moved aside."""
+def read_entry(path: Path, key: dict, fields: tuple[str, ...] = ("record",)) -> dict | None:
+    """The cache entry at ``path`` when it is ``key``'s and its ``fields`` match their sha256 (its ``record`` a
+    :class:`KnobFit`'s); None when absent; a damaged one is moved aside (with a warning) and None."""
     if not path.exists():
         return None
     try:
         document = read_json(path)
         if not isinstance(document, dict) or document.get("key") != key or \
-                record_hash(document.get("record")) != document.get("sha256"):
-            raise IntegrityError(f"{path}: its key or record does not match its sha256")
-        return from_dict(document["record"])
+                _fields_hash(document, fields) != document.get("sha256"):
+            raise IntegrityError(f"{path}: its key or {', '.join(fields)} do not match its sha256")
+        from_dict(document["record"])
+        return document
     except (IntegrityError, KeyError, TypeError) as exc:
         quarantine(path, str(exc))
         return None
+
+
+def _fields_hash(document: dict, fields: tuple[str, ...]) -> str:
+    return hashlib.sha256(json.dumps({k: document.get(k) for k in fields}, sort_keys=True).encode()).hexdigest()
 
 
 def from_dict(record: dict) -> KnobFit:

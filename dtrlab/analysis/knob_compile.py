@@ -19,7 +19,7 @@ compiled with different budgets in one process each keep their own (tests/test_f
 reads the knob torch's partitioner sees). The patch is also in force when AOT autograd's cache
 keys the compile on the functorch configuration.
 
-**A second run starts in milliseconds.** With a cache, the pick for a live model compiled by Inductor or
+**A second run starts in seconds.** With a cache, the pick for a live model compiled by Inductor or
 aot_eager is also kept under the model's fingerprint (:func:`dtrlab.trace.fingerprint.step_fingerprint`: the
 model's classes, their source files, parameters, attributes, the inputs, the loss function's code, torch's
 version and configuration, hashed without tracing), together with the hash of every graph dynamo handed the
@@ -37,12 +37,13 @@ import dataclasses
 import time
 import warnings
 
-from ..integrity import IntegrityError, atomic_write_json, quarantine, read_json
 from ..trace.fingerprint import dynamo_graph_hash, step_fingerprint
 from ..trace.partition import BACKENDS, partitioner_config
-from .fit_knob import (KnobFit, accounting_column, budget_bytes, cache_path, fit_knob, from_dict, record_hash,
-                       search_settings)
+from .fit_knob import (KnobFit, accounting_column, budget_bytes, cache_path, fit_knob, from_dict, read_entry,
+                       search_settings, write_entry)
 
+#: What a fingerprint entry's checksum covers: the pick, and the graphs its run compiled.
+ENTRY_FIELDS = ("record", "compiled")
 
 
 class KnobBackend:
@@ -110,7 +111,7 @@ class CompiledGraphs:
         if self.expected is None:
             if graph not in self.document["compiled"]:
                 self.document["compiled"].append(graph)
-                _write_entry(self.path, self.document)
+                write_entry(self.path, self.document, ENTRY_FIELDS)
         elif graph in self.expected:
             self.checked.append(graph)
         else:
@@ -134,7 +135,7 @@ def _fit_by_fingerprint(model, example_inputs, loss_fn, pick: dict) -> tuple[Kno
            **search_settings(budget=budget, column=accounting_column(pick["accounting"], preset),
                              backend=pick["backend"], solver=pick["solver"], runtime_estimator=None)}
     path = cache_path(pick["cache"], key, "by-fingerprint")
-    document = _read_entry(path, key)
+    document = read_entry(path, key, ENTRY_FIELDS)
     if document is not None and document["compiled"]:
         fit = dataclasses.replace(from_dict(document["record"]), seconds=time.perf_counter() - started,
                                   from_cache="fingerprint")
@@ -142,28 +143,8 @@ def _fit_by_fingerprint(model, example_inputs, loss_fn, pick: dict) -> tuple[Kno
     fit = fit_knob(model, example_inputs, loss_fn, **pick)
     document = {"key": key, "record": fit.to_dict(), "compiled": []}
     if fit.knob is not None:
-        _write_entry(path, document)
+        write_entry(path, document, ENTRY_FIELDS)
     return fit, CompiledGraphs(path, document, None)
-
-
-def _write_entry(path, document: dict) -> None:
-    atomic_write_json(path, {**document, "sha256": record_hash({k: document[k] for k in ("record", "compiled")})})
-
-
-def _read_entry(path, key: dict) -> dict | None:
-    """A fingerprint entry, verified (its key, and the sha256 of its record and graphs); a damaged one moved aside."""
-    if not path.exists():
-        return None
-    try:
-        document = read_json(path)
-        if not isinstance(document, dict) or document.get("key") != key or \
-                record_hash({k: document.get(k) for k in ("record", "compiled")}) != document.get("sha256"):
-            raise IntegrityError(f"{path}: its key, record or graphs do not match its sha256")
-        from_dict(document["record"])
-        return document
-    except (IntegrityError, KeyError, TypeError) as exc:
-        quarantine(path, str(exc))
-        return None
 
 
 def _inner_backend(backend, kwargs: dict):
