@@ -371,7 +371,7 @@ def _graph_parts(step: nn.Module, inputs: tuple, source: str, build_options: tup
     def compile_graph(graph_module, example_inputs):
         graphs.append(None)
         compiled = aot(graph_module, example_inputs)
-        # Inductor after aot_autograd: its pre-grad passes rewrite the dynamo graph in place.
+        # Inductor after aot_autograd: Inductor's pre-grad passes may rewrite the dynamo graph in place.
         inductor_joints.append(_inductor_joint(graph_module, example_inputs)
                                if backend == "inductor" and graphs[-1] is not None else None)
         return _calls_noted(compiled, len(graphs) - 1, calls)
@@ -388,7 +388,7 @@ def _graph_parts(step: nn.Module, inputs: tuple, source: str, build_options: tup
     if backend == "inductor":
         kept_joints = [inductor_joints[index] for index, _, _ in calls if graphs[index] is not None]
         for c, ((aot_kept, _, _), kept) in enumerate(zip(used, kept_joints)):
-            if _signature(kept) != _signature(aot_kept):
+            if "graph_module" not in kept or _signature(kept) != _signature(aot_kept):
                 raise ModelSourceError(f"{source}: graph {c}'s joint under Inductor takes or gives other tensors "
                                        "than under aot_autograd, which dtrlab does not model")
     else:
