@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,13 +20,13 @@ from hypothesis import strategies as st
 import dtrlab.calibrated  # noqa: F401  (registers monotone)
 from dtrlab import simulate
 from dtrlab.analysis.anatomy import (ANATOMY_COLUMNS, CLIFF_MARGIN, LIMIT_READERS, NEAR_MISS_MARGIN, RUN_COLUMNS,
-                                     check_limit_blind, failing_budgets, hole_anatomy, needed_limit, outcome_at,
-                                     outcomes_at, unlimited_runs)
-from dtrlab.analysis.holes import HOLE_COLUMNS, census_table, find_holes
+                                     UNLIMITED_COLUMNS, census_anatomy, check_limit_blind, failing_budgets,
+                                     hole_anatomy, needed_limit, outcome_at, outcomes_at, unlimited_runs)
+from dtrlab.analysis.holes import HOLE_COLUMNS, census_table, find_holes, run_census
 from dtrlab.analysis.limit_census import KINDS, _memory_label, limit_census, read_anatomy_table
 from dtrlab.integrity import IntegrityError, read_json, write_manifest
 from dtrlab.policies import available_policies, get_policy, policy_class
-from dtrlab.runtime import baseline, recompute_allowance
+from dtrlab.runtime import Intervention, baseline, recompute_allowance
 from dtrlab.runtime.compiled import POLICY_CODES
 from dtrlab.sweep import sweep
 from dtrlab.sweep import budget_sweep
@@ -526,3 +529,139 @@ def test_ship_anatomy_stops_on_ctrl_c_in_one_line_and_ships_what_it_finished(tmp
     assert status == 130 and error.count("\n") == 1 and "interrupted" in error and "Traceback" not in error
     table = pd.read_csv(out / "traces-table.csv")
     assert table["policy"].tolist() == ["dtr"]  # the finished configuration is shipped, the interrupted one not
+
+
+# --------------------------------------------------------------- unit tests on tests/chains.py's chain
+# The chain (tests/chains.py: baseline compute 10, forward 5+1+1 and backward 1+1+1; peak 50). Below 50
+# bytes b3 cannot hold x, a1, a2, a3 and g3: DTR drops a2 (cost 1 against a1's 5), so b2 recomputes f2,
+# then a1 goes for g2 and b1 recomputes f1: recompute 6; LRU drops a1 (used before a2), so only b1
+# recomputes f1: 5. Below 40 (b2's x, g3, a2 and g2) nothing fits: f3 drops a1 and b3 a2, then b2's
+# recompute of a2 recomputes f1 (5) and f2 cannot fit (a1 is its input, g3 has lost its parent a3): oom
+# after recomputing 5.
+QUICK = Execution(cache=False, progress=False, backend="sequential")
+
+
+def chain_census(holes, budgets=(30, 35, 45, 49, 50), policy="dtr", limit=1.5, intervention=None):
+    """The chain's direct runs at ``budgets`` as a census whose holes are ``holes`` ((fail_low, fail_high)
+    pairs placed by hand: the chain has no hole, and unlimited_runs reads only the samples' configuration
+    and the holes' failing budgets)."""
+    from chains import chain_log
+
+    samples = sweep(chain_log().trace("chain"), policy, budgets=list(budgets),
+                    semantics=Semantics(overhead_limit=limit), intervention=intervention, execution=QUICK)
+    return replace(find_holes(samples), holes=pd.DataFrame(list(holes), columns=["fail_low_bytes", "fail_high_bytes"]))
+
+
+def test_unlimited_runs_are_the_failing_samples_run_without_a_limit(tmp_path, monkeypatch):
+    """At 1.5 (allowance 5) DTR's 6 thrashes at 45 and 49; without a limit both pass with recompute 6, and
+    30 and 35 run out of memory. The runs go to the execution's cache (under the key of no limit), not the
+    default one, and come back with the columns of UNLIMITED_COLUMNS only, numbered from 0."""
+    from chains import chain_log
+
+    census = chain_census([(30, 35), (45, 49)])
+    assert census.samples["status"].tolist() == ["oom", "oom", "thrash", "thrash", "pass"]
+    monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "default"))
+    runs = unlimited_runs(chain_log().trace("chain"), census,
+                          execution=Execution(cache=tmp_path / "mine", progress=False, backend="sequential"))
+    assert list(runs.columns) == UNLIMITED_COLUMNS and runs.index.equals(pd.RangeIndex(4))
+    assert runs["budget_bytes"].tolist() == [30, 35, 45, 49]
+    assert runs["status"].tolist() == ["oom", "oom", "pass", "pass"]
+    assert runs["remat_compute"].tolist() == [5, 5, 6, 6]
+    assert (runs["baseline_compute"] == 10).all() and (runs["overhead_limit"] == math.inf).all()
+    passed = runs[runs["status"] == "pass"]  # the clock of the run at 50 (nothing recomputed) plus 6, over 10
+    clock = int(census.samples.set_index("budget_bytes").loc[50, "clock"]) + 6
+    assert passed["clock"].tolist() == [clock, clock] and passed["overhead"].tolist() == [clock / 10] * 2
+    keys = [read_json(d / "key.json") for d in (tmp_path / "mine").glob("sim-v*/*/*")]
+    assert [k["overhead_limit"] for k in keys] == [math.inf]
+    assert not (tmp_path / "default").exists()
+
+
+def test_unlimited_runs_rebuild_the_census_policy_and_withheld_storages():
+    """LRU's census recomputes 5 at 45, not DTR's 6; withholding a1 leaves b2 x, a1, g3, a2 and g2 (50 bytes)
+    at 45: oom; random(seed=3) is rebuilt with its seed (with the defaults its label would not match); a frame
+    without policy parameters (None) rebuilds the defaults."""
+    from chains import chain_log
+
+    trace = chain_log().trace("chain")
+    lru = unlimited_runs(trace, chain_census([(45, 45)], policy="lru"), execution=QUICK)
+    assert (lru["status"].tolist(), lru["remat_compute"].tolist()) == (["pass"], [5])
+    withheld = chain_census([(45, 45)], intervention=Intervention(frozenset({trace.tensor_names.index("a1")})))
+    assert unlimited_runs(trace, withheld, execution=QUICK)["status"].tolist() == ["oom"]
+    seeded = chain_census([(45, 45)], policy=get_policy("random", seed=3))
+    assert seeded.policy == "random(seed=3)"
+    direct = simulate(trace, get_policy("random", seed=3), budget_bytes=45,
+                      semantics=Semantics(overhead_limit=math.inf))
+    runs = unlimited_runs(trace, seeded, execution=QUICK)
+    assert (runs["status"].tolist(), runs["remat_compute"].tolist()) == ([direct.status], [direct.remat_compute])
+    census = chain_census([(45, 45)])
+    bare = replace(census, samples=census.samples.assign(policy_params=None))
+    assert unlimited_runs(trace, bare, execution=QUICK)["remat_compute"].tolist() == [6]
+
+
+def test_unlimited_runs_refusals_and_a_census_without_holes():
+    from chains import chain_log
+
+    trace = chain_log().trace("chain")
+    census = chain_census([(45, 45)])
+    with pytest.raises(ValueError, match=re.escape("the census's policy 'lru' is not rebuilt by its policy_params "
+                                                   "('dtr')")):
+        unlimited_runs(trace, replace(census, policy="lru"), execution=QUICK)
+    with pytest.raises(ValueError, match="policy 'monotone' reads the overhead limit"):
+        unlimited_runs(trace, replace(census, samples=census.samples.assign(policy_name="monotone")),
+                       execution=QUICK)
+    one_sample = chain_census([], budgets=[45])
+    runs = unlimited_runs(trace, one_sample, execution=QUICK)
+    assert runs.empty and list(runs.columns) == UNLIMITED_COLUMNS
+
+
+def test_outcomes_at_by_hand_on_the_chain():
+    """A frame at 1.5 (allowance 5) of two configurations: LRU passes at 45 (recompute 5) and 50 (none), DTR
+    runs out of memory at 35 (after recomputing 5) and thrashes at 45. At 1.25 (allowance 2) LRU's 45 and
+    DTR's oom thrash and DTR's thrash stops earlier: their run columns are blanked (None), the pass at 50
+    keeps them; at 1.55 (allowance 5 again) every row is the same run. ``needed_limit``: 1 + 5/10 = 1.5 for
+    LRU's 45, 1.0 without recompute, infinite for a run that did not pass."""
+    from chains import chain_log
+
+    trace = chain_log().trace("chain")
+    at_15 = Semantics(overhead_limit=1.5)
+    frame = pd.concat([sweep(trace, "lru", budgets=[45, 50], semantics=at_15, execution=QUICK),
+                       sweep(trace, "dtr", budgets=[35, 45], semantics=at_15, execution=QUICK)], ignore_index=True)
+    assert list(zip(frame["status"], frame["remat_compute"])) == [("pass", 5), ("pass", 0), ("oom", 5), ("thrash", 6)]
+    derived = outcomes_at(frame, [1.25, 1.5, 1.55])
+    assert derived.index.equals(pd.RangeIndex(12))
+    assert derived["overhead_limit"].tolist() == [1.25] * 4 + [1.5] * 4 + [1.55] * 4
+    assert derived["status"].tolist() == ["thrash", "pass", "thrash", "thrash"] + frame["status"].tolist() * 2
+    assert derived["needed_limit"].tolist() == [1.5, 1.0, math.inf, math.inf] * 3
+    kept = np.array([False, True, False, False] + [True] * 8)
+    for column in RUN_COLUMNS:  # blanked to None (JSON's null; NaN is no JSON), else the frame's values
+        assert derived.loc[~kept, column].tolist() == [None, None, None], column
+        original = pd.concat([frame[column]] * 3, ignore_index=True).astype(object)
+        assert derived.loc[kept, column].equals(original[kept]), column
+    empty = outcomes_at(frame.iloc[:0], [1.5])
+    assert empty.empty and "needed_limit" in empty
+
+
+def test_census_anatomy_on_a_tiny_census(tmp_path, monkeypatch):
+    """A census every byte from 0.9 of the peak: the cliff trace's hole at 59 (cliff_trace's docstring) gets its
+    anatomy from runs in the execution's cache; the chain has none; a census of no hole gets the columns; an
+    unrefined census with holes is refused."""
+    from chains import chain_log
+
+    traces = {"cliff": cliff_trace(), "chain": chain_log().trace("chain")}
+    census = run_census(traces, ratios="0.9:1.0", delta=1, execution=QUICK)
+    monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "default"))
+    holes = census_anatomy(census, traces,
+                           execution=Execution(cache=tmp_path / "mine", progress=False, backend="sequential"))
+    assert list(holes.columns) == list(census.holes.columns) + ANATOMY_COLUMNS
+    assert [(h.trace, h.fail_low_bytes, h.fail_high_bytes, h.anatomy, h.needed_remat, h.neighbour_remat)
+            for h in holes.itertuples()] == [("cliff", 59, 59, "cliff", 37, 18)]
+    assert holes["closes_at"].tolist() == [needed_limit(29, 37)]
+    assert [read_json(d / "key.json")["overhead_limit"] for d in (tmp_path / "mine").glob("sim-v*/*/*")] == [math.inf]
+    assert not (tmp_path / "default").exists()
+    chain = {"chain": traces["chain"]}
+    for refine in (True, False):
+        none = census_anatomy(run_census(chain, ratios="0.9:1.0", delta=1, refine=refine, execution=QUICK), chain)
+        assert none.empty and list(none.columns)[-len(ANATOMY_COLUMNS):] == ANATOMY_COLUMNS
+    with pytest.raises(ValueError, match=re.escape("the anatomy needs a refined census (run_census(..., "
+                                                   "refine=True))")):
+        census_anatomy(run_census(traces, ratios="0.9:1.0", delta=1, refine=False, execution=QUICK), traces)

@@ -263,7 +263,6 @@ def census_anatomy(census: Census, traces: dict, *, execution: Execution = SERIA
         if len(refined.holes):
             unlimited = unlimited_runs(traces[name], refined, execution=execution)
             tables.append(hole_anatomy(refined, unlimited)[["fail_low_bytes", *ANATOMY_COLUMNS]].assign(trace=name))
-    if not tables:
-        return census.holes.assign(**{c: [] for c in ANATOMY_COLUMNS}) if census.holes.empty else \
-            census.holes.assign(**dict.fromkeys(ANATOMY_COLUMNS))
+    if not tables:  # no refined trace has a hole, so neither has the census (its holes are the refined ones)
+        return census.holes.assign(**{c: [] for c in ANATOMY_COLUMNS})
     return census.holes.merge(pd.concat(tables, ignore_index=True), on=["trace", "fail_low_bytes"], how="left")
