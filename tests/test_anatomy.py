@@ -63,6 +63,7 @@ def test_needed_limit_is_the_smallest_float_admitting_the_recompute():
             assert recompute_allowance(base, limit) >= remat
             assert recompute_allowance(base, math.nextafter(limit, -math.inf)) < remat
     assert needed_limit(59, 0) == 1.0 and needed_limit(0, 5) == math.inf
+    assert needed_limit(0, 0) == 1.0  # no compute and no recompute: the allowance floor(0 x 0) = 0 admits it
 
 
 def _options(name):
@@ -603,8 +604,8 @@ def test_unlimited_runs_refusals_and_a_census_without_holes():
 
     trace = chain_log().trace("chain")
     census = chain_census([(45, 45)])
-    with pytest.raises(ValueError, match=re.escape("the census's policy 'lru' is not rebuilt by its policy_params "
-                                                   "('dtr')")):
+    with pytest.raises(ValueError, match="^" + re.escape("the census's policy 'lru' is not rebuilt by its "
+                                                         "policy_params ('dtr')") + "$"):
         unlimited_runs(trace, replace(census, policy="lru"), execution=QUICK)
     with pytest.raises(ValueError, match="policy 'monotone' reads the overhead limit"):
         unlimited_runs(trace, replace(census, samples=census.samples.assign(policy_name="monotone")),
@@ -662,6 +663,25 @@ def test_census_anatomy_on_a_tiny_census(tmp_path, monkeypatch):
     for refine in (True, False):
         none = census_anatomy(run_census(chain, ratios="0.9:1.0", delta=1, refine=refine, execution=QUICK), chain)
         assert none.empty and list(none.columns)[-len(ANATOMY_COLUMNS):] == ANATOMY_COLUMNS
-    with pytest.raises(ValueError, match=re.escape("the anatomy needs a refined census (run_census(..., "
-                                                   "refine=True))")):
+    with pytest.raises(ValueError, match="^" + re.escape("the anatomy needs a refined census (run_census(..., "
+                                                         "refine=True))") + "$"):
         census_anatomy(run_census(traces, ratios="0.9:1.0", delta=1, refine=False, execution=QUICK), traces)
+
+
+def test_outcome_at_refusals_word_for_word():
+    """A run result has no ``policy_name``: its label names the policy, parameters and all (a monotone run is
+    refused); each refusal's message in full."""
+    run = simulate(oom_trace(), "dtr", budget_bytes=98, semantics=Semantics(overhead_limit=1.2))
+    assert run.status == "thrash"
+    with pytest.raises(ValueError, match="^policy 'monotone' reads the overhead limit"):
+        outcome_at(replace(run, policy="monotone(calibration=(0.5, 0.75))"), 1.1)
+    with pytest.raises(ValueError, match="^" + re.escape(
+            "a run that thrashed at overhead limit 1.2 cannot tell the outcome at 2.0 (a larger allowance); simulate "
+            "with overhead_limit=math.inf") + "$"):
+        outcome_at(run, 2.0)
+    allocated_oom = {"status": "oom", "remat_compute": 3, "baseline_compute": 59, "overhead_limit": math.inf,
+                     "policy": "dtr", "enforce": "allocated"}
+    with pytest.raises(ValueError, match="^" + re.escape(
+            "under enforce='allocated' an OOM can follow an operator's recompute before its thrash check, so the "
+            "recompute an OOM run records may never have been checked; simulate at each limit") + "$"):
+        outcome_at(allocated_oom, 2.0)
