@@ -144,3 +144,47 @@ def unet_trace(load_shared_log):
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in _require(path).read_text().splitlines() if line.strip()]
+
+
+
+def _mutmut_durations() -> dict | None:
+    """Under scripts/mutate.py (``DTRLAB_MUTATE``): each test's duration in mutmut's stats run
+    (``mutmut-stats.json`` in its working directory); None otherwise."""
+    stats = Path("mutmut-stats.json")
+    if os.environ.get("DTRLAB_MUTATE") and stats.exists():
+        return json.loads(stats.read_text())["duration_by_test"]
+    return None
+
+
+def pytest_collection_modifyitems(items):
+    """Under scripts/mutate.py, the quickest tests first: mutmut runs a mutant's tests with ``-x``, so a mutant
+    that a quick test kills stops there instead of waiting for the slow ones first."""
+    durations = _mutmut_durations()
+    if durations is not None:
+        items.sort(key=lambda item: durations.get(item.nodeid, float("inf")))
+
+
+class MutantTooSlow(Exception):
+    """A test ran far longer under a mutant than in mutmut's stats run (a loop that never ends)."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """Under scripts/mutate.py, fails a test that runs 20 times its stats-run duration plus 10 s: mutmut's own
+    limit is 6 times the CPU time of *all* the mutant's tests, minutes for a loop a quick test entered."""
+    durations = _mutmut_durations()
+    if durations is None or item.nodeid not in durations:
+        yield
+        return
+    import signal
+
+    def too_slow(signum, frame):
+        raise MutantTooSlow(f"{item.nodeid} ran past 20 x its {durations[item.nodeid]:.2f} s + 10 s")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.setitimer(signal.ITIMER_REAL, 20 * durations[item.nodeid] + 10)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -22,7 +22,7 @@ from dtrlab import simulate
 from dtrlab.analysis.anatomy import (ANATOMY_COLUMNS, CLIFF_MARGIN, LIMIT_READERS, NEAR_MISS_MARGIN, RUN_COLUMNS,
                                      UNLIMITED_COLUMNS, census_anatomy, check_limit_blind, failing_budgets,
                                      hole_anatomy, needed_limit, outcome_at, outcomes_at, unlimited_runs)
-from dtrlab.analysis.holes import HOLE_COLUMNS, census_table, find_holes, run_census
+from dtrlab.analysis.holes import HOLE_COLUMNS, HoleCensus, census_table, find_holes, run_census
 from dtrlab.analysis.limit_census import KINDS, _memory_label, limit_census, read_anatomy_table
 from dtrlab.integrity import IntegrityError, read_json, write_manifest
 from dtrlab.policies import available_policies, get_policy, policy_class
@@ -55,7 +55,7 @@ def test_limit_readers_are_the_policies_whose_code_mentions_the_limit():
 
 
 def test_needed_limit_is_the_smallest_float_admitting_the_recompute():
-    for base in (1, 3, 7, 29, 59, 10**9 + 7, 3 * 10**12 + 1):
+    for base in (1, 3, 6, 7, 29, 59, 10**9 + 7, 3 * 10**12 + 1):  # 6: 1 + 5/6 rounds above the smallest
         for remat in (1, 2, 3, 16, 17, base - 1, base, base + 1, 3 * base + 2):
             if remat <= 0:
                 continue
@@ -613,6 +613,52 @@ def test_unlimited_runs_refusals_and_a_census_without_holes():
     one_sample = chain_census([], budgets=[45])
     runs = unlimited_runs(trace, one_sample, execution=QUICK)
     assert runs.empty and list(runs.columns) == UNLIMITED_COLUMNS
+
+
+def test_hole_anatomy_refusals_word_for_word_and_a_census_without_holes():
+    """A census of a policy that reads the limit is refused by the samples' policy_name or, without that column
+    (frames saved before it), by the census's label; runs at a limit, or missing at failing budgets (the
+    first five named), are refused in full; a census without holes needs no runs."""
+    census = chain_census([(45, 45)])
+    monotone = replace(census, policy="monotone(calibration=(0.5, 0.75))",
+                       samples=census.samples.assign(policy_name="monotone"))
+    no_runs = pd.DataFrame(columns=UNLIMITED_COLUMNS)
+    for refused in (monotone, replace(monotone, samples=monotone.samples.drop(columns="policy_name"))):
+        with pytest.raises(ValueError, match="^policy 'monotone' reads the overhead limit"):
+            hole_anatomy(refused, no_runs)
+    at_50 = pd.DataFrame([[50, "pass", 0, 11, 1.1, 10, math.inf]], columns=UNLIMITED_COLUMNS)
+    with pytest.raises(ValueError, match="^" + re.escape("hole_anatomy needs runs without a limit "
+                                                         "(overhead_limit=math.inf); see unlimited_runs") + "$"):
+        hole_anatomy(census, at_50.assign(overhead_limit=2.0))
+    wide = chain_census([(41, 47)], budgets=range(40, 51))
+    with pytest.raises(ValueError, match="^" + re.escape("no run without a limit at the failing budgets "
+                                                         "[41, 42, 43, 44, 45] (of 7); simulate them with "
+                                                         "unlimited_runs(trace, census)") + "$"):
+        hole_anatomy(wide, at_50)
+    one_sample = chain_census([], budgets=[45])
+    for unlimited in (no_runs, at_50):
+        table = hole_anatomy(one_sample, unlimited)
+        assert table.empty and list(table.columns) == ["fail_low_bytes", "fail_high_bytes", *ANATOMY_COLUMNS]
+
+
+def test_hole_anatomy_margins_at_their_boundaries():
+    """A hand-made census (baseline compute 10, limit 2.0: allowance 10) with three one-sample holes whose passing
+    neighbours recompute 10: needing 11 = 1.1 x 10 is a near miss, 15 = 1.5 x 10 a cliff, 14 between them a
+    ``limit`` hole (both margins multiply exactly in floats). A budget run twice counts once, the first run."""
+    budgets = list(range(10, 17))
+    samples = pd.DataFrame({"budget_bytes": budgets, "status": ["pass", "thrash"] * 3 + ["pass"],
+                            "remat_compute": [4, 10, 10, 10, 10, 10, 10], "baseline_compute": 10,
+                            "overhead_limit": 2.0, "policy_name": "dtr"})
+    holes = pd.DataFrame([(low - 1, low, low, low + 1) for low in (11, 13, 15)],
+                         columns=["pass_below_bytes", "fail_low_bytes", "fail_high_bytes", "pass_above_bytes"])
+    census = HoleCensus(trace="hand", policy="dtr", samples=samples, holes=holes, failures=3, non_monotone_failures=3,
+                        threshold_bytes=None, threshold_ratio=None)
+    unlimited = pd.DataFrame({"budget_bytes": [11, 13, 15, 13], "status": "pass", "remat_compute": [11, 15, 14, 99],
+                              "overhead_limit": math.inf})
+    table = hole_anatomy(census, unlimited)
+    assert table["anatomy"].tolist() == ["near-miss", "cliff", "limit"]
+    assert table["needed_remat"].tolist() == [11, 15, 14] and table["neighbour_remat"].tolist() == [10, 10, 10]
+    assert table["closes_at"].tolist() == [needed_limit(10, 11), needed_limit(10, 15), needed_limit(10, 14)]
 
 
 def test_outcomes_at_by_hand_on_the_chain():
