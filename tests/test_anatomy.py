@@ -317,7 +317,9 @@ def test_outcomes_at_equals_direct_sweeps():
 
 def test_refusals():
     trace = oom_trace()
-    with pytest.raises(ValueError, match="reads the overhead limit"):
+    with pytest.raises(ValueError, match="^" + re.escape(
+            "policy 'monotone' reads the overhead limit to decide, so a run at one limit says nothing about another; "
+            "simulate it at each limit (sweep(..., overhead_limit=L))") + "$"):
         check_limit_blind("monotone")
     monotone = {"status": "pass", "remat_compute": 0, "baseline_compute": 59, "overhead_limit": math.inf,
                 "policy": "monotone", "policy_name": "monotone"}
@@ -642,23 +644,27 @@ def test_hole_anatomy_refusals_word_for_word_and_a_census_without_holes():
 
 
 def test_hole_anatomy_margins_at_their_boundaries():
-    """A hand-made census (baseline compute 10, limit 2.0: allowance 10) with three one-sample holes whose passing
-    neighbours recompute 10: needing 11 = 1.1 x 10 is a near miss, 15 = 1.5 x 10 a cliff, 14 between them a
-    ``limit`` hole (both margins multiply exactly in floats). A budget run twice counts once, the first run."""
-    budgets = list(range(10, 17))
-    samples = pd.DataFrame({"budget_bytes": budgets, "status": ["pass", "thrash"] * 3 + ["pass"],
-                            "remat_compute": [4, 10, 10, 10, 10, 10, 10], "baseline_compute": 10,
-                            "overhead_limit": 2.0, "policy_name": "dtr"})
-    holes = pd.DataFrame([(low - 1, low, low, low + 1) for low in (11, 13, 15)],
+    """A hand-made census (baseline compute 10, limit 2.0: allowance 10) with four one-sample holes whose passing
+    neighbours recompute 10 (4 below the first): needing 11 = 1.1 x 10 is a near miss, 15 = 1.5 x 10 a cliff, 14
+    between them a ``limit`` hole (both margins multiply exactly in floats), and one out of memory an ``oom`` hole
+    that needs and closes at an infinite limit. A budget run twice counts once, the first run."""
+    budgets = list(range(10, 19))
+    samples = pd.DataFrame({"budget_bytes": budgets, "status": ["pass", "thrash"] * 4 + ["pass"],
+                            "remat_compute": [4] + [10] * 8, "baseline_compute": 10, "overhead_limit": 2.0,
+                            "policy_name": "dtr"})
+    holes = pd.DataFrame([(low - 1, low, low, low + 1) for low in (11, 13, 15, 17)],
                          columns=["pass_below_bytes", "fail_low_bytes", "fail_high_bytes", "pass_above_bytes"])
-    census = HoleCensus(trace="hand", policy="dtr", samples=samples, holes=holes, failures=3, non_monotone_failures=3,
+    census = HoleCensus(trace="hand", policy="dtr", samples=samples, holes=holes, failures=4, non_monotone_failures=4,
                         threshold_bytes=None, threshold_ratio=None)
-    unlimited = pd.DataFrame({"budget_bytes": [11, 13, 15, 13], "status": "pass", "remat_compute": [11, 15, 14, 99],
-                              "overhead_limit": math.inf})
+    unlimited = pd.DataFrame({"budget_bytes": [11, 13, 15, 17, 13], "status": ["pass"] * 3 + ["oom", "pass"],
+                              "remat_compute": [11, 15, 14, 3, 99], "overhead_limit": math.inf})
     table = hole_anatomy(census, unlimited)
-    assert table["anatomy"].tolist() == ["near-miss", "cliff", "limit"]
-    assert table["needed_remat"].tolist() == [11, 15, 14] and table["neighbour_remat"].tolist() == [10, 10, 10]
-    assert table["closes_at"].tolist() == [needed_limit(10, 11), needed_limit(10, 15), needed_limit(10, 14)]
+    assert table["anatomy"].tolist() == ["near-miss", "cliff", "limit", "oom"]
+    assert table["needed_remat"].tolist()[:3] == [11, 15, 14] and pd.isna(table["needed_remat"].iloc[3])
+    assert table["neighbour_remat"].tolist() == [10] * 4
+    assert table["neighbour_limit"].tolist() == [2.0] * 4  # 1 + 10/10: floor(10 x 1.0) = 10
+    needed = [needed_limit(10, 11), needed_limit(10, 15), needed_limit(10, 14), math.inf]
+    assert table["needed_limit"].tolist() == needed and table["closes_at"].tolist() == needed
 
 
 def test_outcomes_at_by_hand_on_the_chain():
