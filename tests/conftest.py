@@ -146,7 +146,6 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in _require(path).read_text().splitlines() if line.strip()]
 
 
-
 def _mutmut_durations() -> dict | None:
     """Under scripts/mutate.py (``DTRLAB_MUTATE``): each test's duration in mutmut's stats run
     (``mutmut-stats.json`` in its working directory); None otherwise."""
