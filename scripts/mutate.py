@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRATCH = ROOT / "build" / "mutate"
 #: Each module and the test files that cover it (their quick tests run against its mutants).
 MODULES = {
-    "dtrlab/analysis/check.py": ["tests/test_check.py"],
+    "dtrlab/analysis/check.py": ["tests/test_check.py", "tests/test_check_knob.py"],
     "dtrlab/analysis/knob_census.py": ["tests/test_knob_census.py"],
     "dtrlab/analysis/holes.py": ["tests/test_holes.py", "tests/test_census_guarantee.py"],
     "dtrlab/analysis/anatomy.py": ["tests/test_anatomy.py"],

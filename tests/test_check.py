@@ -17,7 +17,8 @@ import pytest
 
 from conftest import RESNET_LOG
 from dtrlab import baseline, simulate
-from dtrlab.analysis.check import CheckPlan, check, describe_position, parse_budget, parse_device
+from dtrlab.analysis.check import (CheckPlan, CheckReport, PolicyCheck, check, check_semantics, describe_position,
+                                   memory_name, parse_budget, parse_device)
 from dtrlab.analysis.limit_census import read_anatomy_table
 from dtrlab.cli import main
 from dtrlab.runtime import ALLOCATED, budget_for
@@ -384,3 +385,335 @@ def test_readme_example_is_true(logs_dir, tmp_path, capsys):
     printed = capsys.readouterr().out.splitlines()[:5]
     shown = readme.split("prints five lines:\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
     assert printed == shown
+
+
+# --- the check's own logic on hand-built inputs (quick: each kills mutants for a fraction of a second) ----------
+
+def chain_trace():
+    """tests/chains.py's chain: a 50-byte peak; DTR fails below 40 bytes (b2's own footprint) and passes from it."""
+    from chains import chain_log
+
+    return chain_log().trace("chain")
+
+
+CHAIN_PLAN = CheckPlan(window=0.2, delta=0.02, policies=("dtr",), monotone=False)
+#: The chain's caching answer: 10-byte tensors become 512-byte blocks, so under `allocated` on a 1 MiB device
+#: nothing passes at tens of bytes.
+ON_1MIB = REFERENCE.with_(memory="caching", enforce=ALLOCATED, device_capacity=1 << 20)
+
+
+def test_check_on_the_chain_where_the_budget_is_safe():
+    """At 0.9 of the chain's 50-byte peak (45 bytes): the window 0.7-1.1 is sampled every 0.02 of the peak (a byte
+    or two: simrd's int(peak x ratio)) and the edge at 40 bisected, so the census holds 35..55; the margin is
+    ceil(0.02 x 50) + 1 = 2 bytes. DTR and MSPS fail below 40 and pass from it (runs of the simulator), so 45 is safe
+    for both; under the caching allocator everything fails."""
+    trace = chain_trace()
+    flat = {b: simulate(trace, "dtr", budget_bytes=b) for b in range(35, 56)}
+    assert [b for b, r in flat.items() if not r.passed] == list(range(35, 40))
+    assert all(simulate(trace, "msps", budget_bytes=b).passed == flat[b].passed for b in flat)
+    assert not any(simulate(trace, "dtr", budget_bytes=b, semantics=ON_1MIB).passed for b in flat)
+    report = check(trace, "0.9", "1MiB", plan=CheckPlan(window=0.2, delta=0.02, policies=("dtr", "msps"),
+                                                         monotone=False), execution=QUIET)
+    assert (report.trace, report.peak_bytes, report.budget_bytes, report.ratio, report.window, report.delta_bytes) == \
+        ("chain", 50, 45, 0.9, (0.7, 1.1), 2)
+    assert (report.device, report.device_bytes, report.monotone, report.knob, report.ac) == \
+        ("1MiB", 1 << 20, None, None, None)
+    caching_label = "caching/allocated(1MiB)"
+    assert [(c.policy, c.memory) for c in report.checks] == \
+        [("dtr", "flat"), ("dtr", caching_label), ("msps", "flat"), ("msps", caching_label)]
+    for item in report.checks[0], report.checks[2]:
+        assert (item.status, item.overhead, item.position, item.hole, item.holes, item.threshold_ratio) == \
+            ("pass", flat[45].overhead, "safe", None, [], 0.8)
+        assert (item.safe_below, item.safe_above, item.safe_below_overhead, item.safe_above_overhead) == \
+            (45, 45, flat[45].overhead, flat[45].overhead)
+        assert {35, 39, 40, 43, 44, 45, 46, 47, 55} <= set(item.samples["budget_bytes"]) <= set(range(35, 56))
+    for item in report.checks[1], report.checks[3]:
+        assert (item.status, item.overhead, item.position, item.hole, item.threshold_ratio) == \
+            (simulate(trace, item.policy, budget_bytes=45, semantics=ON_1MIB).status, None, "fails-in-window", None,
+             None)
+        assert (item.safe_below, item.safe_above, item.safe_below_overhead, item.safe_above_overhead) == (None,) * 4
+    assert report.summary() == [
+        "chain: budget 0.0 MiB = 0.9000 of the 0.0 MiB peak, device 1MiB (1.0 MiB)",
+        "dtr @ flat: passes (overhead 1.700)",
+        f"dtr @ {caching_label}: oom, and nothing passes above it in the window",
+        "nearest safe budgets (dtr, flat / caching): below 0.0 MiB (0.9000) / none in the window, above 0.0 MiB "
+        "(0.9000) / none in the window",
+        "other policies safe here: msps @ flat (overhead 1.700)"]
+    record = json.loads(json.dumps(report.to_dict(), allow_nan=False))  # strict JSON
+    assert record["window"] == [0.7, 1.1] and record["delta_bytes"] == 2 and "knob_census" not in record
+    assert record["checks"][0] == {
+        "policy": "dtr", "memory": "flat", "status": "pass", "overhead": flat[45].overhead, "position": "safe",
+        "hole": None, "holes": [], "threshold_ratio": 0.8, "safe_below": 45, "safe_above": 45,
+        "safe_below_overhead": flat[45].overhead, "safe_above_overhead": flat[45].overhead}
+
+
+def test_check_on_the_chain_next_to_a_failure_with_monotone():
+    """At 40 bytes (0.8; window 0.6-1.0, budgets from 30 to 50): DTR passes, but the failure at 39 lies within the
+    2-byte margin of 40 and 41, so 42 is the nearest safe budget. monotone(dtr) passes at 40 and, calibrated every
+    0.01 of the peak, first at 0.8 (DTR's 40 bytes)."""
+    trace = chain_trace()
+    report = check(trace, 40, "1MiB", plan=CheckPlan(window=0.2, delta=0.02, policies=("dtr",)), execution=QUIET)
+    dtr = simulate(trace, "dtr", budget_bytes=40)
+    flat, caching = report.checks
+    assert report.window == (0.6, 1.0) and {30, 39, 40, 41, 42, 50} <= set(flat.samples["budget_bytes"]) <= \
+        set(range(30, 51))
+    assert (flat.status, flat.overhead, flat.position, flat.safe_below, flat.safe_above) == \
+        ("pass", dtr.overhead, "pass-near-failure", None, 42)
+    assert (flat.safe_below_overhead, flat.safe_above_overhead) == \
+        (None, simulate(trace, "dtr", budget_bytes=42).overhead)
+    monotone = simulate(trace, "monotone", budget_bytes=40)
+    assert report.monotone == {"policy": "monotone", "memory": "flat", "status": "pass",
+                               "overhead": monotone.overhead, "threshold_ratio": 0.8}
+    assert report.summary()[1:] == [
+        f"dtr @ flat: passes (overhead {dtr.overhead:.3f}), but within one census step of a failure",
+        "dtr @ caching/allocated(1MiB): oom, and nothing passes above it in the window",
+        "nearest safe budgets (dtr, flat / caching): below none in the window / none in the window, above 0.0 MiB "
+        "(0.8400) / none in the window",
+        f"monotone(dtr) pass at overhead {monotone.overhead:.3f}, passes from 0.800 of the peak; other policies "
+        "safe here: none checked"]
+
+
+def test_check_on_the_chain_under_an_overhead_limit():
+    """The flat semantics' overhead limit (1.5) applies to the census, the caching check and monotone(dtr): DTR's
+    recompute below the peak (overhead 1.7 from 40 to 49 bytes) thrashes, so at 45 it lies below the feasibility
+    threshold of 50 bytes (1.0 of the peak), and 52 is the nearest safe budget (49 fails)."""
+    trace = chain_trace()
+    limited = REFERENCE.with_(overhead_limit=1.5)
+    runs = {b: simulate(trace, "dtr", budget_bytes=b, semantics=limited) for b in range(35, 56)}
+    assert [b for b, r in runs.items() if r.passed] == list(range(50, 56))
+    report = check(trace, 45, "1MiB", plan=CheckPlan(window=0.2, delta=0.02, policies=("dtr",)), semantics=limited,
+                   execution=QUIET)
+    flat, caching = report.checks
+    assert (flat.status, flat.overhead, flat.position, flat.threshold_ratio, flat.safe_below, flat.safe_above) == \
+        (runs[45].status, None, "below-threshold", 1.0, None, 52)
+    assert flat.safe_above_overhead == runs[52].overhead and flat.status == "thrash"
+    assert caching.status == simulate(trace, "dtr", budget_bytes=45,
+                                      semantics=ON_1MIB.with_(overhead_limit=1.5)).status
+    monotone = simulate(trace, "monotone", budget_bytes=45, semantics=limited)
+    assert not monotone.passed
+    assert report.monotone == {"policy": "monotone", "memory": "flat", "status": monotone.status,
+                               "overhead": None, "threshold_ratio": 1.0}
+    assert report.summary()[1] == f"dtr @ flat: {flat.status}, below the feasibility threshold (1.0000 of the peak)"
+    assert report.summary()[4] == (f"monotone(dtr) {monotone.status}, passes from 1.000 of the peak; other policies "
+                                   "safe here: none checked")
+
+
+def test_check_window_starts_at_one_census_step():
+    """At 0.1 of the peak a window of 0.2 would start below zero; it starts at delta (0.02) instead. Nothing passes
+    there. The checkpointing plans are listed least recompute first (then the smaller peak, then the name), each
+    with whether its flat peak fits the 5-byte budget."""
+    plans = pd.DataFrame({"plan": ["b", "a", "c", "d"], "recompute_flops": [10, 10, 0, 5],
+                          "flat_peak": [5, 5, 9, 6], "overhead": [1.5, 1.5, 1.0, 1.25]})
+    report = check(chain_trace(), 5, "1MiB", plan=CHAIN_PLAN, execution=QUIET, ac=plans)
+    assert report.window == (0.02, 0.3)
+    assert [(c.position, c.threshold_ratio) for c in report.checks] == [("fails-in-window", None)] * 2
+    assert [(p["plan"], p["fits"]) for p in report.ac] == [("c", False), ("d", False), ("a", True), ("b", True)]
+    assert report.summary()[-1] == \
+        "activation checkpointing (flat peak): fits with a (overhead 1.500), b (overhead 1.500)"
+    assert check(chain_trace(), 6, "1MiB", plan=CHAIN_PLAN, execution=QUIET, ac=plans).summary()[-1] == \
+        "activation checkpointing (flat peak): fits with d (overhead 1.250), a (overhead 1.500), b (overhead 1.500)"
+
+
+def policy_check(policy="dtr", memory="flat", position="safe", status="pass", overhead=1.25, **fields) -> PolicyCheck:
+    """A hand-built PolicyCheck (no census behind it): only what the summary reads."""
+    defaults = dict(hole=None, holes=[], threshold_ratio=None, safe_below=None, safe_above=None,
+                    safe_below_overhead=None, safe_above_overhead=None, samples=pd.DataFrame())
+    return PolicyCheck(policy=policy, memory=memory, status=status, overhead=overhead, position=position,
+                       **{**defaults, **fields})
+
+
+def hand_built_report(checks, **fields) -> CheckReport:
+    """A report at 1 GiB of a 2 GiB peak on a 1 GiB device, the census step 1.5 MiB."""
+    defaults = dict(trace="t", peak_bytes=2 << 30, device="1GiB", device_bytes=1 << 30, budget_bytes=1 << 30,
+                    ratio=0.5, window=(0.45, 0.55), delta_bytes=3 << 19, monotone=None)
+    return CheckReport(checks=checks, **{**defaults, **fields})
+
+
+def test_summary_of_a_hand_built_safe_report():
+    """Every line of the summary, written out by hand: a budget equal to the device (no warning), safe under both
+    semantics, two other policies safe (one of them only under flat memory), monotone(dtr) with no threshold, the
+    knob with its cpu-lowering warning (and not its other warnings) and checkpointing plans none of which fits (the
+    smallest peak named)."""
+    caching = "caching/allocated(1GiB)"
+    knob = {"budget": 1 << 30, "accounting": "allocated_peak", "largest_fitting_knob": 0.5,
+            "smallest_fitting_knob": 0.1, "lowering_is_safe": True, "holes": ()}
+    report = hand_built_report(
+        [policy_check(), policy_check(memory=caching), policy_check("msps", overhead=1.0625),
+         policy_check("msps", caching, "pass-near-failure"), policy_check("dtr_eq_class", overhead=1.5)],
+        monotone={"status": "pass", "overhead": 1.5, "threshold_ratio": None}, knob=knob,
+        knob_warnings=[{"kind": "cpu-lowering", "message": "lowered for the CPU"},
+                       {"kind": "cliff", "message": "a cliff"}],
+        ac=[{"plan": "x", "fits": False, "flat_peak": 3 << 30, "overhead": 1.1},
+            {"plan": "y", "fits": False, "flat_peak": (2 << 30) - (1 << 20), "overhead": 1.2}])
+    assert report.summary() == [
+        "t: budget 1.00 GiB = 0.5000 of the 2.00 GiB peak, device 1GiB (1.00 GiB)",
+        "dtr @ flat: passes (overhead 1.250)",
+        "dtr @ caching/allocated(1GiB): passes (overhead 1.250)",
+        "1,073,741,824 bytes is safe for dtr (no failure within one census step, 1.5 MiB)",
+        "monotone(dtr) pass at overhead 1.500; other policies safe here: msps @ flat (overhead 1.062), dtr_eq_class @ "
+        "flat (overhead 1.500)",
+        "torch.compile activation_memory_budget (allocated_peak): largest knob that fits 0.5; every smaller knob "
+        "fits too",
+        "lowered for the CPU",
+        "activation checkpointing (flat peak): no plan fits; the smallest peak is y's, 2.00 GiB"]
+
+
+def test_summary_of_a_hand_built_report_in_a_hole():
+    """The nearest safe budgets when the first policy's budget is in a hole under flat memory and no caching check
+    exists; the device smaller than the budget is said; other policies checked, none safe; monotone(dtr) failing
+    with a threshold."""
+    hole = {"anatomy": "cliff", "closes_at": 2.304, "fail_low_ratio": 0.49, "fail_high_ratio": 0.5125,
+            "width_bytes": 3 << 20}
+    report = hand_built_report(
+        [policy_check(position="hole", status="thrash", overhead=None, hole=hole, safe_below=(1 << 30) - (1 << 21),
+                      safe_above=3 << 29),
+         policy_check("msps", position="below-threshold", status="oom", overhead=None, threshold_ratio=0.75)],
+        device="V100-16GB", device_bytes=(1 << 30) - 1,
+        monotone={"status": "thrash", "overhead": None, "threshold_ratio": 0.625})
+    assert report.summary() == [
+        "t: budget 1.00 GiB = 0.5000 of the 2.00 GiB peak, device V100-16GB (1024.0 MiB, smaller than the budget)",
+        "dtr @ flat: thrash, inside a cliff hole, ratios 0.4900-0.5125 (3.0 MiB wide; closes at overhead limit 2.30)",
+        "nearest safe budgets (dtr, flat / caching): below 1022.0 MiB (0.4990) / none in the window, above 1.50 GiB "
+        "(0.7500) / none in the window",
+        "monotone(dtr) thrash, passes from 0.625 of the peak; other policies safe here: none"]
+    # A caching check that is safe while flat memory is not still gives the nearest safe budgets, both columns.
+    both = hand_built_report([report.checks[0], policy_check(memory="caching/allocated(1GiB)", safe_below=1 << 30,
+                                                             safe_above=1 << 30)])
+    assert both.summary()[3] == ("nearest safe budgets (dtr, flat / caching): below 1022.0 MiB (0.4990) / 1.00 GiB "
+                                 "(0.5000), above 1.50 GiB (0.7500) / 1.00 GiB (0.5000)")
+    assert both.summary()[4] == "other policies safe here: none checked"
+    # Without a caching check, flat memory alone says whether the budget is safe.
+    assert hand_built_report([policy_check()]).summary()[2] == \
+        "1,073,741,824 bytes is safe for dtr (no failure within one census step, 1.5 MiB)"
+
+
+def test_describe_position_of_each_hole_kind():
+    hole = {"fail_low_ratio": 0.16891, "fail_high_ratio": 0.17334, "width_bytes": 5 << 19}
+    oom = policy_check(position="hole", status="oom", overhead=None, hole={**hole, "anatomy": "oom", "closes_at": None})
+    assert describe_position(oom) == "oom, inside a oom hole, ratios 0.1689-0.1733 (2.5 MiB wide; fails at any " \
+        "overhead limit)"
+    # closes_at is the overhead limit from which the hole's budgets pass: an oom hole has none
+    cliff = policy_check(position="hole", status="thrash", overhead=None,
+                         hole={**hole, "anatomy": "cliff", "closes_at": 2.0})
+    assert describe_position(cliff).endswith("(2.5 MiB wide; closes at overhead limit 2.00)")
+    assert describe_position(policy_check(position="pass-near-failure", overhead=1.0)) == \
+        "passes (overhead 1.000), but within one census step of a failure"
+
+
+@pytest.mark.parametrize("spec, expected", [
+    (45, 45), (1, 1), ("45", 45), ("0.9", 45), (".9", 45), ("90%", 45), (" 90 % ", 45), ("1.5", 75), ("150%", 75),
+    ("45B", 45), ("2KiB", 2048)])
+def test_parse_budget_on_the_chain(spec, expected):
+    """Bytes, ratios of the chain's 50-byte peak (int(50 x ratio)) and sizes."""
+    assert parse_budget(spec, chain_trace()) == expected
+
+
+@pytest.mark.parametrize("spec, message", [
+    (0, "budget must be positive bytes, got 0"), ("0", "budget must be positive bytes, got 0"),
+    (-3, "budget must be positive bytes, got -3"),
+    (True, "budget 'True': give bytes (4294967296), a size (40GiB, 512MB) or a ratio of the unbounded peak "
+           "(0.17 or 17%)"),
+    ("unlimited", "budget 'unlimited': give bytes"), ("1.25x", "budget '1.25x': give bytes"),
+    ("lots", "budget 'lots': give bytes")])
+def test_parse_budget_refusals_word_for_word(spec, message):
+    with pytest.raises(ValueError) as error:
+        parse_budget(spec, chain_trace())
+    assert str(error.value).startswith(message)
+
+
+def test_parse_device_forms_and_refusals():
+    assert parse_device("1MiB") == ("1MiB", 1 << 20)
+    assert parse_device(4096) == ("4096", 4096)
+    for spec in ("unlimited", "1.25x"):
+        with pytest.raises(ValueError) as error:
+            parse_device(spec)
+        assert str(error.value) == (f"device {spec!r}: give the device's memory (a preset such as A100-80GB, bytes or "
+                                    "a size such as 80GiB), not a multiple of the budget or unlimited")
+    with pytest.raises(ValueError) as error:
+        parse_device("A100-81GB")
+    message = str(error.value)
+    assert message.startswith("device 'A100-81GB': unknown device capacity 'A100-81GB'")
+    assert message.endswith(" (presets: V100-16GB, V100-32GB, A100-40GB, A100-80GB, H100-80GB, H200-141GB, "
+                            "RTX3090-24GB, RTX4090-24GB)")
+
+
+@pytest.mark.parametrize("window, delta", [(1.0, 0.5), (0.3, 0.3), (0.05, 0.002)])
+def test_check_plan_accepts_its_edges(window, delta):
+    assert (CheckPlan(window=window, delta=delta).window, CheckPlan(window=window, delta=delta).delta) == \
+        (window, delta)
+
+
+@pytest.mark.parametrize("fields", [dict(window=0), dict(window=1.01), dict(window=-0.1), dict(delta=0),
+                                    dict(window=1.0, delta=1.0), dict(window=0.3, delta=0.31), dict(delta=-0.002)])
+def test_check_plan_refuses_in_words(fields):
+    plan = {"window": 0.05, "delta": 0.002, **fields}
+    with pytest.raises(ValueError) as error:
+        CheckPlan(**fields)
+    assert str(error.value) == ("check: the window must be in (0, 1] and delta in (0, window] (fractions of the peak), "
+                                f"got window={plan['window']}, delta={plan['delta']}")
+    with pytest.raises(ValueError) as error:
+        CheckPlan(policies=())
+    assert str(error.value) == "check: give at least one policy to census"
+
+
+def test_the_two_semantics_and_their_names():
+    """flat, then the caching allocator under `allocated` on the device, each with the flat one's overhead limit."""
+    limited = REFERENCE.with_(overhead_limit=1.5)
+    assert check_semantics(7, limited) == [limited, REFERENCE.with_(memory="caching", enforce=ALLOCATED,
+                                                                     device_capacity=7, overhead_limit=1.5)]
+    assert check_semantics(7) == [REFERENCE, ON_1MIB.with_(device_capacity=7)]
+    assert memory_name(REFERENCE, "X") == "flat"
+    assert memory_name(ON_1MIB, "X") == "caching/allocated(X)"
+    assert memory_name(ON_1MIB.with_(enforce="reserved"), "X") == "caching"
+
+
+def test_safe_budgets_keep_one_census_step_from_every_failure():
+    """Passing samples with no failure within the margin (2 bytes), both ends of it included: 11 and 15 lie exactly
+    2 bytes from the failure at 13 (a thrash is a failure too), so only 10, 16 and 20 are safe; 3 bytes leave 20."""
+    from dtrlab.analysis.check import _safe_budgets
+
+    samples = pd.DataFrame({"budget_bytes": [10, 11, 13, 15, 16, 20],
+                            "status": ["pass", "pass", "thrash", "pass", "pass", "pass"]})
+    assert _safe_budgets(samples, 2) == [10, 16, 20]
+    assert _safe_budgets(samples, 3) == [20]
+
+
+def test_the_census_is_the_grid_the_budget_and_the_bisection():
+    """Every 0.1 of the chain's peak from 0.7 to 1.1 (35, 40, ..., 55 bytes; the margin ceil(0.1 x 50) + 1 = 6) under
+    the overhead limit 1.65, where DTR's recompute of 6 at 40 and 45 bytes is a near miss (at least 90% of the
+    allowance 6.5), which a census without a census step would probe around; the check's census does not. The edge
+    between 35 (fails) and 40 is bisected to the plan's resolution: at 3 bytes 37 alone (35-40 is 5 apart, 37-40
+    3), so 45 is 8 bytes from the nearest failure and safe; at the default (1 byte for a 50-byte peak) 38 and 39 as
+    well, 6 bytes from 45, so it only passes near a failure and 50 is the nearest safe budget."""
+    trace, limited = chain_trace(), REFERENCE.with_(overhead_limit=1.65)
+    assert simulate(trace, "dtr", budget_bytes=40, semantics=limited).remat_compute == 6
+    coarse = check(trace, 45, "1MiB", plan=CheckPlan(window=0.2, delta=0.1, policies=("dtr",), monotone=False,
+                                                      resolution=3), semantics=limited, execution=QUIET).checks[0]
+    assert sorted(coarse.samples["budget_bytes"]) == [35, 37, 40, 45, 50, 55]
+    assert (coarse.position, coarse.safe_below, coarse.safe_above) == ("safe", 45, 45)
+    fine = check(trace, 45, "1MiB", plan=CheckPlan(window=0.2, delta=0.1, policies=("dtr",), monotone=False),
+                 semantics=limited, execution=QUIET).checks[0]
+    assert sorted(fine.samples["budget_bytes"]) == [35, 37, 38, 39, 40, 45, 50, 55]
+    assert (fine.position, fine.safe_below, fine.safe_above) == ("pass-near-failure", None, 50)
+
+
+def test_check_finds_a_one_sample_cliff_and_writes_no_cache(small_resnet, tmp_path, monkeypatch):
+    """traces/resnet32-b8's shipped one-sample cliff starts at 9,460,849 bytes (results/shipped/anatomy): the budget
+    there is inside it, at its lower failing edge, and so is the census's upper failing edge. An execution without a
+    cache leaves the default cache alone, in the census, the runs at the budget, the refinement and the anatomy's runs
+    without a limit."""
+    monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "default"))
+    budget = 9_460_849
+    shipped = shipped_hole("traces-holes.csv", "resnet32-b8", budget)
+    report = check(small_resnet, budget, "A100-80GB", plan=CheckPlan(window=0.01, delta=0.005, policies=("dtr",),
+                                                                      monotone=False), execution=QUIET)
+    flat = report.checks[0]
+    assert (flat.position, flat.hole["anatomy"], flat.hole["fail_low_bytes"]) == ("hole", shipped["anatomy"], budget)
+    assert flat.holes == [flat.hole] and shipped["fail_low_bytes"] == budget
+    assert not (tmp_path / "default").exists()
+    # The hole's upper failing edge (a grid sample, 3 bytes up), checked as the budget, lies inside the same hole.
+    top = flat.hole["fail_high_bytes"]
+    assert top > budget and simulate(small_resnet, "dtr", budget_bytes=top).status == "thrash"
+    at_top = check(small_resnet, top, "A100-80GB", plan=CheckPlan(window=0.01, delta=0.005, policies=("dtr",),
+                                                                   monotone=False), execution=QUIET).checks[0]
+    assert (at_top.position, at_top.hole["fail_high_bytes"]) == ("hole", top)

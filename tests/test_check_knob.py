@@ -69,6 +69,41 @@ def test_the_table_of_choices():
     assert rows["flat_peak"]["margin"] == 1
 
 
+def test_the_choice_under_each_accounting_from_its_own_curve():
+    """One byte below 105 units, written out by hand from CENSUS: flat peaks (a byte below allocated) reach 0.99,
+    allocated ones only 0.8; reserved peaks round up to 2 MiB blocks (90 to 100 units take five, 105 six)."""
+    budget = 105 * UNIT - 1
+    common = {"smallest_fitting_knob": 0.2, "lowering_is_safe": False, "holes": [[0.4, 0.4]]}
+    assert knob_choices(CENSUS, budget) == [
+        {"accounting": "flat_peak", "answers": False, "largest_fitting_knob": 0.99, "peak": budget, "margin": 0,
+         "recompute_flops": 5000, **common, "min_peak": 90 * UNIT - 1, "knob_at_min": 0.2},
+        {"accounting": "allocated_peak", "answers": True, "largest_fitting_knob": 0.8, "peak": 100 * UNIT,
+         "margin": 5 * UNIT - 1, "recompute_flops": 6000, **common, "min_peak": 90 * UNIT, "knob_at_min": 0.2},
+        {"accounting": "reserved_peak", "answers": False, "largest_fitting_knob": 0.8, "peak": 5 * 2**21,
+         "margin": budget - 5 * 2**21, "recompute_flops": 6000, **common, "min_peak": 5 * 2**21,
+         "knob_at_min": 0.8}]
+
+
+def test_the_census_warnings_word_for_word():
+    assert warnings_at(CENSUS, 80) == {"below-reachable": (
+        "no knob value fits 8,000,000 bytes (allocated_peak): the smallest peak the knob reaches is 9,000,000 bytes, "
+        "at knob 0.2; see DTR's and monotone(dtr)'s outcome at this budget above")}
+    assert warnings_at(CENSUS, 110)["cliff"] == (
+        "the chosen knob 1.0 is torch's default, where the partitioner keeps its default min-cut; at 0.99 it may cut "
+        "differently and the peak changes by -4.5% (-500,000 bytes): the step from 1.0 to 0.99 is a change of regime")
+    assert warnings_at(CENSUS, 107)["cliff"] == (
+        "the chosen knob 0.99 sits just below the 1.0 cliff: 1.0 (torch's default) peaks at 11,000,000 bytes and does "
+        "not fit; 0.99 fits because below 1.0 the partitioner cuts differently (-4.5%)")
+
+
+@pytest.mark.parametrize("knobs", [(1.0,), (0.2, 0.5)], ids=["only-1.0", "no-1.0"])
+def test_no_cliff_without_both_sides_of_one(knobs):
+    """The cliff needs 1.0 and a knob below it: a census of 1.0 alone, or of knobs below 1.0 only, has none."""
+    samples = pd.DataFrame({"knob": knobs, **{a: [UNIT * (i + 1) for i in range(len(knobs))] for a in
+                                               ("flat_peak", "allocated_peak", "reserved_peak")}})
+    assert warnings_at(analyse(samples, KnobPlan(knobs=knobs)), len(knobs)) == {}
+
+
 @pytest.fixture(scope="module")
 def report(small_resnet):
     extra = (KnobWarning("random-ops", "native_dropout is recomputed"),)
@@ -87,7 +122,7 @@ def test_the_report_carries_the_knob_section(report, tmp_path):
 
 
 def test_knob_warnings_need_a_census(small_resnet):
-    with pytest.raises(ValueError, match="knob_warnings need a knob census"):
+    with pytest.raises(ValueError, match=r"^check: knob_warnings need a knob census \(knob=\.\.\.\)$"):
         check(small_resnet, 100 * UNIT, "A100-80GB", knob_warnings=(KnobWarning("random-ops", "x"),),
               plan=CheckPlan(window=0.01, delta=0.005, policies=("dtr",), monotone=False), execution=QUIET)
 
