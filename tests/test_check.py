@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -709,6 +710,8 @@ def test_check_finds_a_one_sample_cliff_and_writes_no_cache(small_resnet, tmp_pa
                                                                       monotone=False), execution=QUIET)
     flat = report.checks[0]
     assert (flat.position, flat.hole["anatomy"], flat.hole["fail_low_bytes"]) == ("hole", shipped["anatomy"], budget)
+    # the window: the budget's ratio (the shipped 0.4288888569) +-0.01, to six decimals
+    assert report.window == (0.418889, 0.438889) and round(shipped["fail_low_ratio"], 10) == 0.4288888569
     assert flat.holes == [flat.hole] and shipped["fail_low_bytes"] == budget
     assert not (tmp_path / "default").exists()
     # The hole's upper failing edge (a grid sample, 3 bytes up), checked as the budget, lies inside the same hole.
@@ -717,3 +720,24 @@ def test_check_finds_a_one_sample_cliff_and_writes_no_cache(small_resnet, tmp_pa
     at_top = check(small_resnet, top, "A100-80GB", plan=CheckPlan(window=0.01, delta=0.005, policies=("dtr",),
                                                                    monotone=False), execution=QUIET).checks[0]
     assert (at_top.position, at_top.hole["fail_high_bytes"]) == ("hole", top)
+
+
+def test_the_device_reaches_the_caching_check_and_the_progress_line_names_each_stage(capsys):
+    """At 5000 bytes (100 times the chain's peak) flat memory is safe; under the caching allocator the run passes on
+    an 80 GB device but not on a 1 MiB one, smaller than one 2 MiB segment of small blocks (runs of the simulator),
+    so the device given reaches the caching check. Shown progress ends with one line per check (stderr is no
+    terminal here: docs of dtrlab/progress.py), counting the censuses and monotone(dtr), naming the last stage."""
+    trace = chain_trace()
+    assert [simulate(trace, "dtr", budget_bytes=5000, semantics=ON_1MIB.with_(device_capacity=d)).status
+            for d in (1 << 20, 80 << 30)] == ["oom", "pass"]
+    shown = Execution(cache=False, progress=True)
+    report = check(trace, 5000, "1MiB", plan=CHAIN_PLAN, execution=shown)
+    assert report.window == (99.8, 100.2)
+    assert [(c.status, c.position) for c in report.checks] == [("pass", "safe"), ("oom", "fails-in-window")]
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert re.fullmatch(r"check chain: 2/2 census in \d+\.\d s \(dtr @ caching/allocated\(1MiB\)\)", last), last
+    check(trace, 45, "1MiB", plan=CheckPlan(window=0.2, delta=0.02, policies=("dtr",)), execution=shown)
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert re.fullmatch(r"check chain: 3/3 census in \d+\.\d s \(monotone\(dtr\)\)", last), last
+    check(trace, 45, "1MiB", plan=CHAIN_PLAN, execution=QUIET)
+    assert capsys.readouterr().err == ""
