@@ -31,7 +31,10 @@ SCRATCH = ROOT / "build" / "mutate"
 #: Each module and the test files that cover it (their quick tests run against its mutants).
 MODULES = {
     "dtrlab/analysis/check.py": ["tests/test_check.py", "tests/test_check_knob.py"],
-    "dtrlab/analysis/knob_census.py": ["tests/test_knob_census.py"],
+    # The same crash (below) during the tests whose census runs on fork or loky worker processes.
+    "dtrlab/analysis/knob_census.py": ["tests/test_knob_census.py", "--deselect=tests/test_knob_census.py::"
+                                       "test_worker_processes_give_the_same_census", "--deselect=tests/"
+                                       "test_knob_census.py::test_a_failing_evaluation_in_a_worker_is_raised_here"],
     "dtrlab/analysis/holes.py": ["tests/test_holes.py", "tests/test_census_guarantee.py"],
     "dtrlab/analysis/anatomy.py": ["tests/test_anatomy.py"],
     "dtrlab/trace/partition.py": ["tests/test_partition.py"],
