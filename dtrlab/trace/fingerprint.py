@@ -1,9 +1,9 @@
 """A training step's fingerprint, taken without tracing: what dynamo will see of a live model, its inputs and its loss.
 
 :func:`step_fingerprint` hashes, in milliseconds, what decides the graph torch.compile traces and can be read
-without tracing it: the torch version and the dynamo, functorch and Inductor configurations (what their own ``get_hash``
-covers); every submodule's name, class, the source file of each class in its MRO, its training flag, its
-plain attributes (numbers, strings, dtypes, a Hugging Face config's ``to_dict()``) and its hooks' code; every
+without tracing it: the torch version and the dynamo, functorch and Inductor configurations (what their own
+``get_hash`` covers); every submodule's name, class, the source file of each class in its MRO, its training flag,
+its plain attributes (numbers, strings, dtypes, a Hugging Face config's ``to_dict()``) and its hooks' code; every
 parameter's and buffer's name, shape, strides, dtype, device, ``requires_grad`` and which ones are shared; the
 inputs' tree and tensors; and the loss function's code, closure and defaults.
 
@@ -29,7 +29,7 @@ _PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device)
 
 
 def step_fingerprint(module: nn.Module, inputs, loss_fn=None) -> str:
-    """sha256 of what decides ``loss_fn(module(*inputs))``'s graph and can be read without tracing (module docstring)."""
+    """sha256 of what decides ``loss_fn(module(*inputs))``'s graph, read without tracing (the module docstring)."""
     import torch._dynamo.config as dynamo_config
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
