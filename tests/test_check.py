@@ -657,6 +657,15 @@ def test_check_plan_refuses_in_words(fields):
     assert str(error.value) == "check: give at least one policy to census"
 
 
+def test_check_refuses_monotone_among_the_censused_policies():
+    """monotone refuses the caching allocator, which check censuses every policy under: refused before any census
+    (it stopped after the flat one), in words."""
+    with pytest.raises(ValueError) as error:
+        check(chain_trace(), 45, "1MiB", plan=CheckPlan(policies=("dtr", "monotone")))
+    assert str(error.value) == ("check: monotone runs under flat memory only, and check censuses each policy under "
+                                "the caching allocator too; monotone(dtr) is checked already (--no-monotone drops it)")
+
+
 def test_the_two_semantics_and_their_names():
     """flat, then the caching allocator under `allocated` on the device, each with the flat one's overhead limit."""
     limited = REFERENCE.with_(overhead_limit=1.5)

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 import pandas as pd
 
-from ..calibrated.monotone import monotone_envelope
+from ..calibrated.monotone import Monotone, monotone_envelope
 from ..memory.device import GPU_PRESETS, device_capacity
 from ..policies import get_policy
 from ..progress import progress_bar
@@ -253,7 +253,9 @@ def check(trace: Trace, budget, device, *, plan: CheckPlan = CheckPlan(), semant
     ``ac``: the checkpointing plans of the same step (:func:`dtrlab.analysis.checkpointing.plan_table`); the
     report then lists each with whether its flat peak fits the budget."""
     for name in plan.policies:
-        get_policy(name)  # a typo is an error now, not after the first census
+        if isinstance(get_policy(name), Monotone):  # a typo is an error now, not after the first census
+            raise ValueError(f"check: {name} runs under flat memory only, and check censuses each policy under the "
+                             "caching allocator too; monotone(dtr) is checked already (--no-monotone drops it)")
     label, device_bytes = parse_device(device)
     budget = parse_budget(budget, trace)
     peak = baseline(trace).peak_memory
