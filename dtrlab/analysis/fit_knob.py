@@ -72,7 +72,7 @@ SCAN_STEP = 0.2
 #: How a cached answer was found (:attr:`KnobFit.from_cache`), as :meth:`KnobFit.describe` says it.
 CACHE_MATCHES = {"graph": "cached answer, found by the traced graph's hash",
                  "fingerprint": "cached answer, found by the model's fingerprint without tracing; checked against "
-                                "the graphs torch partitions when it compiles"}
+                                "the graphs torch compiles"}
 
 
 @dataclass(frozen=True)
