@@ -417,8 +417,7 @@ def test_a_second_process_reads_the_pick_by_fingerprint_and_checks_the_graph_ind
     import sys
 
     def run() -> dict:
-        done = subprocess.run([sys.executable, "-c", SCRIPT_RUN, str(tmp_path)], capture_output=True, text=True,
-                              timeout=1800)
+        done = subprocess.run([sys.executable, "-c", SCRIPT_RUN, str(tmp_path)], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-2000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 

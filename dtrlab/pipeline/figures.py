@@ -50,10 +50,6 @@ def notebook_paths(only: list[str] | None = None) -> list[Path]:
     return paths
 
 
-#: The longest a cell of a quick run (``--quick``, the tests' runs) may take.
-QUICK_CELL_TIMEOUT_S = 1200
-
-
 def notebook_parameters(traces_dir: Path, figures_dir: Path, cache_dir: Path, *, quick: bool, jobs: int,
                         reference: Path | None) -> dict:
     """What papermill injects into each notebook's ``parameters`` cell (absolute paths)."""
@@ -70,11 +66,8 @@ def run_notebook(path: Path, output_dir: Path, parameters: dict) -> Path:
     output_dir.mkdir(parents=True, exist_ok=True)
     output = output_dir / path.name
     # papermill's bar of cells only on a terminal (dtrlab.progress's rule); dtrlab figures prints a line per notebook
-    # A quick run's cell that waits this long is stuck, not slow (once, in a fresh clone's `make test`, papermill
-    # waited forever on an idle kernel, cause unknown): fail it in words instead of holding the suite.
-    timeout = QUICK_CELL_TIMEOUT_S if parameters.get("quick") else None
     papermill.execute_notebook(str(path), str(output), parameters=parameters, kernel_name=KERNEL,
-                               cwd=str(NOTEBOOKS), progress_bar=interactive(sys.stderr), execution_timeout=timeout)
+                               cwd=str(NOTEBOOKS), progress_bar=interactive(sys.stderr))
     return output
 
 
