@@ -90,7 +90,7 @@ def partition_lowered(joint: JointGraph, knob: float, *, solver: str | None = No
 
 def record_lowered(pairs: tuple, joint: JointGraph):
     """:func:`~dtrlab.trace.partition.partition`'s ``record_with`` for Inductor: lower each graph's forward and
-    backward (:func:`lowered_calls`), run the wrappers.
+    backward (:func:`_lowered_calls`), run the wrappers.
 
     Keyed by the graphs' content and Inductor's configuration: a partition met before (at
     another knob value) is not lowered or run again.
@@ -98,13 +98,13 @@ def record_lowered(pairs: tuple, joint: JointGraph):
     config = _config_key()
     keys = tuple((graph_key(forward), graph_key(backward), config) for forward, backward in pairs)
     if keys not in joint.lowered_records:
-        calls = tuple(lowered_calls(forward, backward, part, key)
+        calls = tuple(_lowered_calls(forward, backward, part, key)
                       for (forward, backward), part, key in zip(pairs, joint.parts or (joint,), keys))
         joint.lowered_records[keys] = record_partitioned(pairs, joint, calls)
     return joint.lowered_records[keys]
 
 
-def lowered_calls(forward: fx.GraphModule, backward: fx.GraphModule, part: JointGraph, key: tuple):
+def _lowered_calls(forward: fx.GraphModule, backward: fx.GraphModule, part: JointGraph, key: tuple):
     """One graph's forward and backward wrappers (:func:`_wrapper_call`), lowered once per distinct pair (``key``,
     in ``part.lowerings``)."""
     memo = part.lowerings
