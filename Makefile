@@ -26,12 +26,14 @@ test: setup
 
 # test-all runs every test: the quick suite in a random order (a fixed seed, printed; SEED=N for another), the
 # slow-marked checks, then each test file's quick tests alone in its own process: a test that needs another to run
-# first, or that leaves state behind, fails one of them.
+# first, or that leaves state behind, fails one of them. The last two run TEST_JOBS processes at once (the slow
+# tests a whole file to a process, by pytest-xdist), since none of them reads the machine's speed.
 SEED ?= 45
+TEST_JOBS ?= 2
 test-all: setup
 	$(BIN)/python -m pytest -m "not slow" -p random_order --random-order-bucket=module --random-order-seed=$(SEED)
-	$(BIN)/python -m pytest -m slow
-	$(BIN)/python scripts/tests_alone.py
+	$(BIN)/python -m pytest -m slow -n $(TEST_JOBS) --dist loadfile
+	$(BIN)/python scripts/tests_alone.py --jobs $(TEST_JOBS)
 
 # Mutation testing (mutmut, the `mutate` extra) of the modules where a wrong answer is silent, each against the
 # quick tests of the files that cover it (scripts/mutate.py). Hours, so not in test-all: run it after changing one

@@ -11,8 +11,14 @@ lowering calls (two per partition: forward and backward) against the distinct pa
 content (``joint.lowerings``) and by decision (the saved and recomputed nodes). Last, the ratios
 inductor / aot_eager of the knobs' time and of the whole census (trace + knobs).
 
+``--census`` instead runs the whole census (:func:`dtrlab.analysis.knob_census.census_knob`, serial) under
+each backend on one plan, by default the shipped Inductor censuses' (``dtrlab ship knob --backend
+inductor``: 0..1 every 0.1, changes against the knob bisected to 0.025): each backend's evaluations
+(its own refinements follow its own curve), distinct partitions, CPU seconds, and the ratio of the two.
+
     python benchmarks/bench_knob_inductor.py --source hf:gpt2 [--layers 12] [--seq 1024] [--knobs 11]
     python benchmarks/bench_knob_inductor.py --source hf:llama --layers 16 --seq 2048
+    python benchmarks/bench_knob_inductor.py --source hf:gpt2 --batch 8 --seq 1024 --census
 
 Measured 2026-12-03, torch 2.14.1, CPU seconds of this one process on a shared 2-core machine at
 load 4-11 (docs/compile.md, "Speed of the Inductor accounting"); GPT-2 small at batch 8, sequence 1024:
@@ -28,10 +34,13 @@ load 4-11 (docs/compile.md, "Speed of the Inductor accounting"); GPT-2 small at 
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 import warnings
 
-from dtrlab.memory.partitioned import step_record
+from dtrlab.analysis.knob_census import KnobPlan, census_knob, parse_knobs
+from dtrlab.memory.partitioned import knob_peaks, step_record
+from dtrlab.pipeline.ship_knob import PLANS
 from dtrlab.trace import inductor
 from dtrlab.trace.partition import partition, trace_joint
 
@@ -78,6 +87,21 @@ def census(args, backend: str, knobs: list[float]) -> tuple[float, float]:
     return trace_cpu, total_cpu
 
 
+def whole_census(args, backend: str) -> tuple[float, float]:
+    """Trace and census ``args.plan`` under ``backend``: (trace CPU seconds, census CPU seconds)."""
+    sizes = {"layers": args.layers} if args.layers else {}
+    trace_cpu, _, joint = timed(lambda: trace_joint(args.source, batch=args.batch, seq=args.seq,
+                                                    backend=backend, **sizes))
+    census_cpu, wall, census = timed(lambda: census_knob(functools.partial(knob_peaks, joint), args.plan))
+    distinct = census.samples[["saved_count", "recomputed_count", "proxy_saved_bytes",
+                               "proxy_recompute_runtime"]].drop_duplicates()
+    print(f"{backend}: {joint.desc}; trace {trace_cpu:.1f} s CPU; census {census_cpu:.1f} s CPU ({wall:.1f} s wall): "
+          f"{len(census.samples)} evaluations, {len(distinct)} distinct partitions (saved count, recomputed count "
+          f"and the partitioner's two proxies)" + (f", {len(joint.lowerings)} lowered" if backend == "inductor"
+                                                   else ""), flush=True)
+    return trace_cpu, census_cpu
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", default="hf:gpt2")
@@ -85,18 +109,24 @@ def main(argv=None) -> None:
     parser.add_argument("--seq", type=int, default=None)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--knobs", type=int, default=11)
+    parser.add_argument("--census", action="store_true", help="whole censuses on one plan (module docstring)")
+    parser.add_argument("--plan", default="inductor", choices=tuple(PLANS), help="--census's plan: the shipped "
+                        "censuses' of that backend (default inductor's)")
     args = parser.parse_args(argv)
+    plan = PLANS[args.plan]
+    args.plan = KnobPlan(**parse_knobs(plan["knobs"]), resolution=plan["resolution"], refine=plan["refine"])
     knobs = [round(i / max(1, args.knobs - 1), 4) for i in range(args.knobs)]
     args.lowered = []
     original, inductor.lower = counting_lowerings(args.lowered)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            times = {backend: census(args, backend, knobs) for backend in ("aot_eager", "inductor")}
+            run = whole_census if args.census else functools.partial(census, knobs=knobs)
+            times = {backend: run(args, backend) for backend in ("aot_eager", "inductor")}
     finally:
         inductor.lower = original
     (aot_trace, aot_knobs), (ind_trace, ind_knobs) = times["aot_eager"], times["inductor"]
-    print(f"inductor / aot_eager: knobs {ind_knobs / aot_knobs:.2f}x, census (trace + knobs) "
+    print(f"inductor / aot_eager: {'census' if args.census else 'knobs'} {ind_knobs / aot_knobs:.2f}x, with the traces "
           f"{(ind_trace + ind_knobs) / (aot_trace + aot_knobs):.2f}x", flush=True)
 
 
