@@ -46,6 +46,9 @@ MODULES = {
     "dtrlab/calibrated/monotone.py": ["tests/test_monotone.py", "--deselect=tests/test_monotone.py::"
                                      "test_zero_holes_and_non_increasing_overhead_at_0001_with_two_workers"],
     "dtrlab/solvers/replay.py": ["tests/test_solvers.py"],
+    # test_fit_knob's other quick tests search knobs and compile (seconds each); they use the fingerprint only as a
+    # cache key, which those selected here check (a pick read by fingerprint, a damaged or stale entry).
+    "dtrlab/trace/fingerprint.py": ["tests/test_fingerprint.py", "tests/test_fit_knob.py", "-k", "fingerprint"],
 }
 #: What the tests read besides the package (mutmut copies them beside the mutated package).
 ALSO_COPY = ["tests", "traces", "results/shipped", "results/frontier", "scripts", "pyproject.toml"]

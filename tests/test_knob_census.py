@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
 
 import pandas as pd
 import pytest
@@ -428,7 +429,9 @@ def test_an_evaluation_that_cannot_travel_to_loky_is_refused_in_one_line():
     def holding(knob):
         with lock:
             return BUMP(knob)
-    with pytest.raises(ValueError, match="cannot be pickled .*give a KnobSource .* or use backend='fork'"):
+    with pytest.raises(ValueError, match=r"^census_knob on loky ships evaluate to each worker, and this one cannot be "
+                                         r"pickled \(TypeError: cannot pickle '_thread.lock' object\); give a KnobSource "
+                                         r"\(the model source's spec, traced once per worker\) or use backend='fork'$"):
         census_knob(holding, KnobPlan(), execution=Execution(jobs=2, backend="loky", progress=False))
     assert census_knob(holding, KnobPlan(), execution=Execution(jobs=2, backend="fork", progress=False)).meta[
         "processes"] >= 1
@@ -552,3 +555,359 @@ def test_cli_runs_the_census_on_loky_workers(capsys, tmp_path):
     assert census.meta["execution"] == "loky" and census.meta["traces_per_process"] == [1] * census.meta["processes"]
     assert census.samples.knob.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0] and census.samples.flat_peak.nunique() == 2
     assert "aot_eager accounting" in out and "CPU Inductor" not in out  # the GPU line is the Inductor census's
+
+
+# ------------------------------------------------------------------ unit tests on hand-made curves and frames
+# Written for the survivors of mutation testing (docs/reproduce.md): each expected value is derived by hand from
+# the planted curve or the hand-made samples, or comes from a run of the simulator (dtr_beside_knob's DTR columns).
+
+#: On KnobPlan(step=0.1, resolution=0.06) a planted curve is sampled at 0, 0.1, .., 1 and each differing pair of
+#: grid neighbours once at its midpoint (0.05 from both ends, in floating point a little more or less: no further
+#: bisection).
+COARSE = KnobPlan(step=0.1, resolution=0.06)
+#: 40 below 0.3, 60 on [0.3, 0.5), 45 on [0.5, 0.8), 55 from 0.8: on COARSE the samples are the 11 grid knobs and
+#: the midpoints 0.25 (40), 0.45 (60) and 0.75 (45).
+HUMP = planted([0.3, 0.5, 0.8], [40, 60, 45, 55])
+
+
+def hand_samples(knobs, peaks):
+    """A census's samples made by hand: the same peaks under every accounting."""
+    return pd.DataFrame({"knob": knobs, **{accounting: peaks for accounting in ACCOUNTINGS}})
+
+
+def test_analyse_every_table_of_a_hand_made_curve():
+    """Peaks 50, 80, 40, 60, 40 at knobs 0..0.4, derived by hand. The lowest peak at a larger knob (its first knob):
+    40 at 0.2 for knobs 0 and 0.1, 40 at 0.4 for 0.2 and 0.3. Knobs 0, 0.1 (beaten by 40 at 0.2: rise 80/40) and
+    0.3 (beaten by 40 at 0.4: 1.5) form two regions. Fitting sets per level: 40 fits 0.2 and 0.4 (hole 0.3);
+    50 adds 0 (holes 0.1 and 0.3); 60 adds 0.3 (hole 0.1); 80 fits all."""
+    samples = hand_samples([0.3, 0.0, 0.4, 0.2, 0.1], [60, 50, 40, 40, 80])  # shuffled: analyse sorts by knob
+    census = analyse(samples, KnobPlan(accountings=("flat_peak",)), "hand")
+    assert census.name == "hand" and census.samples.knob.tolist() == [0.0, 0.1, 0.2, 0.3, 0.4]
+    assert census.samples.index.tolist() == [0, 1, 2, 3, 4] and census.samples.flat_peak.tolist() == [50, 80, 40, 60, 40]
+    expected = {
+        "changes": pd.DataFrame([["flat_peak", 0.0, 0.1, 50, 80, False], ["flat_peak", 0.1, 0.2, 80, 40, True],
+                                 ["flat_peak", 0.2, 0.3, 40, 60, False], ["flat_peak", 0.3, 0.4, 60, 40, True]],
+                                columns=["accounting", "knob_below", "knob_above", "peak_below", "peak_above",
+                                         "against"]),
+        "regions": pd.DataFrame([["flat_peak", 0.0, 0.1, 80, 0.2, 40, 2.0], ["flat_peak", 0.3, 0.3, 60, 0.4, 40, 1.5]],
+                                columns=["accounting", "knob_from", "knob_to", "peak_max", "beaten_by_knob",
+                                         "beaten_by_peak", "rise"]),
+        "holes": pd.DataFrame([["flat_peak", 40, 49, 0.3, 0.3, 0.2, 0.4], ["flat_peak", 50, 59, 0.1, 0.1, 0.0, 0.2],
+                               ["flat_peak", 50, 59, 0.3, 0.3, 0.2, 0.4], ["flat_peak", 60, 79, 0.1, 0.1, 0.0, 0.2]],
+                              columns=["accounting", "budget_from", "budget_to", "knob_from", "knob_to", "fits_below",
+                                       "fits_above"]),
+        "knob_map": pd.DataFrame([["flat_peak", 40, 49, 0.4, 0.2, 1, False], ["flat_peak", 50, 59, 0.4, 0.0, 2, False],
+                                  ["flat_peak", 60, 79, 0.4, 0.0, 1, False], ["flat_peak", 80, None, 0.4, 0.0, 0, True]],
+                                 columns=["accounting", "budget_from", "budget_to", "largest_fitting_knob",
+                                          "smallest_fitting_knob", "holes", "lowering_is_safe"]),
+        "summary": pd.DataFrame([{"accounting": "flat_peak", "min_peak": 40, "largest_knob_at_min": 0.4,
+                                  "smallest_knob_at_min": 0.2, "peak_at_lowest_knob": 50, "peak_at_highest_knob": 40,
+                                  "changes": 4, "against_changes": 2, "regions": 2, "hole_levels": 3,
+                                  "worst_rise": 2.0, "worst_rise_knob_low": 0.1, "worst_rise_knob_high": 0.2}]),
+    }
+    for table, frame in expected.items():
+        pd.testing.assert_frame_equal(getattr(census, table), frame, obj=table)
+
+
+def test_analyse_a_monotone_curve_and_a_zero_peak():
+    """A rising curve: no change against the knob, no region, no hole, the worst rise 1 at no knob. Peaks 0, 5, 0:
+    the knob 0.5 is beaten by a zero peak (its rise infinite, its first zero at a larger knob 1.0), and no ratio over
+    a zero peak counts toward the worst rise."""
+    rising = analyse(hand_samples([0.0, 0.5, 1.0], [10, 20, 20]), KnobPlan(accountings=("reserved_peak",)))
+    assert rising.changes.against.tolist() == [False] and rising.regions.empty and rising.holes.empty
+    summary = rising.summary.iloc[0].to_dict()
+    assert summary["accounting"] == "reserved_peak" and summary["worst_rise"] == 1.0
+    assert summary["worst_rise_knob_low"] is None and summary["worst_rise_knob_high"] is None
+    assert (summary["largest_knob_at_min"], summary["smallest_knob_at_min"], summary["changes"]) == (0.0, 0.0, 1)
+    assert rising.knob_map.budget_to.fillna(-1).tolist() == [19, -1] and rising.knob_map.lowering_is_safe.tolist() == [True, True]
+    zero = analyse(hand_samples([0.0, 0.5, 1.0], [0, 5, 0]), KnobPlan(accountings=("flat_peak",)))
+    assert zero.regions[["knob_from", "knob_to", "peak_max", "beaten_by_knob", "beaten_by_peak"]].values.tolist() == \
+        [[0.5, 0.5, 5, 1.0, 0]] and zero.regions.rise.tolist() == [float("inf")]
+    assert zero.summary.worst_rise.tolist() == [1.0] and zero.summary.largest_knob_at_min.tolist() == [1.0]
+    assert zero.holes[["budget_from", "budget_to", "knob_from", "fits_below", "fits_above"]].values.tolist() == \
+        [[0, 4, 0.5, 0.0, 1.0]]
+
+
+def test_regions_run_to_the_last_beaten_knob():
+    """Peaks 30, 30, 20, 30, 10, 40: knobs 0..0.3 are all beaten (by 10 at 0.4), in one region; 0.4 and the last
+    knob are not."""
+    census = analyse(hand_samples([0.0, 0.1, 0.2, 0.3, 0.4, 0.5], [30, 30, 20, 30, 10, 40]),
+                     KnobPlan(accountings=("flat_peak",)))
+    assert census.regions.drop(columns="accounting").values.tolist() == [[0.0, 0.3, 30, 0.4, 10, 3.0]]
+    assert census.summary.worst_rise.tolist() == [3.0] and census.summary.worst_rise_knob_low.tolist() == [0.0]
+    assert census.summary.worst_rise_knob_high.tolist() == [0.4]
+    tail = analyse(hand_samples([0.0, 0.1, 0.2], [10, 30, 20]), KnobPlan(accountings=("flat_peak",)))
+    assert tail.regions.drop(columns="accounting").values.tolist() == [[0.1, 0.1, 30, 0.2, 20, 1.5]]
+
+
+@pytest.mark.parametrize("budget, says", [
+    (30, "no knob value fits"),
+    (40, "largest knob that fits 0.25; every smaller knob fits too"),
+    (50, "largest knob that fits 0.75; lowering it is NOT safe: knobs 0.3..0.45 do not fit"),
+    (55, "largest knob that fits 1; lowering it is NOT safe: knobs 0.3..0.45 do not fit"),
+    (60, "largest knob that fits 1; every smaller knob fits too"),
+])
+def test_knob_choices_on_the_hump_word_for_word(budget, says):
+    census = census_knob(HUMP, COARSE)
+    choice = census.knob_for_budget(budget, "flat_peak")
+    assert choice.describe() == says
+    assert (choice.budget, choice.accounting) == (budget, "flat_peak")
+
+
+def test_knob_choice_describes_holes_and_a_missing_low_end():
+    from dtrlab.analysis.knob_census import KnobChoice
+
+    two = KnobChoice(50, "flat_peak", 0.9, 0.0, False, ((0.1, 0.2), (0.5, 0.5)))
+    assert two.describe() == "largest knob that fits 0.9; lowering it is NOT safe: knobs 0.1..0.2, 0.5..0.5 do not fit"
+    low = KnobChoice(50, "flat_peak", 0.9, 0.4, False, ())
+    assert low.describe() == "largest knob that fits 0.9; lowering it is NOT safe: knobs below 0.4 do not fit"
+    # Knobs 0.0 and 0.1 fail at 45 (peak 60), 0.2 and 0.3 fit: the choice names the fitting ends, and no hole.
+    census = analyse(hand_samples([0.0, 0.1, 0.2, 0.3], [60, 60, 45, 40]), KnobPlan(accountings=("flat_peak",)))
+    choice = census.knob_for_budget(45.9, "flat_peak")
+    assert (choice.budget, choice.largest_fitting_knob, choice.smallest_fitting_knob, choice.holes) == (45, 0.3, 0.2, ())
+    assert not choice.lowering_is_safe and census.knob_for_budget(45).accounting == "allocated_peak"
+
+
+def test_plans_describe_themselves_word_for_word():
+    assert KnobPlan().describe() == "0:1:0.01, every change refined to 0.0001"
+    assert KnobPlan(low=0.25, high=0.75, step=0.05, resolution=0.001).describe() == \
+        "0.25:0.75:0.05, every change refined to 0.001"
+    listed = KnobPlan(low=0.05, high=0.15, knobs=(0.15, 0.05, 0.15), refine="against", resolution=0.5)
+    assert listed.describe() == "0.05,0.15, every change against the knob refined to 0.5"
+    assert listed.grid() == [0.05, 0.15]
+
+
+def test_plan_grids_and_refusals():
+    assert KnobPlan(low=0.2, high=0.5, step=0.1).grid() == [0.2, 0.3, 0.4, 0.5]
+    assert KnobPlan(low=0.2, high=0.45, step=0.1).grid() == [0.2, 0.3, 0.4, 0.45]  # high is always evaluated
+    assert KnobPlan(low=0.5, high=0.5).grid() == [0.5] and KnobPlan(low=0, high=1, step=1).grid() == [0.0, 1.0]
+    assert KnobPlan(knobs=(1 / 3,)).grid() == [0.333333333333]
+    with pytest.raises(ValueError, match=r"^knob values are fractions in \[0, 1\] \(activation_memory_budget\), "
+                                         r"got \[0.0, 1.0, 0.5, inf\]$"):
+        KnobPlan(knobs=(0.5, float("inf")))
+    with pytest.raises(ValueError, match=r"got \[0.0, 1.0, '0.5'\]$"):
+        KnobPlan(knobs=("0.5",))
+    with pytest.raises(ValueError, match=r"^the knob range runs from low to high, got 0.6:0.5$"):
+        KnobPlan(low=0.6, high=0.5)
+    for step in (0.0, -0.1, float("inf")):
+        with pytest.raises(ValueError, match=rf"^the knob step must be > 0, got {step}$"):
+            KnobPlan(step=step)
+    for resolution in (0.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=rf"^the resolution must be > 0, got {resolution}$"):
+            KnobPlan(resolution=resolution)
+    with pytest.raises(ValueError, match=r"^refine is one of changes, against, got 'all'$"):
+        KnobPlan(refine="all")
+    assert KnobPlan(low=0, high=1, knobs=(0, 1)).grid() == [0.0, 1.0]  # both ends are fractions
+
+
+def test_parse_knobs_fields_and_refusal_word_for_word():
+    assert parse_knobs(" 0.1:0.9:0.2 ") == {"low": 0.1, "high": 0.9, "step": 0.2}
+    assert parse_knobs("0.15,0.05") == {"low": 0.05, "high": 0.15, "knobs": (0.15, 0.05)}
+    for text in ("0:1:0.1:0.2", "0,x"):
+        with pytest.raises(ValueError, match=r"^expected START:STOP:STEP such as 0:1:0.01, or a list such as "
+                                             rf"0.05,0.15; got '{text}'$"):
+            parse_knobs(text)
+
+
+def test_a_census_counts_its_progress_in_one_line(capsys):
+    """The hump on COARSE: 11 grid knobs, then 3 midpoints, counted on one stage line (stderr is no terminal)."""
+    census_knob(HUMP, COARSE, name="hump", execution=Execution(progress=True))
+    err = capsys.readouterr().err
+    assert err.startswith("knob hump: 14/14 knob in ") and err.endswith(" s\n") and err.count("\n") == 1
+    census_knob(HUMP, COARSE, execution=Execution(progress=True))
+    assert capsys.readouterr().err.startswith("knob: 14/14 knob in ")
+    census_knob(HUMP, COARSE)  # quiet by default
+    census_knob(HUMP, COARSE, execution=Execution(progress=False))
+    assert capsys.readouterr().err == ""
+
+
+def test_the_evaluation_limit_bounds_the_grid_and_each_round():
+    calls: list[float] = []
+    census = census_knob(planted([0.3, 0.5, 0.8], [40, 60, 45, 55], calls), KnobPlan(step=0.1, resolution=0.06,
+                                                                                      max_evaluations=5))
+    assert calls == [0.0, 0.1, 0.2, 0.3, 0.4] and census.samples.source.tolist() == ["grid"] * 5
+    calls.clear()
+    census = census_knob(planted([0.3, 0.5, 0.8], [40, 60, 45, 55], calls), KnobPlan(step=0.1, resolution=0.06,
+                                                                                      max_evaluations=13))
+    assert calls[11:] == [0.25, 0.45] and census.samples.source.tolist().count("refine") == 2
+    assert not census.meta["refinement_complete"]
+
+
+def test_a_census_records_where_it_ran():
+    census = census_knob(HUMP, COARSE, name="hump")
+    assert census.meta == {"refinement_complete": True, "jobs": 1, "execution": "sequential", "processes": 1}
+    assert census.name == "hump" and census.plan == COARSE and census.seconds > 0
+    assert census.samples.knob.tolist() == [0.0, 0.1, 0.2, 0.25, 0.3, 0.4, 0.45, 0.5, 0.6, 0.7, 0.75, 0.8, 0.9, 1.0]
+    assert census.samples.source.tolist() == ["grid"] * 3 + ["refine"] + ["grid"] * 2 + ["refine"] + \
+        ["grid"] * 3 + ["refine"] + ["grid"] * 3
+    assert census.samples.flat_peak.tolist() == [40] * 4 + [60] * 3 + [45] * 4 + [55] * 3
+    mixed = census_knob(lambda knob: {**HUMP(knob), "backend": "aot_eager" if knob < 0.5 else "eager"}, COARSE)
+    assert mixed.meta["backend"] == "aot_eager,eager" and "gpu_answer" not in mixed.meta
+
+
+@dataclasses.dataclass(frozen=True)
+class PlantedSource(KnobSource):
+    """A KnobSource whose knobs are the hump's, without tracing a model (the census treats it as any source: it
+    asks for its joint before the first knob and how often this process traced it)."""
+
+    def joint(self):
+        return None
+
+    def traces_here(self) -> int:
+        return 1
+
+    def __call__(self, knob: float) -> dict:
+        return {**HUMP(knob), "backend": self.backend}
+
+
+def test_a_knob_source_census_names_its_traces_and_its_lowering_device():
+    cpu = census_knob(PlantedSource("planted"), COARSE)
+    assert cpu.meta["traces_per_process"] == [1] and cpu.meta["backend"] == "inductor"
+    assert cpu.meta["inductor_lowering"] == "cpu" and cpu.meta["gpu_answer"] == gpu_answer({"backend": "inductor"})
+    cuda = census_knob(PlantedSource("planted", (("device", "cuda"), ("batch", 2))), COARSE)
+    assert cuda.meta["inductor_lowering"] == "cuda" and cuda.meta["gpu_answer"] is None
+    aot = census_knob(PlantedSource("planted", backend="aot_eager"), COARSE)
+    assert aot.meta["traces_per_process"] == [1] and "inductor_lowering" not in aot.meta
+
+
+def test_gpu_answer_for_each_backend_and_device():
+    from dtrlab.analysis.knob_census import CPU_INDUCTOR_ANSWER
+
+    assert gpu_answer({}) is None and gpu_answer({"backend": "aot_eager"}) is None
+    assert gpu_answer({"backend": "inductor"}) == CPU_INDUCTOR_ANSWER
+    assert gpu_answer({"backend": "aot_eager,inductor", "inductor_lowering": "cpu"}) == CPU_INDUCTOR_ANSWER
+    assert CPU_INDUCTOR_ANSWER.startswith("Inductor accounting: CPU Inductor's lowering, the best available for a GPU")
+
+
+@pytest.mark.parametrize("value", [-1, float("nan"), float("inf"), "12"])
+def test_an_evaluation_that_is_no_byte_count_is_refused_word_for_word(value):
+    def evaluate(knob):
+        return {**HUMP(knob), "reserved_peak": value if knob > 0.35 else 10}
+    with pytest.raises(ValueError, match=rf"^the evaluation at knob 0.4 gave reserved_peak={value!r}; "
+                                         r"expected bytes >= 0$"):
+        census_knob(evaluate, COARSE)
+    assert census_knob(planted([0.5], [0, 1]), COARSE).summary.min_peak.tolist() == [0, 0, 0]
+
+
+def test_bisection_stops_where_rounding_leaves_no_midpoint():
+    """Knobs 2e-12 apart, with a resolution below that: one midpoint (0.100000000001), then none survives the
+    rounding to 12 decimals, so the census stops short of the resolution instead of evaluating a knob twice."""
+    calls: list[float] = []
+    census = census_knob(planted([0.1000000000005], [1, 2], calls),
+                         KnobPlan(low=0.1, high=0.100000000002, knobs=(0.1, 0.100000000002), resolution=1e-13))
+    assert calls == [0.1, 0.100000000002, 0.100000000001] and not census.meta["refinement_complete"]
+
+
+def test_written_census_document(tmp_path):
+    """The JSON beside the tables: the plan, the summary (missing values as null), the meta, and each table's
+    sha256; a census without a name is written as census-*."""
+    import hashlib
+    import json
+
+    import pyarrow.parquet
+
+    census = census_knob(planted([0.5], [10, 20]), COARSE)
+    census.meta["note"] = "planted"
+    paths = write_census(census, tmp_path / "deep" / "er")
+    names = ["census-samples.parquet", "census-changes.parquet", "census-regions.parquet", "census-holes.parquet",
+             "census-knob_map.parquet", "census.json"]
+    assert paths == [tmp_path / "deep" / "er" / name for name in names]
+    document = json.loads(paths[-1].read_text())
+    assert document["format"] == "dtrlab-knob-census-1" and document["name"] == ""
+    assert document["plan"] == {"low": 0.0, "high": 1.0, "step": 0.1, "resolution": 0.06, "knobs": None,
+                                "accountings": list(ACCOUNTINGS), "max_evaluations": 5000, "refine": "changes"}
+    assert document["seconds"] == census.seconds and document["meta"]["note"] == "planted"
+    assert document["files"] == {name: hashlib.sha256(path.read_bytes()).hexdigest()
+                                 for name, path in zip(names[:-1], paths)}
+    flat = document["summary"][0]
+    assert flat["accounting"] == "flat_peak" and flat["min_peak"] == 10 and flat["worst_rise_knob_low"] is None
+    assert pd.read_parquet(paths[0]).knob.tolist() == census.samples.knob.tolist()
+    assert pyarrow.parquet.read_schema(paths[0]).names == list(census.samples.columns)  # no index column
+    again = read_census(paths[-1])
+    assert again.name == "" and again.meta["note"] == "planted" and again.seconds == census.seconds
+
+
+def test_read_census_restores_a_listed_plan_and_refuses_what_is_no_census(tmp_path):
+    import json
+
+    plan = KnobPlan(low=0.1, high=0.9, knobs=(0.9, 0.1, 0.5), accountings=("flat_peak",), refine="against")
+    census = census_knob(HUMP, plan, name="listed")
+    write_census(census, tmp_path)
+    again = read_census(tmp_path / "listed.json")
+    assert again.plan == plan and again.plan.knobs == (0.9, 0.1, 0.5) and again.name == "listed"
+    assert again.samples.equals(census.samples)
+    document = json.loads((tmp_path / "listed.json").read_text())
+    for bad in ({**document, "format": "dtrlab-knob-census-0"}, [document]):
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        with pytest.raises(IntegrityError, match=r"bad.json is not a dtrlab knob census \(dtrlab-knob-census-1\)$"):
+            read_census(tmp_path / "bad.json")
+
+
+def chain_trace():
+    from chains import chain_log
+
+    return chain_log().trace("chain")
+
+
+def test_dtr_beside_the_knob_on_the_chain(capsys, tmp_path, monkeypatch):
+    """The hump's census against tests/chains.py's chain (baseline compute 10, peak 50; DTR passes from 40 bytes,
+    recomputing 6 below 50). The knob columns by hand: at 40 only knobs below 0.3 fit (the largest 0.25, recompute
+    0.75, overhead 1 + 0.75 / 10), at 45 and 50 also 0.5..0.75 (0.75: recompute 0.25), at 60 every knob. The DTR
+    and monotone columns are the simulator's own runs."""
+    from dtrlab.runtime import simulate
+    from dtrlab.sweep.execution import SERIAL
+
+    trace = chain_trace()
+    census = census_knob(HUMP, COARSE)
+    monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "default"))
+    table = dtr_beside_knob(census, trace, budgets=[60, 45.5, 30, 40, 50, 45],
+                            execution=SERIAL.with_(cache=False, progress=False))
+    assert capsys.readouterr().err == "" and not (tmp_path / "default").exists()  # the execution given, quiet
+    assert list(table.columns) == ["budget_bytes", "knob_fits", "largest_fitting_knob", "knob_lowering_is_safe",
+                                   "knob_recompute_flops", "knob_overhead", "dtr_status", "dtr_remat_compute",
+                                   "dtr_overhead", "monotone_status", "monotone_overhead"]
+    assert table.budget_bytes.tolist() == [30, 40, 45, 50, 60]
+    assert table.knob_fits.tolist() == [False, True, True, True, True]
+    assert table.largest_fitting_knob.tolist()[1:] == [0.25, 0.75, 0.75, 1.0]
+    assert pd.isna(table.largest_fitting_knob.iloc[0])
+    assert table.knob_lowering_is_safe.tolist() == [False, True, False, False, True]
+    assert table.knob_recompute_flops.round(9).tolist()[1:] == [0.75, 0.25, 0.25, 0.0]
+    assert table.knob_overhead.round(9).tolist()[1:] == [1.075, 1.025, 1.025, 1.0]
+    assert pd.isna(table.knob_recompute_flops.iloc[0]) and pd.isna(table.knob_overhead.iloc[0])
+    assert table.dtr_remat_compute.tolist()[1:] == [6, 6, 0, 0]
+    for row in table.itertuples():
+        dtr = simulate(trace, "dtr", budget_bytes=row.budget_bytes)
+        monotone = simulate(trace, "monotone", budget_bytes=row.budget_bytes)
+        assert (row.dtr_status, row.dtr_remat_compute, row.dtr_overhead) == (dtr.status, dtr.remat_compute, dtr.overhead)
+        assert (row.monotone_status, row.monotone_overhead) == (monotone.status, monotone.overhead)
+    assert table.dtr_status.tolist()[0] != "pass"
+
+
+def test_dtr_beside_the_knob_reads_ratios_and_each_accountings_semantics():
+    """Ratios of the chain's 50-byte peak (simrd's int(peak x ratio)): the default 0.05..1 every 0.01 gives every
+    byte from 2 to 50. Under the caching allocator each of the chain's 10-byte tensors takes a 512-byte block and
+    the step one 2 MiB segment: a budget of 2560 bytes (five blocks) holds the allocated peak, not the reserved one.
+    Statuses come from the simulator under each accounting's semantics; monotone(dtr) is run on flat memory only."""
+    from dtrlab.runtime import simulate
+    from dtrlab.runtime.semantics import Semantics
+    from dtrlab.sweep.execution import SERIAL
+
+    trace = chain_trace()
+    census = census_knob(HUMP, COARSE)
+    quiet = SERIAL.with_(cache=False, progress=False)
+    assert dtr_beside_knob(census, trace, execution=quiet).budget_bytes.tolist() == list(range(2, 51))
+    assert dtr_beside_knob(census, trace, ratios="0.8,1", execution=quiet).budget_bytes.tolist() == [40, 50]
+    budgets = [2000, 2560, 2 * MIB]
+    statuses = {}
+    for accounting, semantics in [("allocated_peak", Semantics(memory="caching", enforce="allocated")),
+                                  ("reserved_peak", Semantics(memory="caching"))]:
+        table = dtr_beside_knob(census, trace, accounting, budgets=budgets, execution=quiet)
+        statuses[accounting] = table.dtr_status.tolist()
+        assert statuses[accounting] == [simulate(trace, "dtr", budget_bytes=b, semantics=semantics).status
+                                        for b in budgets]
+        assert table.monotone_status.tolist() == [None] * 3 and table.monotone_overhead.isna().all()
+        assert table.knob_fits.all()  # the hump's peaks are tens of bytes under every accounting
+    assert statuses["allocated_peak"][1] == "pass" and statuses["reserved_peak"][1] != "pass"
+    flat = dtr_beside_knob(census, trace, "flat_peak", budgets=[45], semantics=Semantics(memory="caching"),
+                           execution=quiet)
+    assert flat.dtr_status.tolist() != ["pass"] and flat.monotone_status.tolist() == [None]
