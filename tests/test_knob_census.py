@@ -615,6 +615,17 @@ def test_analyse_a_monotone_curve_and_a_zero_peak():
     a zero peak counts toward the worst rise."""
     rising = analyse(hand_samples([0.0, 0.5, 1.0], [10, 20, 20]), KnobPlan(accountings=("reserved_peak",)))
     assert rising.changes.against.tolist() == [False] and rising.regions.empty and rising.holes.empty
+    assert rising.name == "" and list(rising.regions.columns) == ["accounting", "knob_from", "knob_to", "peak_max",
+                                                                   "beaten_by_knob", "beaten_by_peak", "rise"]
+    assert list(rising.holes.columns) == ["accounting", "budget_from", "budget_to", "knob_from", "knob_to",
+                                          "fits_below", "fits_above"]
+    flat = analyse(hand_samples([0.0, 1.0], [10, 10]), KnobPlan(accountings=("flat_peak",)))
+    assert flat.changes.empty and list(flat.changes.columns) == ["accounting", "knob_below", "knob_above",
+                                                                 "peak_below", "peak_above", "against"]
+    none = analyse(hand_samples([0.0, 1.0], [10, 10]), KnobPlan(accountings=()))
+    assert none.knob_map.empty and list(none.knob_map.columns) == ["accounting", "budget_from", "budget_to",
+                                                                   "largest_fitting_knob", "smallest_fitting_knob",
+                                                                   "holes", "lowering_is_safe"]
     summary = rising.summary.iloc[0].to_dict()
     assert summary["accounting"] == "reserved_peak" and summary["worst_rise"] == 1.0
     assert summary["worst_rise_knob_low"] is None and summary["worst_rise_knob_high"] is None
@@ -789,6 +800,22 @@ def test_an_evaluation_that_is_no_byte_count_is_refused_word_for_word(value):
     assert census_knob(planted([0.5], [0, 1]), COARSE).summary.min_peak.tolist() == [0, 0, 0]
 
 
+def test_resolution_is_an_inclusive_width():
+    """Knobs 0.5 and 0.75 (exact in binary) with different peaks and a resolution of 0.25: already resolved, so not
+    bisected, and check_resolution finds nothing wide; at 0.2 the pair is wide, for each accounting it differs in."""
+    calls: list[float] = []
+    plan = KnobPlan(low=0.5, high=0.75, knobs=(0.5, 0.75), resolution=0.25)
+    census = census_knob(planted([0.6], [20, 10], calls), plan)
+    assert calls == [0.5, 0.75] and census.check_resolution() == []
+    against = dataclasses.replace(plan, refine="against")
+    assert census_knob(planted([0.6], [20, 10]), against).check_resolution() == []
+    samples = hand_samples([0.5, 0.75], [20, 10]).assign(reserved_peak=[10, 10])
+    wide = analyse(samples, dataclasses.replace(plan, resolution=0.2))
+    assert wide.check_resolution() == [("flat_peak", 0.5, 0.75), ("allocated_peak", 0.5, 0.75)]
+    peaks = census.curve("flat_peak")
+    assert peaks == ([0.5, 0.75], [20, 10]) and {type(p) for p in peaks[1]} == {int}
+
+
 def test_bisection_stops_where_rounding_leaves_no_midpoint():
     """Knobs 2e-12 apart, with a resolution below that: one midpoint (0.100000000001), then none survives the
     rounding to 12 decimals, so the census stops short of the resolution instead of evaluating a knob twice."""
@@ -796,6 +823,11 @@ def test_bisection_stops_where_rounding_leaves_no_midpoint():
     census = census_knob(planted([0.1000000000005], [1, 2], calls),
                          KnobPlan(low=0.1, high=0.100000000002, knobs=(0.1, 0.100000000002), resolution=1e-13))
     assert calls == [0.1, 0.100000000002, 0.100000000001] and not census.meta["refinement_complete"]
+    # Here both midpoints round up to the upper knob (0.100000000002 and 0.100000000003).
+    calls.clear()
+    census_knob(planted([0.1000000000015, 0.1000000000025], [1, 2, 3], calls),
+                KnobPlan(low=0.1, high=0.2, knobs=(0.100000000001, 0.100000000003), resolution=1e-13))
+    assert calls == [0.100000000001, 0.100000000003, 0.100000000002]
 
 
 def test_written_census_document(tmp_path):
@@ -911,3 +943,35 @@ def test_dtr_beside_the_knob_reads_ratios_and_each_accountings_semantics():
     flat = dtr_beside_knob(census, trace, "flat_peak", budgets=[45], semantics=Semantics(memory="caching"),
                            execution=quiet)
     assert flat.dtr_status.tolist() != ["pass"] and flat.monotone_status.tolist() == [None]
+
+
+def test_a_knob_source_traces_its_joint_once_per_process_and_source(monkeypatch):
+    """KnobSource with torch's tracing and partitioning replaced by recorders (this process's memo and counts put
+    aside): the first knob traces the joint with the source's options and backend, later knobs reuse it, each knob
+    goes to knob_peaks (or watched_peaks when watched) with the source's solver, and another source's joint replaces
+    it, so the first source is traced again."""
+    import dtrlab.analysis.knob_census as knob_census
+    import dtrlab.analysis.knob_solvers as knob_solvers
+    import dtrlab.memory.partitioned as partitioned
+    import dtrlab.trace.partition as partition
+
+    traced = []
+    monkeypatch.setattr(knob_census, "_JOINT_MEMO", {})
+    monkeypatch.setattr(knob_census, "_JOINT_TRACES", {})
+    monkeypatch.setattr(partition, "trace_joint",
+                        lambda source, **options: traced.append((source, options)) or f"joint of {source}")
+    monkeypatch.setattr(partitioned, "knob_peaks",
+                        lambda joint, knob, **options: {"how": "plain", "joint": joint, "knob": knob, **options})
+    monkeypatch.setattr(knob_solvers, "watched_peaks",
+                        lambda joint, knob, **options: {"how": "watched", "joint": joint, "knob": knob, **options})
+    first = KnobSource("model:a", (("batch", 2),), backend="aot_eager", solver="greedy")
+    assert first.traces_here() == 0 and first.joint_key == ("model:a", (("batch", 2),), "aot_eager")
+    assert first(0.5) == {"how": "plain", "joint": "joint of model:a", "knob": 0.5, "solver": "greedy"}
+    assert first(0.25)["knob"] == 0.25 and first.joint() == "joint of model:a"
+    assert traced == [("model:a", {"backend": "aot_eager", "batch": 2})] and first.traces_here() == 1
+    watched = KnobSource("model:b", watched=True, runtime_estimator="flops")
+    assert watched(0.1) == {"how": "watched", "joint": "joint of model:b", "knob": 0.1, "solver": None,
+                            "runtime_estimator": "flops"}
+    assert traced[1:] == [("model:b", {"backend": "inductor"})] and watched.traces_here() == 1
+    assert first(0.5)["joint"] == "joint of model:a" and first.traces_here() == 2 and len(traced) == 3
+    assert knob_census._JOINT_MEMO == {"key": first.joint_key, "joint": "joint of model:a"}
