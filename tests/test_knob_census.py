@@ -429,10 +429,13 @@ def test_an_evaluation_that_cannot_travel_to_loky_is_refused_in_one_line():
     def holding(knob):
         with lock:
             return BUMP(knob)
-    with pytest.raises(ValueError, match=r"^census_knob on loky ships evaluate to each worker, and this one cannot be "
-                                         r"pickled \(TypeError: cannot pickle '_thread.lock' object\); give a KnobSource "
-                                         r"\(the model source's spec, traced once per worker\) or use backend='fork'$"):
-        census_knob(holding, KnobPlan(), execution=Execution(jobs=2, backend="loky", progress=False))
+    for execution, where in [(Execution(jobs=2, backend="loky", progress=False), "loky"),
+                             (Execution(client="tcp://127.0.0.1:1", progress=False), "dask")]:  # no scheduler there
+        with pytest.raises(ValueError, match=rf"^census_knob on {where} ships evaluate to each worker, and this one "
+                                             r"cannot be pickled \(TypeError: cannot pickle '_thread.lock' object\); "
+                                             r"give a KnobSource \(the model source's spec, traced once per worker\) "
+                                             r"or use backend='fork'$"):  # refused before one is sought
+            census_knob(holding, KnobPlan(), execution=execution)
     assert census_knob(holding, KnobPlan(), execution=Execution(jobs=2, backend="fork", progress=False)).meta[
         "processes"] >= 1
 
@@ -647,6 +650,9 @@ def test_regions_run_to_the_last_beaten_knob():
     assert census.regions.drop(columns="accounting").values.tolist() == [[0.0, 0.3, 30, 0.4, 10, 3.0]]
     assert census.summary.worst_rise.tolist() == [3.0] and census.summary.worst_rise_knob_low.tolist() == [0.0]
     assert census.summary.worst_rise_knob_high.tolist() == [0.4]
+    one_byte = analyse(hand_samples([0.0, 0.5], [5, 1]), KnobPlan(accountings=("flat_peak",)))
+    assert one_byte.summary[["worst_rise", "worst_rise_knob_low", "worst_rise_knob_high"]].values.tolist() == \
+        [[5.0, 0.0, 0.5]]
     tail = analyse(hand_samples([0.0, 0.1, 0.2], [10, 30, 20]), KnobPlan(accountings=("flat_peak",)))
     assert tail.regions.drop(columns="accounting").values.tolist() == [[0.1, 0.1, 30, 0.2, 20, 1.5]]
 
@@ -745,9 +751,13 @@ def test_the_evaluation_limit_bounds_the_grid_and_each_round():
 
 
 def test_a_census_records_where_it_ran():
+    import time
+
+    started = time.perf_counter()
     census = census_knob(HUMP, COARSE, name="hump")
+    took = time.perf_counter() - started
     assert census.meta == {"refinement_complete": True, "jobs": 1, "execution": "sequential", "processes": 1}
-    assert census.name == "hump" and census.plan == COARSE and census.seconds > 0
+    assert census.name == "hump" and census.plan == COARSE and 0 < census.seconds <= took
     assert census.samples.knob.tolist() == [0.0, 0.1, 0.2, 0.25, 0.3, 0.4, 0.45, 0.5, 0.6, 0.7, 0.75, 0.8, 0.9, 1.0]
     assert census.samples.source.tolist() == ["grid"] * 3 + ["refine"] + ["grid"] * 2 + ["refine"] + \
         ["grid"] * 3 + ["refine"] + ["grid"] * 3
@@ -945,11 +955,10 @@ def test_dtr_beside_the_knob_reads_ratios_and_each_accountings_semantics():
     assert flat.dtr_status.tolist() != ["pass"] and flat.monotone_status.tolist() == [None]
 
 
-def test_a_knob_source_traces_its_joint_once_per_process_and_source(monkeypatch):
+@pytest.fixture
+def recorded_tracing(monkeypatch) -> list:
     """KnobSource with torch's tracing and partitioning replaced by recorders (this process's memo and counts put
-    aside): the first knob traces the joint with the source's options and backend, later knobs reuse it, each knob
-    goes to knob_peaks (or watched_peaks when watched) with the source's solver, and another source's joint replaces
-    it, so the first source is traced again."""
+    aside): the list of (source, options) traced; a knob's row names how it was evaluated and with what."""
     import dtrlab.analysis.knob_census as knob_census
     import dtrlab.analysis.knob_solvers as knob_solvers
     import dtrlab.memory.partitioned as partitioned
@@ -960,18 +969,41 @@ def test_a_knob_source_traces_its_joint_once_per_process_and_source(monkeypatch)
     monkeypatch.setattr(knob_census, "_JOINT_TRACES", {})
     monkeypatch.setattr(partition, "trace_joint",
                         lambda source, **options: traced.append((source, options)) or f"joint of {source}")
+    peaks = {accounting: 1 for accounting in ACCOUNTINGS}
     monkeypatch.setattr(partitioned, "knob_peaks",
-                        lambda joint, knob, **options: {"how": "plain", "joint": joint, "knob": knob, **options})
+                        lambda joint, knob, **options: {"how": "plain", "joint": joint, "knob": knob, **options, **peaks})
     monkeypatch.setattr(knob_solvers, "watched_peaks",
-                        lambda joint, knob, **options: {"how": "watched", "joint": joint, "knob": knob, **options})
+                        lambda joint, knob, **options: {"how": "watched", "joint": joint, "knob": knob, **options,
+                                                        **peaks})
+    return traced
+
+
+def test_a_knob_source_traces_its_joint_once_per_process_and_source(recorded_tracing):
+    """The first knob traces the joint with the source's options and backend, later knobs reuse it, each knob goes
+    to knob_peaks (or watched_peaks when watched) with the source's solver, and another source's joint replaces
+    it, so the first source is traced again."""
+    import dtrlab.analysis.knob_census as knob_census
+
+    traced = recorded_tracing
     first = KnobSource("model:a", (("batch", 2),), backend="aot_eager", solver="greedy")
     assert first.traces_here() == 0 and first.joint_key == ("model:a", (("batch", 2),), "aot_eager")
-    assert first(0.5) == {"how": "plain", "joint": "joint of model:a", "knob": 0.5, "solver": "greedy"}
+    peaks = {accounting: 1 for accounting in ACCOUNTINGS}
+    assert first(0.5) == {"how": "plain", "joint": "joint of model:a", "knob": 0.5, "solver": "greedy", **peaks}
     assert first(0.25)["knob"] == 0.25 and first.joint() == "joint of model:a"
     assert traced == [("model:a", {"backend": "aot_eager", "batch": 2})] and first.traces_here() == 1
     watched = KnobSource("model:b", watched=True, runtime_estimator="flops")
     assert watched(0.1) == {"how": "watched", "joint": "joint of model:b", "knob": 0.1, "solver": None,
-                            "runtime_estimator": "flops"}
+                            "runtime_estimator": "flops", **peaks}
     assert traced[1:] == [("model:b", {"backend": "inductor"})] and watched.traces_here() == 1
     assert first(0.5)["joint"] == "joint of model:a" and first.traces_here() == 2 and len(traced) == 3
     assert knob_census._JOINT_MEMO == {"key": first.joint_key, "joint": "joint of model:a"}
+
+
+def test_a_knob_source_is_traced_here_before_forked_workers(recorded_tracing):
+    """Forked workers inherit the joint traced here (and the recorders): this process traced once, the workers
+    none."""
+    census = census_knob(KnobSource("model:a"), KnobPlan(knobs=(0.0, 0.5, 1.0)),
+                         execution=Execution(jobs=2, backend="fork", progress=False))
+    assert recorded_tracing == [("model:a", {"backend": "inductor"})]
+    assert census.meta["execution"] == "fork" and census.meta["traces_per_process"] == [1] * census.meta["processes"]
+    assert census.samples.joint.tolist() == ["joint of model:a"] * 3
