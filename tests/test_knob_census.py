@@ -991,8 +991,8 @@ def test_a_knob_source_traces_its_joint_once_per_process_and_source(recorded_tra
     assert first(0.5) == {"how": "plain", "joint": "joint of model:a", "knob": 0.5, "solver": "greedy", **peaks}
     assert first(0.25)["knob"] == 0.25 and first.joint() == "joint of model:a"
     assert traced == [("model:a", {"backend": "aot_eager", "batch": 2})] and first.traces_here() == 1
-    watched = KnobSource("model:b", watched=True, runtime_estimator="flops")
-    assert watched(0.1) == {"how": "watched", "joint": "joint of model:b", "knob": 0.1, "solver": None,
+    watched = KnobSource("model:b", watched=True, solver="dp", runtime_estimator="flops")
+    assert watched(0.1) == {"how": "watched", "joint": "joint of model:b", "knob": 0.1, "solver": "dp",
                             "runtime_estimator": "flops", **peaks}
     assert traced[1:] == [("model:b", {"backend": "inductor"})] and watched.traces_here() == 1
     assert first(0.5)["joint"] == "joint of model:a" and first.traces_here() == 2 and len(traced) == 3
