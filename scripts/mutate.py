@@ -46,9 +46,10 @@ MODULES = {
     "dtrlab/calibrated/monotone.py": ["tests/test_monotone.py", "--deselect=tests/test_monotone.py::"
                                      "test_zero_holes_and_non_increasing_overhead_at_0001_with_two_workers"],
     "dtrlab/solvers/replay.py": ["tests/test_solvers.py"],
-    # test_fit_knob's other quick tests search knobs and compile (seconds each); they use the fingerprint only as a
-    # cache key, which those selected here check (a pick read by fingerprint, a damaged or stale entry).
-    "dtrlab/trace/fingerprint.py": ["tests/test_fingerprint.py", "tests/test_fit_knob.py", "-k", "fingerprint"],
+    # Not test_fit_knob's tests of dtrlab.compile's cache by fingerprint: they compile (seconds each), and a mutant that
+    # makes two steps' keys differ sends them searching past mutmut's limit, a timeout whether or not a test failed.
+    "dtrlab/trace/fingerprint.py": ["tests/test_fingerprint.py",
+                                    "tests/test_fit_knob.py::test_step_fingerprint_sees_what_decides_the_graph"],
 }
 #: What the tests read besides the package (mutmut copies them beside the mutated package).
 ALSO_COPY = ["tests", "traces", "results/shipped", "results/frontier", "scripts", "pyproject.toml"]
@@ -63,9 +64,12 @@ def configuration(module: str, tests: list[str]) -> str:
             f"also_copy = {toml_list(ALSO_COPY)}\n"
             f"pytest_add_cli_args = {toml_list(['-m', 'not slow', '-p', 'no:random_order', '-p', 'no:cacheprovider'])}\n"
             f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
-            # A mutant that loops (a bisection that never ends) is stopped after 2 x 3 x (its tests' CPU time + 1 s)
-            # (mutmut's default, 15, let one hold a module's run for minutes on busy cores); it counts as killed.
-            "timeout_multiplier = 3.0\n"
+            # A mutant that loops (a bisection that never ends) is stopped after 2 x 3 x (its tests' CPU time + 10 s) of
+            # CPU, or half that of wall time (mutmut's default multiplier, 15, let one hold a module's run for minutes on
+            # busy cores); it counts as killed. The 10 s (mutmut's default: 1 s) cover the forked pytest's own start:
+            # on busy cores it took more than the 3 s of wall time that 1 s gave a mutant whose tests take 0.02 s, so
+            # such mutants were "timeouts" whether their tests failed or passed (trace/fingerprint.py's first run).
+            "timeout_multiplier = 3.0\ntimeout_constant = 10.0\n"
             "use_git_change_detection = false\n\n"
             "[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\n"
             "markers = [\"slow: long reference checks\", \"shared: needs ../shared\"]\n")
@@ -108,8 +112,11 @@ def scores(module: str) -> dict | None:
 def run(module: str, jobs: int) -> dict:
     directory = prepare(module)
     started = time.perf_counter()
+    # One OpenMP thread: mutmut forks each mutant's tests from a process that has run torch, and a fork after torch
+    # ran a parallel region can hang in the next one (trace/fingerprint.py's first run: a model's .double() did).
     result = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)], cwd=directory,
-                            env={**os.environ, "PYTHONPATH": "", "DTRLAB_RECOMPUTE": "1", "DTRLAB_MUTATE": "1"})
+                            env={**os.environ, "PYTHONPATH": "", "DTRLAB_RECOMPUTE": "1", "DTRLAB_MUTATE": "1",
+                                 "OMP_NUM_THREADS": "1"})
     # A failed run (its clean or stats run of the tests failed) scores nothing: mutmut says why above.
     record = (scores(module) or {}) if result.returncode == 0 else {"killed_share": None}
     record.update(module=module, tests=MODULES[module], seconds=round(time.perf_counter() - started),

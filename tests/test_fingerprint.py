@@ -10,6 +10,9 @@ import os
 import pytest
 
 torch = pytest.importorskip("torch")
+# What step_fingerprint reads, imported here once (seconds): not in each test process mutmut forks after collection.
+import torch._dynamo.config  # noqa: E402,F401
+import torch._inductor.config  # noqa: E402,F401
 from torch import nn  # noqa: E402
 
 from dtrlab.trace import fingerprint  # noqa: E402
@@ -62,6 +65,10 @@ class Opaque:
         raise RuntimeError("not a config")
 
 
+class OtherOpaque:
+    """Another class without a to_dict."""
+
+
 def test_each_kind_of_plain_attribute_is_part_of_the_key():
     pairs = {"int": (2, 3), "float": (0.5, 0.25), "str": ("mul", "add"), "bool": (True, False), "None": (None, 0),
              "dtype": (torch.float32, torch.float16), "device": (torch.device("cpu"), torch.device("meta")),
@@ -76,6 +83,7 @@ def test_what_is_not_plain_is_keyed_by_its_class_only():
     """Two instances of a class whose state the key cannot read give one key (nothing process-specific such as an
     address enters it); another class gives another."""
     assert key(value=Opaque(1)) == key(value=Opaque(2)) != key(value=Config())
+    assert key(value=Opaque()) != key(value=OtherOpaque()) != key(value=None)
     assert key(value=Opaque(1, fails=True)) == key(value=Opaque(2, fails=True)) == key(value=Opaque())
     assert key(value=(1, Opaque(1))) == key(value=(1, Opaque(2)))  # a tuple holding an object: the tuple's class
     assert key(value=Config) == key(value=Opaque)  # a class as an attribute: its to_dict is no config's
@@ -95,6 +103,36 @@ def test_each_kind_of_hook_is_part_of_the_key(register):
     hooked = Holder()
     getattr(hooked.linear, register)(lambda *args: None)
     assert step_fingerprint(hooked, (X,)) != step_fingerprint(Holder(), (X,))
+
+
+def test_a_hooks_code_and_what_it_closes_over_are_part_of_the_key():
+    scale, other = torch.ones(4), torch.ones(4)
+
+    def hooked(hook):
+        model = Holder()
+        model.linear.register_forward_hook(hook)
+        return step_fingerprint(model, (X,))
+    assert hooked(lambda module, args, out: out * 2) != hooked(lambda module, args, out: out * 3)
+    assert hooked(lambda module, args, out: out * scale) != hooked(lambda module, args, out: out * other)
+
+
+def test_shared_submodules_parameters_and_buffers():
+    """A stateless submodule under two names is the same step as two of them; a bias (or buffer) tied to another
+    module's is not the same step as none."""
+    relu = nn.ReLU()
+    assert step_fingerprint(nn.Sequential(relu, relu), (X,)) == step_fingerprint(nn.Sequential(nn.ReLU(), nn.ReLU()),
+                                                                                  (X,))
+    tied = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    tied[1].bias = tied[0].bias
+    none = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4, bias=False))
+    assert step_fingerprint(tied, (X,)) != step_fingerprint(none, (X,))
+
+    def buffered(shared: bool):
+        model = nn.Sequential(nn.Identity(), nn.Identity())
+        model[0].register_buffer("scale", torch.ones(4))
+        model[1].register_buffer("scale", model[0].scale if shared else None)
+        return step_fingerprint(model, (X,))
+    assert buffered(True) != buffered(False)
 
 
 def test_submodules_classes_and_training_flags():
@@ -168,6 +206,62 @@ def test_each_kind_of_loss_is_part_of_the_key():
     assert step_fingerprint(model, (X,), functools.partial(scaled_loss, scale=3)) == prints["a partial's argument"]
 
 
+class LossBase:
+    def loss(self, out):
+        return out.sum()
+
+    def other(self, out):
+        return out.sum()
+
+
+class LossOne(LossBase):
+    pass
+
+
+class LossTwo(LossBase):
+    pass
+
+
+class OtherCallableLoss:
+    def __call__(self, out):
+        return out.sum()
+
+
+def two_tensor_loss(out, first, second):
+    return out.sum() + first.sum() + second.sum()
+
+
+def test_what_a_loss_wraps_and_which_tensors_it_shares():
+    """Each way a loss can hold tensors (a partial's arguments and keywords, a function's closure and defaults, a
+    method's, a loss module's buffer) is read with the tensors' sharing: one tensor twice is not two tensors."""
+    model = Holder()
+    t, u = torch.ones(4), torch.ones(4)
+
+    def fp(loss):
+        return step_fingerprint(model, (X,), loss)
+    partial = functools.partial
+    assert fp(partial(two_tensor_loss, t, t)) != fp(partial(two_tensor_loss, t, u))
+    assert fp(partial(two_tensor_loss, first=t, second=t)) != fp(partial(two_tensor_loss, first=t, second=u))
+    assert fp(partial(scaled_loss, 4)) != fp(partial(scaled_loss, 5))
+    assert fp(partial(scaled_loss, 4)) != fp(partial(two_tensor_loss, 4))  # the wrapped function
+    same, apart = t, u
+    assert fp(lambda out: out.sum() + same.sum() + t.sum()) != fp(lambda out: out.sum() + apart.sum() + t.sum())
+    assert fp(lambda out, a=t: out.sum() + a.sum()) == fp(lambda out, a=t: out.sum() + a.sum())
+
+    def closing(out):
+        return out.sum() + t.sum()
+    assert fp(partial(closing)) == fp(partial(closing))  # its closure's tensor read, as any function's
+
+    class Weighted:
+        def loss(self, out, weight=t):
+            return (out * weight).sum()
+    assert fp(Weighted().loss) == fp(Weighted().loss)
+    assert fp(LossOne().loss) != fp(LossTwo().loss)  # one function, bound to two classes
+    assert fp(LossOne().loss) != fp(LossOne().other)
+    assert fp(CallableLoss()) != fp(OtherCallableLoss())
+    assert fp(nn.CrossEntropyLoss(weight=torch.ones(4))) != fp(nn.CrossEntropyLoss(weight=torch.ones(5)))
+
+
 def test_configurations_and_the_torch_version_are_part_of_the_key(monkeypatch):
     import torch._dynamo.config as dynamo_config
     import torch._inductor.config as inductor_config
@@ -190,6 +284,7 @@ def test_configuration_values_are_written_in_one_order():
     assert fingerprint._ordered({2: {"y", "x"}, 1: (3, [4])}) == [["1", ["3", ["4"]]], ["2", ["'x'", "'y'"]]]
     assert fingerprint._ordered(frozenset({frozenset({2}), frozenset({1})})) == [["1"], ["2"]]
     assert fingerprint._ordered(None) == "None"
+    assert fingerprint._ordered({"a", frozenset({1})}) == ["'a'", ["1"]]  # by repr: a list and a string compare
 
 
 MODEL_SOURCE = '''
@@ -203,6 +298,10 @@ class Edited(torch.nn.Module):
 
     def forward(self, x):
         return self.linear(x){tail}
+
+
+def loss(out):
+    return out.sum()
 '''
 
 
@@ -226,18 +325,35 @@ def test_a_class_whose_source_file_changes_gets_another_key(tmp_path, monkeypatc
     assert second != first
     path.write_text(MODEL_SOURCE.format(tail=" * 20"))
     assert step_fingerprint(model, (X,)) not in (first, second)
+    third = step_fingerprint(model, (X,))
+    loss_key = step_fingerprint(Holder(), (X,), module.loss)  # the loss's code is unchanged by each edit below
+    previous = path.stat()
+    path.write_text(MODEL_SOURCE.format(tail=" * 200"))  # one byte longer, at the same modification time
+    os.utime(path, ns=(previous.st_atime_ns, previous.st_mtime_ns))
+    assert step_fingerprint(model, (X,)) not in (first, second, third)
+    assert step_fingerprint(Holder(), (X,), module.loss) != loss_key
     path.unlink()
     gone = step_fingerprint(model, (X,))
     assert gone == step_fingerprint(model, (X,)) and gone not in (first, second)
     monkeypatch.delitem(__import__("sys").modules, "edited_model")
 
 
+NESTED_LOSS = "def loss(out):\n    return (lambda t: t * 2)(out).sum()\n"
+
+
 def test_code_without_a_source_file_is_keyed_by_its_code():
+    """Functions made by exec have no file: their code alone keys them, so two made from one text (two code objects,
+    an inner one each, at other addresses, as in another process) are equal."""
     namespace: dict = {}
     exec("def loss(out):\n    return out.sum() * 2\n", namespace)  # no file behind it
     exec("def other(out):\n    return out.sum() * 3\n", namespace)
     model = Holder()
     assert step_fingerprint(model, (X,), namespace["loss"]) == step_fingerprint(model, (X,), namespace["loss"])
+    first, second = {}, {}
+    exec(NESTED_LOSS, first)
+    exec(NESTED_LOSS, second)
+    assert repr(first["loss"].__code__.co_consts) != repr(second["loss"].__code__.co_consts)  # two addresses
+    assert step_fingerprint(model, (X,), first["loss"]) == step_fingerprint(model, (X,), second["loss"])
     assert step_fingerprint(model, (X,), namespace["loss"]) != step_fingerprint(model, (X,), namespace["other"])
     assert fingerprint._source_hash(namespace["loss"]) is None and fingerprint._source_hash(len) is None
 
