@@ -86,7 +86,10 @@ def test_what_is_not_plain_is_keyed_by_its_class_only():
     assert key(value=Opaque()) != key(value=OtherOpaque()) != key(value=None)
     assert key(value=Opaque(1, fails=True)) == key(value=Opaque(2, fails=True)) == key(value=Opaque())
     assert key(value=(1, Opaque(1))) == key(value=(1, Opaque(2)))  # a tuple holding an object: the tuple's class
-    assert key(value=Config) == key(value=Opaque)  # a class as an attribute: its to_dict is no config's
+    # A class as an attribute (one the model instantiates later) is keyed as that class, not as `type`, and its
+    # to_dict is no config's.
+    assert key(value=Config) == key(value=Config) != key(value=Opaque)
+    assert key(value=nn.GELU) != key(value=nn.ReLU) != key(value=nn.ReLU())
     assert key(_private=1) == key(_private=2) == key()  # torch's own bookkeeping is not read
 
 
@@ -247,6 +250,10 @@ def test_what_a_loss_wraps_and_which_tensors_it_shares():
     same, apart = t, u
     assert fp(lambda out: out.sum() + same.sum() + t.sum()) != fp(lambda out: out.sum() + apart.sum() + t.sum())
     assert fp(lambda out, a=t: out.sum() + a.sum()) == fp(lambda out, a=t: out.sum() + a.sum())
+    assert fp(lambda out, a=t, b=t: (out + a + b).sum()) != fp(lambda out, a=t, b=u: (out + a + b).sum())
+    assert fp(lambda out, *, a=t, b=t: (out + a + b).sum()) != fp(lambda out, *, a=t, b=u: (out + a + b).sum())
+    assert fp(lambda out, *, k=2: out.sum() * k) != fp(lambda out, *, k=3: out.sum() * k)  # keyword-only defaults
+    assert fp(lambda out, *, k=2: out.sum() * k) == fp(lambda out, *, k=2: out.sum() * k)
 
     def closing(out):
         return out.sum() + t.sum()

@@ -3,9 +3,10 @@
 :func:`step_fingerprint` hashes, in milliseconds, what decides the graph torch.compile traces and can be read
 without tracing it: the torch version and the dynamo, functorch and Inductor configurations (what their own
 ``get_hash`` covers); every submodule's name, class, the source file of each class in its MRO, its training flag,
-its plain attributes (numbers, strings, dtypes, a Hugging Face config's ``to_dict()``) and its hooks' code; every
-parameter's and buffer's name, shape, strides, dtype, device, ``requires_grad`` and which ones are shared; the
-inputs' tree and tensors; and the loss function's code, closure and defaults.
+its plain attributes (numbers, strings, dtypes, a Hugging Face config's ``to_dict()``, a class it holds) and its
+hooks' code; every parameter's and buffer's name, shape, strides, dtype, device, ``requires_grad`` and which ones
+are shared; the inputs' tree and tensors; and the loss function's code, closure and defaults (positional and
+keyword-only).
 
 It is a *key*, not a proof: code the forward reaches outside the classes' own files (a helper module, a global
 flag) is not in it. ``dtrlab.compile`` therefore uses it only to find a cached pick, and checks that pick against
@@ -98,8 +99,10 @@ def _attribute(value):
         return repr(value)
     if isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value):
         return repr(value)
+    if isinstance(value, type):  # a class the model instantiates later (``self.act = nn.GELU``): that class
+        return ["class", _class(value)]
     to_dict = getattr(value, "to_dict", None)  # a Hugging Face config: what the model was built from
-    if callable(to_dict) and not isinstance(value, type):
+    if callable(to_dict):
         try:
             return json.dumps(to_dict(), sort_keys=True, default=str)
         except Exception:  # a to_dict that needs arguments or fails is not a config's
@@ -128,9 +131,12 @@ def _callable(function, shared: dict):
         return [getattr(function, "__qualname__", None) or _class(type(function))]
     closure = [_value(cell.cell_contents, shared, f"{code.co_name}.{name}")
                for name, cell in zip(code.co_freevars, function.__closure__ or ())]
-    defaults = [_value(d, shared, f"{code.co_name}.default") for d in function.__defaults__ or ()]
+    # Each default under its own name, so that one tensor given twice is told from two tensors.
+    defaults = [_value(d, shared, f"{code.co_name}.default{i}") for i, d in enumerate(function.__defaults__ or ())]
+    keyword_defaults = {k: _value(v, shared, f"{code.co_name}.{k}")
+                        for k, v in sorted((function.__kwdefaults__ or {}).items())}
     return ["function", function.__module__, function.__qualname__, _code_hash(code), closure, defaults,
-            _source_hash(function)]
+            keyword_defaults, _source_hash(function)]
 
 
 def _code_hash(code: types.CodeType) -> str:
