@@ -66,11 +66,20 @@ def compiled_model(*args, **options):
 HAND_TESTS = [
     "test_double_allocate_and_unknown_free_are_errors", "test_flat_counts_bytes_exactly",
     "test_aligned_rounds_every_request_up", "test_small_pool_packing", "test_large_pool_segment_sizes",
-    "test_best_fit_by_size_then_address", "test_coalescing_on_free_but_never_across_segments",
+    "test_best_fit_by_size_then_address", "test_best_fit_finds_a_block_of_exactly_the_request_at_address_0",
+    "test_coalescing_on_free_but_never_across_segments",
     "test_release_cached_segments_and_retry_before_oom", "test_fragmentation_oom_although_the_bytes_fit",
     "test_max_split_size_keeps_oversize_blocks_whole", "test_max_split_size_releases_oversize_segments_first",
     "test_max_split_size_releases_the_largest_oversize_segments_until_enough", "test_expandable_segments",
     "test_expandable_best_fit_prefers_blocks_that_cannot_grow", "test_roundup_power2_divisions",
+    "test_max_split_size_releases_the_largest_until_exactly_enough",
+    "test_max_split_size_releases_the_smallest_block_of_the_target",
+    "test_expandable_block_starts_at_a_free_block_before_unmapped_pages",
+    "test_expandable_ranges_are_nine_eighths_of_the_capacity_in_whole_pages",
+    "test_max_split_size_at_its_boundaries", "test_expandable_best_fit_walks_on_only_past_blocks_that_can_grow",
+    "test_expandable_pages_mapped_after_full_ones_and_unmapped_between",
+    "test_reuse_merges_released_ranges_and_keeps_the_rest",
+    "test_expandable_addresses_past_2_to_the_53_stay_exact",
     "test_zero_byte_requests_take_no_block", "test_unbounded_events_match_the_baseline_peak",
 ]
 PYTHON_ONLY = [

@@ -190,6 +190,15 @@ def test_best_fit_by_size_then_address():
     assert model.stats().allocated_bytes == 14 * MiB
 
 
+def test_best_fit_finds_a_block_of_exactly_the_request_at_address_0():
+    """get_free_block searches from (size, lowest address): a cached block of exactly the request's size at
+    address 0 is found. 4 and 16 MiB fill a 20 MiB segment; 4 MiB after freeing the first takes it back."""
+    model = caching()
+    assert model.allocate(1, 4 * MiB) and model.allocate(2, 16 * MiB)
+    model.free(1)
+    assert model.allocate(3, 4 * MiB)
+    assert shape(model) == [(0, 20 * MiB, "large", [(0, 4 * MiB, 3), (4 * MiB, 16 * MiB, 2)])]
+
 def test_coalescing_on_free_but_never_across_segments():
     model = caching()
     for block_id in range(1, 5):  # four 512 KiB blocks fill the first small segment exactly
@@ -352,6 +361,156 @@ def test_expandable_best_fit_prefers_blocks_that_cannot_grow():
     assert shape(plain)[0][3][-1] == (16 * MiB, 4 * MiB, 4)
 
 
+def test_max_split_size_releases_the_largest_until_exactly_enough():
+    """release_available_cached_blocks with no single oversize block large enough: it releases from the largest
+    down while less than the target is released, and an exact target is enough (True: nothing else is released).
+    With max_split_size 24 MiB: oversize segments D 30, C 28, B 26, A 24 MiB at 0, 30, 58, 84 and a free small
+    segment at 108 MiB (110 of 112 reserved). 58 MiB: no cached block fits, 110 + 58 > 112, no oversize block
+    holds 58; D (at address 0) and C make 58 exactly, so B, A and the small segment stay and the 58 MiB segment
+    goes to the bump pointer, 110 MiB. Then 50 MiB: B and A (24 = max_split_size itself is oversize) make 50."""
+    model = caching(112, max_split_size=24 * MiB)
+    for block_id, size in enumerate((30, 28, 26, 24), start=1):
+        assert model.allocate(block_id, size * MiB)
+    assert model.allocate(5, 100)
+    for block_id in range(1, 6):
+        model.free(block_id)
+    assert model.allocate(6, 58 * MiB)
+    assert shape(model) == [(58 * MiB, 26 * MiB, "large", [(58 * MiB, 26 * MiB, None)]),
+                            (84 * MiB, 24 * MiB, "large", [(84 * MiB, 24 * MiB, None)]),
+                            (108 * MiB, 2 * MiB, "small", [(108 * MiB, 2 * MiB, None)]),
+                            (110 * MiB, 58 * MiB, "large", [(110 * MiB, 58 * MiB, 6)])]
+    assert model.stats().reserved_bytes == 110 * MiB
+    assert model.allocate(7, 50 * MiB)  # 110 + 50 > 112; B + A = 50: the 50 MiB segment at 168 MiB
+    assert shape(model) == [(108 * MiB, 2 * MiB, "small", [(108 * MiB, 2 * MiB, None)]),
+                            (110 * MiB, 58 * MiB, "large", [(110 * MiB, 58 * MiB, 6)]),
+                            (168 * MiB, 50 * MiB, "large", [(168 * MiB, 50 * MiB, 7)])]
+
+
+def test_max_split_size_releases_the_smallest_block_of_the_target():
+    """The single-block case of release_available_cached_blocks: the first cached block in (size, address)
+    order of at least max(request, max_split_size) bytes, here the 24 MiB block at address 0 (exactly the
+    target), not the 30 MiB one; that is enough, so the free small segment stays cached."""
+    model = caching(60, max_split_size=24 * MiB)
+    assert model.allocate(1, 24 * MiB) and model.allocate(2, 30 * MiB) and model.allocate(3, 100)
+    for block_id in (1, 2, 3):
+        model.free(block_id)
+    # 4 MiB: the oversize blocks are not split for it; 56 + 20 > 60; releasing 24 MiB makes room.
+    assert model.allocate(4, 4 * MiB)
+    assert shape(model) == [(24 * MiB, 30 * MiB, "large", [(24 * MiB, 30 * MiB, None)]),
+                            (54 * MiB, 2 * MiB, "small", [(54 * MiB, 2 * MiB, None)]),
+                            (56 * MiB, 20 * MiB, "large", [(56 * MiB, 4 * MiB, 4), (60 * MiB, 16 * MiB, None)])]
+
+
+def test_expandable_block_starts_at_a_free_block_before_unmapped_pages():
+    """find_expandable_block walks the unmapped blocks in address order; a run may start at the free block just
+    before one and must hold the request exactly or more. Capacity 100 MiB: the large range is 6 x 20 MiB pages.
+    35, 5 and 60 MiB map pages 0-4 (100 MiB); freeing the 35 MiB leaves it free. 36 MiB fits no cached block, and
+    no run (20 unmapped at 100 MiB) holds it: a second range at 120 MiB whose 2 pages do not fit; the release
+    unmaps page 0 (0-20 MiB, 15 MiB free stay mapped) and the retry fails the same way: OOM. 35 MiB then starts
+    at the unmapped page 0 (20 + 15 = 35 exactly), maps it (80 + 20 = 100) and takes the merged 35 MiB."""
+    model = caching(100, expandable_segments=True)
+    assert model.allocate(1, 35 * MiB) and model.allocate(2, 5 * MiB) and model.allocate(3, 60 * MiB)
+    model.free(1)
+    assert not model.allocate(4, 36 * MiB)
+    assert shape(model) == [(20 * MiB, 80 * MiB, "large", [(20 * MiB, 15 * MiB, None), (35 * MiB, 5 * MiB, 2),
+                                                           (40 * MiB, 60 * MiB, 3)])]
+    assert (model.stats().reserved_bytes, model.stats().segments) == (80 * MiB, 1)
+    assert model.allocate(5, 35 * MiB)  # the page mapped joins the run after it: still one segment
+    assert shape(model) == [(0, 100 * MiB, "large", [(0, 35 * MiB, 5), (35 * MiB, 5 * MiB, 2), (40 * MiB, 60 * MiB, 3)])]
+    assert (model.stats().reserved_bytes, model.stats().segments) == (100 * MiB, 1)
+
+
+def test_expandable_ranges_are_nine_eighths_of_the_capacity_in_whole_pages():
+    """An expandable segment reserves address space for capacity + capacity // 8 bytes, rounded up to whole pages
+    (ceil). Capacity 37282703 B: + 4660337 = 41943040, exactly 2 large pages, so the small segment a later request
+    creates starts at 40 MiB. Capacity 100 MiB: a 120 MiB request is exactly the large range (6 pages), so a range
+    is still reserved for it although its pages never fit (OOM), and the next small segment starts after it."""
+    model = get_memory_model("caching", 37282703, expandable_segments=True)
+    assert model.allocate(1, 3 * MiB // 2) and model.allocate(2, 1000)
+    assert [s[:3] for s in shape(model)] == [(0, 20 * MiB, "large"), (40 * MiB, 2 * MiB, "small")]
+    whole = caching(100, expandable_segments=True)
+    assert not whole.allocate(1, 120 * MiB)
+    assert whole.allocate(2, 1000)
+    assert shape(whole) == [(120 * MiB, 2 * MiB, "small", [(120 * MiB, 1024, 2), (120 * MiB + 1024, 2 * MiB - 1024, None)])]
+
+
+def test_max_split_size_at_its_boundaries():
+    """max_split_size 24 MiB: a 24 MiB request is oversize (should_split splits only requests below the limit,
+    get_free_block keeps only those off oversize blocks), so it takes the cached 30 MiB block whole (30 < 24 + 20);
+    a cached block of exactly 24 + 20 = 44 MiB is too large for it: a new 24 MiB segment."""
+    model = caching(max_split_size=24 * MiB)
+    assert model.allocate(1, 30 * MiB)
+    model.free(1)
+    assert model.allocate(2, 24 * MiB)
+    assert model.allocate(3, 44 * MiB)  # at 30 MiB
+    model.free(3)
+    assert model.allocate(4, 24 * MiB)
+    assert shape(model) == [(0, 30 * MiB, "large", [(0, 30 * MiB, 2)]),
+                            (30 * MiB, 44 * MiB, "large", [(30 * MiB, 44 * MiB, None)]),
+                            (74 * MiB, 24 * MiB, "large", [(74 * MiB, 24 * MiB, 4)])]
+
+
+def test_expandable_best_fit_walks_on_only_past_blocks_that_can_grow():
+    """One 20 MiB page holds 2|1.5|3.5|1.5|3.5|1.5|2.5|1.5 MiB (ids 1-8; 1.5 MiB keeps them all in the large pool)
+    and a free 2.5 MiB tail that can grow by 100 MiB; 1, 3 and 5 are freed. 2.5 MiB: the search starts at the
+    tail (2.5 MiB), which counts as 102.5, walks on to the 3.5 MiB block at 3.5 MiB, and stops there: the next,
+    3.5 MiB at 8.5 MiB, counts as much, not less. Its 1 MiB remainder is split off. Then 7 (2.5 MiB at 13.5 MiB,
+    before the tail in address order) is freed; 2.5 MiB takes it: the tail after it counts for more."""
+    model = caching(100, expandable_segments=True)
+    for block_id, kib in enumerate((2048, 1536, 3584, 1536, 3584, 1536, 2560, 1536), start=1):
+        assert model.allocate(block_id, kib * KiB)
+    for block_id in (1, 3, 5):
+        model.free(block_id)
+    assert model.allocate(9, 2560 * KiB)
+    model.free(7)
+    assert model.allocate(10, 2560 * KiB)
+    assert shape(model) == [(0, 20 * MiB, "large", [(kib * KiB, size * KiB, owner) for kib, size, owner in (
+        (0, 2048, None), (2048, 1536, 2), (3584, 2560, 9), (6144, 1024, None), (7168, 1536, 4), (8704, 3584, None),
+        (12288, 1536, 6), (13824, 2560, 10), (16384, 1536, 8), (17920, 2560, None))])]
+
+
+def test_expandable_pages_mapped_after_full_ones_and_unmapped_between():
+    """Capacity 60 MiB: the large range is 4 pages (67.5 MiB rounded up) at 0, three 20 MiB blocks fill pages 0-2
+    (each mapped after an allocated one). With the middle one freed, 1000 B needs a small page: the small range
+    (34 x 2 MiB) at 80 MiB, 60 + 2 > 60, so the release unmaps page 1; two mapped runs of the large range and
+    the small page show as three segments."""
+    model = caching(60, expandable_segments=True)
+    for block_id in (1, 2, 3):
+        assert model.allocate(block_id, 20 * MiB)
+    model.free(2)
+    assert model.allocate(4, 1000)
+    assert shape(model) == [(0, 20 * MiB, "large", [(0, 20 * MiB, 1)]), (40 * MiB, 20 * MiB, "large", [(40 * MiB, 20 * MiB, 3)]),
+                            (80 * MiB, 2 * MiB, "small", [(80 * MiB, 1024, 4), (80 * MiB + 1024, 2 * MiB - 1024, None)])]
+    stats = model.stats()
+    assert (stats.reserved_bytes, stats.segments) == (42 * MiB, 3)
+
+
+def test_reuse_merges_released_ranges_and_keeps_the_rest():
+    """address_policy="reuse" (capacity 64 MiB): five 12 MiB segments at 0, 12, ..., 48 MiB; 1, 3 and 4 freed.
+    16 MiB fits nothing cached and 60 + 16 > 64: the release drops 0-12, 24-36 and 36-48 (in (size, address)
+    order), the last two merging into 24-48. 16 MiB takes 24-40, leaving 40-48 released; 14 MiB then fits no
+    released range (0-12, 40-48) and goes to the bump pointer, 60 MiB."""
+    model = caching(64, address_policy="reuse")
+    for block_id in range(1, 6):
+        assert model.allocate(block_id, 12 * MiB)
+    for block_id in (1, 3, 4):
+        model.free(block_id)
+    assert model.allocate(6, 16 * MiB) and model.allocate(7, 14 * MiB)
+    assert [(s[0], s[1], s[3][0][2]) for s in shape(model)] == [
+        (12 * MiB, 12 * MiB, 2), (24 * MiB, 16 * MiB, 6), (48 * MiB, 12 * MiB, 5), (60 * MiB, 14 * MiB, 7)]
+
+
+def test_expandable_addresses_past_2_to_the_53_stay_exact():
+    """On the 'unlimited' 2^62-byte device the small range (created first) is 1.125 x 2^62 = 2^62 + 2^59 bytes, a
+    whole number of 2 MiB pages, so the large range starts there. A block split 512 B past the start of its second
+    page lies at 2^62 + 2^59 + 21 MiB + 512, which takes 54 significant bits (a float holds 53)."""
+    model = get_memory_model("caching", 1 << 62, expandable_segments=True)
+    start = (1 << 62) + (1 << 59)
+    assert model.allocate(1, 1000) and model.allocate(2, 20 * MiB) and model.allocate(3, MiB + 512)
+    assert shape(model)[1] == (start, 40 * MiB, "large", [(start, 20 * MiB, 2), (start + 20 * MiB, MiB + 512, 3),
+                                                          (start + 21 * MiB + 512, 19 * MiB - 512, None)])
+
+
 def test_roundup_power2_divisions():
     four = caching(roundup_power2_divisions=4)
     # Up to 4 x 512 B the 512 B rounding applies; above it the next quarter between powers of 2.
@@ -485,6 +644,14 @@ def test_roundup_power2_divisions_option_by_hand():
     assert _divisions_table(CachingModel(2**30, roundup_power2_divisions={"1": 4, "2": 2})._options[
         "roundup_power2_divisions"])[:3] == [4, 2, 0]
     assert CachingModel(2**30, roundup_power2_divisions=1).request_bytes(1200) == 1536  # 512-byte blocks: 3 of them
+    # '>' first fills every interval; a later interval, the first listed, still sets all below it too. Intervals
+    # index 2^i MiB as i, and from 32 GiB (index 15, the last) on all share the last: 64 GiB is index 15, not 16.
+    assert _divisions_table({">": 4}) == [4] * 16
+    assert _divisions_table({">": 2, "4": 8}) == [8, 8, 8] + [2] * 13
+    assert _divisions_table({"1": 0, "32768": 4}) == _divisions_table({"1": 0, "65536": 4}) == [0] * 15 + [4]
+    last = CachingModel(2**40, roundup_power2_divisions={"1": 0, "32768": 4})
+    assert [last.request_bytes(size) for size in (2**35 - 1, 2**35 + 1, 2**36 + 1)] == [
+        2**35, 2**35 + 2**33, 2**36 + 2**34]  # 4 steps of 8 GiB, then of 16 GiB; below 32 GiB 512 B rounding
     for bad, message in (({"0": 4}, r"interval '0' must be a power of 2 \(MiB\) or '>'"),
                          ({"abc": 4}, r"interval 'abc' must be a power of 2 \(MiB\) or '>'"),
                          ({"2": -1}, r"\['2'\] must be >= 0, got -1")):
@@ -501,7 +668,10 @@ def test_caching_option_errors_word_for_word():
                                     "(22020096 bytes or more, as max_split_size_mb in PyTorch), got 5"),
             ({"max_split_size": "x"}, "max_split_size must be an integer, got 'x'"),
             ({"roundup_power2_divisions": -2}, "roundup_power2_divisions must be >= 0, got -2"),
-            ({"roundup_power2_divisions": 3}, "roundup_power2_divisions must be 0 (off) or a power of 2, got 3")):
+            ({"roundup_power2_divisions": 3}, "roundup_power2_divisions must be 0 (off) or a power of 2, got 3"),
+            ({"max_split_size": 32 * 2**20, "expandable_segments": True},
+             "max_split_size cannot be combined with expandable_segments=True "
+             "(PyTorch's release_available_cached_blocks cannot release expandable blocks)")):
         with pytest.raises(ValueError) as refused:
             CachingModel(2**30, **options)
         assert str(refused.value) == message
