@@ -199,6 +199,7 @@ def test_best_fit_finds_a_block_of_exactly_the_request_at_address_0():
     assert model.allocate(3, 4 * MiB)
     assert shape(model) == [(0, 20 * MiB, "large", [(0, 4 * MiB, 3), (4 * MiB, 16 * MiB, 2)])]
 
+
 def test_coalescing_on_free_but_never_across_segments():
     model = caching()
     for block_id in range(1, 5):  # four 512 KiB blocks fill the first small segment exactly
