@@ -51,8 +51,8 @@ MODULES = {
     "dtrlab/trace/fingerprint.py": ["tests/test_fingerprint.py",
                                     "tests/test_fit_knob.py::test_step_fingerprint_sees_what_decides_the_graph"],
     # The Inductor accounting and the byte budget: their quick tests trace and lower small models (tens of seconds
-    # a test), so a surviving mutant costs minutes. Not scored yet: knob_compile's run counted every mutant killed,
-    # one its tests pass when run directly among them (docs/reproduce.md): check a mutant by hand first.
+    # a test). Not scored: like partition.py's, their tests run a backward, which torch's autograd refuses in a
+    # process forked after one (mutmut forks each mutant), so every mutant reads as killed (docs/reproduce.md).
     "dtrlab/trace/inductor.py": ["tests/test_inductor.py"],
     "dtrlab/analysis/fit_knob.py": ["tests/test_fit_knob.py"],
     "dtrlab/analysis/knob_compile.py": ["tests/test_fit_knob.py"],
