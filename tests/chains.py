@@ -28,3 +28,9 @@ def chain_log(costs=(5, 1, 1)) -> LogBuilder:
         log.call(f"b{i}", [f"g{i + 1}", f"a{i}"], [(f"g{i}", 10)], time=1)
         log.release(f"g{i + 1}", f"a{i}")
     return log
+
+
+def chain_trace():
+    """The default chain as a trace named "chain": a 50-byte peak; DTR fails below 40 bytes (b2's own footprint)
+    and passes from it."""
+    return chain_log().trace("chain")

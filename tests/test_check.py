@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from chains import chain_trace
 from conftest import RESNET_LOG
 from dtrlab import baseline, simulate
 from dtrlab.analysis.check import (CheckPlan, CheckReport, PolicyCheck, check, check_semantics, describe_position,
@@ -389,13 +390,6 @@ def test_readme_example_is_true(logs_dir, tmp_path, capsys):
 
 
 # --- the check's own logic on hand-built inputs (quick: each kills mutants for a fraction of a second) ----------
-
-def chain_trace():
-    """tests/chains.py's chain: a 50-byte peak; DTR fails below 40 bytes (b2's own footprint) and passes from it."""
-    from chains import chain_log
-
-    return chain_log().trace("chain")
-
 
 CHAIN_PLAN = CheckPlan(window=0.2, delta=0.02, policies=("dtr",), monotone=False)
 #: The chain's caching answer: 10-byte tensors become 512-byte blocks, so under `allocated` on a 1 MiB device

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from chains import chain_log
+from chains import chain_trace
 from dtrlab.analysis.holes import (HOLE_COLUMNS, census_table, default_resolution, find_holes, refine_holes,
                                    suspicious_samples)
 from dtrlab.runtime import baseline, simulate
@@ -118,12 +118,6 @@ def test_summary_row_in_full():
                                   "threshold_ratio")} == {"holes": 0, "widest_hole_ratio": None,
                                                           "widest_hole_mib": None, "widest_hole_kinds": None,
                                                           "threshold_ratio": 0.2}
-
-
-def chain_trace():
-    """chains.chain_log's three layers: peak 50 bytes (x, a1, a2, a3 and g3), and nothing fits below 40 (b2's
-    own footprint), so every budget int(50 * ratio) under 40 fails."""
-    return chain_log().trace("chain")
 
 
 def test_census_grid_keywords():

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from dtrlab.analysis.knob_census import (ACCOUNTINGS, KnobPlan, KnobSource, analyse, census_knob, dtr_beside_knob,
                                           gpu_answer, parse_knobs, read_census, write_census)
+from chains import chain_trace
 from conftest import ROOT
 from dtrlab.integrity import IntegrityError, verify_in_manifest
 from dtrlab.sweep.execution import Execution
@@ -883,12 +884,6 @@ def test_read_census_restores_a_listed_plan_and_refuses_what_is_no_census(tmp_pa
         (tmp_path / "bad.json").write_text(json.dumps(bad))
         with pytest.raises(IntegrityError, match=r"bad.json is not a dtrlab knob census \(dtrlab-knob-census-1\)$"):
             read_census(tmp_path / "bad.json")
-
-
-def chain_trace():
-    from chains import chain_log
-
-    return chain_log().trace("chain")
 
 
 def test_dtr_beside_the_knob_on_the_chain(capsys, tmp_path, monkeypatch):

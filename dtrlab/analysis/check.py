@@ -253,7 +253,8 @@ def check(trace: Trace, budget, device, *, plan: CheckPlan = CheckPlan(), semant
     ``ac``: the checkpointing plans of the same step (:func:`dtrlab.analysis.checkpointing.plan_table`); the
     report then lists each with whether its flat peak fits the budget."""
     for name in plan.policies:
-        if isinstance(get_policy(name), Monotone):  # a typo is an error now, not after the first census
+        # get_policy: a typo is an error now, not after the first census; monotone refuses the caching census.
+        if isinstance(get_policy(name), Monotone):
             raise ValueError(f"check: {name} runs under flat memory only, and check censuses each policy under the "
                              "caching allocator too; monotone(dtr) is checked already (--no-monotone drops it)")
     label, device_bytes = parse_device(device)
