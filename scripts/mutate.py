@@ -6,9 +6,9 @@
 
 Each module runs in its own scratch directory, build/mutate/<module>/ (its own mutmut configuration:
 the module alone mutated, the quick tests of the files that cover it selected), so one module's run
-never waits on another's tests and a module can be rerun alone. mutmut forks each mutant from a
-pytest process that has already imported everything, and runs only the tests that reached the
-mutated function: quickest first, each failed past 20 x its time in mutmut's stats run + 10 s
+never waits on another's tests and a module can be rerun alone. mutmut forks each mutant from its
+fork server, a process that has imported the tests but run none (torch's autograd refuses a backward
+in a process forked after one), and runs only the tests that reached the mutated function: quickest first, each failed past 20 x its time in mutmut's stats run + 10 s
 (tests/conftest.py, under ``DTRLAB_MUTATE``, which this script sets), so that a mutant a quick test
 kills, or a loop it enters, costs seconds instead of the slowest tests or mutmut's own limit of
 minutes. Prints, per module, killed / survived / timeout / no tests / total and the share killed, and
@@ -37,8 +37,10 @@ MODULES = {
                                        "test_knob_census.py::test_a_failing_evaluation_in_a_worker_is_raised_here"],
     "dtrlab/analysis/holes.py": ["tests/test_holes.py", "tests/test_census_guarantee.py"],
     "dtrlab/analysis/anatomy.py": ["tests/test_anatomy.py"],
-    "dtrlab/trace/partition.py": ["tests/test_partition.py"],
-    "dtrlab/memory/partitioned.py": ["tests/test_partition.py"],
+    # With test_inductor's quick tests: the Inductor accounting's path through both (joints traced for Inductor,
+    # graph breaks, knob_peaks's backend); test_user_corpus's: a step with graph breaks under aot_eager.
+    "dtrlab/trace/partition.py": ["tests/test_partition.py", "tests/test_inductor.py", "tests/test_user_corpus.py"],
+    "dtrlab/memory/partitioned.py": ["tests/test_partition.py", "tests/test_inductor.py"],
     "dtrlab/memory/caching.py": ["tests/test_memory_models.py", "tests/test_memory_core.py"],
     "dtrlab/runtime/semantics.py": ["tests/test_memory_semantics.py", "tests/test_memory_runtime.py",
                                     "tests/test_values.py"],
@@ -51,8 +53,7 @@ MODULES = {
     "dtrlab/trace/fingerprint.py": ["tests/test_fingerprint.py",
                                     "tests/test_fit_knob.py::test_step_fingerprint_sees_what_decides_the_graph"],
     # The Inductor accounting and the byte budget: their quick tests trace and lower small models (tens of seconds
-    # a test). Not scored: like partition.py's, their tests run a backward, which torch's autograd refuses in a
-    # process forked after one (mutmut forks each mutant), so every mutant reads as killed (docs/reproduce.md).
+    # a test), so a run takes hours.
     "dtrlab/trace/inductor.py": ["tests/test_inductor.py"],
     "dtrlab/analysis/fit_knob.py": ["tests/test_fit_knob.py"],
     "dtrlab/analysis/knob_compile.py": ["tests/test_fit_knob.py"],
@@ -76,6 +77,11 @@ def configuration(module: str, tests: list[str]) -> str:
             # on busy cores it took more than the 3 s of wall time that 1 s gave a mutant whose tests take 0.02 s, so
             # such mutants were "timeouts" whether their tests failed or passed (trace/fingerprint.py's first run).
             "timeout_multiplier = 3.0\ntimeout_constant = 10.0\n"
+            # Each mutant's tests in a process forked from mutmut's fork server, which has imported the tests but run
+            # none: torch's autograd refuses a backward in a process forked after one ran a backward, so under mutmut's
+            # default (forked from the process that ran the stats run) every test running a step failed, whatever the
+            # mutant (docs/reproduce.md).
+            "process_isolation = \"forkserver\"\n"
             "use_git_change_detection = false\n\n"
             "[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\n"
             "markers = [\"slow: long reference checks\", \"shared: needs ../shared\"]\n")

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dtrlab.memory.partitioned import knob_peaks, step_peaks  # noqa: E402
+from dtrlab.memory.partitioned import knob_peaks, step_peaks, step_record  # noqa: E402
 from dtrlab.trace.inductor import partition_lowered  # noqa: E402
 from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
 from tests.compiled_steps import measure_compiled_run, rss_peak  # noqa: E402
@@ -63,6 +63,16 @@ def test_inductor_row_and_backend_checks(mlp_joint):
     assert aot["backend"] == "aot_eager" and aot["recompute_flops"] is not None
     with pytest.raises(ValueError, match="unknown backend 'inductr'.*did you mean 'inductor'"):
         knob_peaks(mlp_joint, 0.5, backend="inductr")
+
+
+def test_inductor_row_passes_the_solver_and_forcing_on(mlp_joint):
+    """Under Inductor too, knob_peaks's row is the lowering of the partition asked for: greedy's, one saved forward
+    tensor forced recomputed."""
+    name = sorted({s.name for s in partition(mlp_joint, 0.5).saved} & mlp_joint.forward_nodes)[0]
+    row = knob_peaks(mlp_joint, 0.5, solver="greedy", force={name: "recompute"})
+    step = partition_lowered(mlp_joint, 0.5, solver="greedy", force={name: "recompute"})
+    assert row == step_record(step) and row["solver"] == "greedy" and row["backend"] == "inductor"
+    assert name in step.recomputed and row["recomputed_count"] > knob_peaks(mlp_joint, 0.5)["recomputed_count"]
 
 
 def test_aot_eager_joint_refuses_the_inductor_accounting():

@@ -13,7 +13,8 @@ from torch.nn import functional as F  # noqa: E402
 
 from dtrlab.memory.partitioned import (interventions, knob_peaks, peak_composition, step_peaks,  # noqa: E402
                                       step_record)
-from dtrlab.trace.partition import PartitionedStep, partition, trace_joint  # noqa: E402
+from dtrlab.trace.partition import (PartitionedStep, StepLinks, fake_module, joint_hash, meta_module,  # noqa: E402
+                                    partition, trace_joint)
 from tests.compiled_steps import measure_compiled_run  # noqa: E402
 
 KNOBS = (1.0, 0.3, 0.0)
@@ -42,14 +43,48 @@ def data_dependent(batch: int = 4):
     return Branchy(), torch.randn(batch, 8), None
 
 
+class Halves(nn.Module):
+    """Two linear layers with a graph break between them; ``mutate``: the second graph doubles the input in place."""
+
+    def __init__(self, mutate: bool = False):
+        super().__init__()
+        self.a, self.b, self.mutate = nn.Linear(8, 8), nn.Linear(8, 8), mutate
+
+    def forward(self, x):
+        h = self.a(x)
+        torch._dynamo.graph_break()
+        if self.mutate:
+            x.mul_(2)
+        return self.b(h) + x
+
+
+def eager_loss(batch: int = 4):
+    """A step whose loss dynamo leaves to eager code: no graph computes it."""
+    return Halves(), torch.randn(batch, 8), torch._dynamo.disable(lambda out: out.sum())
+
+
+def mutated_input(batch: int = 4):
+    """A step whose second graph mutates a tensor the first graph also read."""
+    return Halves(mutate=True), torch.randn(batch, 8), None
+
+
 _COMPILED_RUNS: dict = {}
+
+
+class _Joints(dict):
+    """The models' joint graphs, each traced when a test first asks for it (a test of the MLP alone, or a mutant a
+    quick test kills under ``make mutate``, does not wait for the transformer's trace)."""
+
+    def __missing__(self, source):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self[source] = trace_joint(source)
+        return self[source]
 
 
 @pytest.fixture(scope="module")
 def joints():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return {source: trace_joint(source) for source in (MLP, "transformer")}
+    return _Joints()
 
 
 def _compiled_run(source: str, knob: float):
@@ -108,13 +143,43 @@ def test_reused_min_cuts_are_torchs_answers(joints):
     assert joint.min_cuts
 
 
+#: knob_peaks's documented row (its docstring), every key and no other.
+ROW_KEYS = {"knob", "flat_peak", "allocated_peak", "reserved_peak", "recorded_peak", "proxy_saved_bytes",
+            "proxy_recompute_runtime", "saved_count", "recomputed_count", "recompute_flops", "forward_ops",
+            "backward_ops", "torch_version", "solver", "runtime_estimator", "source", "backend"}
+
+
 def test_knob_peaks_row(joints):
+    """Each field of the row from the step it describes: operators counted by their phase, the peaks by the log's
+    replay, the partitioner's settings as torch.compile's defaults name them."""
+    step = partition(joints[MLP], 0.3)
     row = knob_peaks(joints[MLP], 0.3)
-    for key in ("knob", "flat_peak", "allocated_peak", "reserved_peak", "proxy_saved_bytes", "saved_count",
-                "recomputed_count", "recompute_flops", "torch_version", "solver"):
-        assert key in row
+    assert set(row) == ROW_KEYS
     assert row["knob"] == 0.3 and row["solver"] == "dp" and row["torch_version"] == torch.__version__
-    assert row["flat_peak"] == row["recorded_peak"]
+    assert row["runtime_estimator"] == "flops" and row["source"] == MLP and row["backend"] == "aot_eager"
+    assert row["flat_peak"] == row["recorded_peak"] == step.recorded_peak_bytes
+    assert {key: row[key] for key in ("flat_peak", "allocated_peak", "reserved_peak")} == step_peaks(step)
+    running = [op for op in step.trace.operators if not op.is_constant]
+    assert row["forward_ops"] == sum(not op.backward for op in running) > 0
+    assert row["backward_ops"] == sum(op.backward for op in running) > 0
+    assert (row["saved_count"], row["recomputed_count"]) == (len(step.saved), len(step.recomputed))
+    assert row["recomputed_count"] > 0 and row["recompute_flops"] == step.recompute_flops is not None
+    assert (row["proxy_saved_bytes"], row["proxy_recompute_runtime"]) == (step.proxy_saved_bytes,
+                                                                         step.proxy_recompute_runtime)
+    assert knob_peaks(joints[MLP], 0.3, backend="aot_eager") == row
+
+
+def test_knob_peaks_passes_the_solver_and_forcing_on(joints):
+    """A solver and a forcing given to knob_peaks reach the partitioner: the row is the forced partition's."""
+    joint = joints["transformer"]
+    base = partition(joint, 0.3, solver="greedy")
+    costs = dict(zip(base.trace.meta["node_names"], (op.cost for op in base.trace.operators)))
+    name = next(name for name in base.recomputed if costs.get(name, 0) > 0)
+    row = knob_peaks(joint, 0.3, solver="greedy", force={name: "save"})
+    forced = partition(joint, 0.3, solver="greedy", force={name: "save"})
+    assert name not in forced.recomputed
+    assert row["solver"] == "greedy" and row["recomputed_count"] == len(forced.recomputed) < len(base.recomputed)
+    assert (row["saved_count"], row["flat_peak"]) == (len(forced.saved), step_peaks(forced)["flat_peak"])
 
 
 def test_peak_composition_adds_up(joints):
@@ -125,6 +190,15 @@ def test_peak_composition_adds_up(joints):
         assert sum(parts[kind] for kind in ("constants", "forward", "recomputed", "backward")) == parts["flat_peak"]
         assert sum(parts["recomputed_nodes"].values()) == parts["recomputed"]
         assert set(parts["recomputed_nodes"]) <= set(step.recomputed)
+
+
+def _hand_step(log, names: list[str], recomputed: tuple = ()) -> PartitionedStep:
+    """A partitioned step around a hand-written log: ``names`` one per operator, the constants' included."""
+    trace = log.trace("hand")
+    trace.meta["node_names"] = names
+    return PartitionedStep(source="hand", knob=0.5, solver="dp", runtime_estimator="flops", torch_version="",
+                           saved=(), recomputed=recomputed, proxy_saved_bytes=0, proxy_recompute_runtime=0.0,
+                           trace=trace)
 
 
 def test_peak_composition_of_a_hand_built_step():
@@ -143,12 +217,35 @@ def test_peak_composition_of_a_hand_built_step():
     log.call("b", ["x"], [("y_again", 40)], time=1)
     log.call("g", ["y_again", "l"], [("dx", 7)], time=1)
     log.release("y_again", "l", "dx", "x")
-    trace = log.trace("hand")
-    trace.meta["node_names"] = ["w", "a", "b", "loss", "b", "g"]  # one per operator, the constant's included
-    step = PartitionedStep(source="hand", knob=0.5, solver="dp", runtime_estimator="flops", torch_version="",
-                           saved=(), recomputed=("b",), proxy_saved_bytes=0, proxy_recompute_runtime=0.0, trace=trace)
+    step = _hand_step(log, ["w", "a", "b", "loss", "b", "g"], recomputed=("b",))
     assert peak_composition(step) == {"flat_peak": 158, "constants": 100, "forward": 11, "recomputed": 40,
                                       "backward": 7, "at": "g", "phase": "backward", "recomputed_nodes": {"b": 40}}
+
+
+
+
+def test_peak_composition_names_the_first_time_the_peak_is_reached():
+    """w (100 bytes); forward a -> x (50), loss -> l (1): 151 bytes; x freed; backward g -> dx (50): 151 again. The
+    peak is the forward's, when l was allocated: w, x and l live. A step whose only tensor is a 1-byte constant
+    peaks at that constant."""
+    from dtrlab.trace import LogBuilder
+
+    log = LogBuilder()
+    log.constant("w", 100)
+    log.call("a", ["w"], [("x", 50)], time=1)
+    log.call("loss", ["x"], [("l", 1)], time=1)
+    log.release("x")
+    log.backward()
+    log.call("g", ["l"], [("dx", 50)], time=1)
+    log.release("l", "dx")
+    assert peak_composition(_hand_step(log, ["w", "a", "loss", "g"])) == {
+        "flat_peak": 151, "constants": 100, "forward": 51, "recomputed": 0, "backward": 0, "at": "loss",
+        "phase": "forward", "recomputed_nodes": {}}
+    log = LogBuilder()
+    log.constant("w", 1)
+    assert peak_composition(_hand_step(log, ["w"])) == {
+        "flat_peak": 1, "constants": 1, "forward": 0, "recomputed": 0, "backward": 0, "at": "w", "phase": "forward",
+        "recomputed_nodes": {}}
 
 
 def test_proxy_objective_falls_with_the_knob(joints):
@@ -175,6 +272,79 @@ def test_forcing_a_node_reaches_the_partitioner(joints):
     assert rows[saved[0], "recompute"]["peak_delta"] == step_peaks(forced_recompute)["flat_peak"] - base_peak
 
 
+def test_interventions_use_the_solver_given(joints):
+    """Under the greedy solver, an intervention's row is the forced greedy partition's, its delta against the unforced
+    greedy partition (on the transformer at 0.3 dp's and greedy's partitions differ, forced or not)."""
+    joint = joints["transformer"]
+    base = partition(joint, 0.3, solver="greedy")
+    name = sorted({s.name for s in base.saved} & joint.forward_nodes)[0]
+    forced = partition(joint, 0.3, solver="greedy", force={name: "recompute"})
+    [row] = interventions(joint, 0.3, nodes=[name], solver="greedy")
+    assert row == {"node": name, "forced": "recompute", "partitioned": True, "flat_peak": step_peaks(forced)["flat_peak"],
+                   "peak_delta": step_peaks(forced)["flat_peak"] - step_peaks(base)["flat_peak"],
+                   "saved_count": forced.saved_count, "recomputed_count": forced.recomputed_count,
+                   "proxy_saved_bytes": forced.proxy_saved_bytes}
+    assert step_peaks(base) != step_peaks(partition(joint, 0.3))
+    assert forced.recomputed_count != partition(joint, 0.3, force={name: "recompute"}).recomputed_count
+
+
+def test_meta_module_copies_without_touching_the_live_module():
+    """Each parameter and buffer becomes a meta twin of its shape, dtype, kind (a Parameter stays one) and
+    requires_grad (a frozen bias stays frozen); a tied weight stays tied; the training mode comes along; the live
+    module keeps its own tensors."""
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10), nn.BatchNorm1d(10)).eval()
+    model[1].weight = model[0].weight
+    model[1].bias.requires_grad_(False)
+    live = model.state_dict(keep_vars=True)
+    twin = meta_module(model)
+    assert not twin.training and twin[1].weight is twin[0].weight
+    for name, tensor in twin.state_dict(keep_vars=True).items():
+        original = live[name]
+        assert tensor.is_meta and type(tensor) is type(original), name
+        assert (tensor.shape, tensor.dtype, tensor.requires_grad) == (original.shape, original.dtype,
+                                                                     original.requires_grad), name
+    assert all(not t.is_meta for t in model.state_dict(keep_vars=True).values())
+    assert model[1].weight is model[0].weight and model[1].bias is live["1.bias"]
+
+
+def test_fake_module_keeps_shapes_strides_and_the_live_module():
+    """Fake twins on any device (here CUDA, with or without a GPU): inputs keep their shapes, strides (a transposed
+    input stays transposed), dtypes and requires_grad; one tensor becomes a one-tuple; the live module is not
+    touched."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    model = nn.Linear(4, 3)
+    weight = model.weight
+    x = torch.randn(4, 5).t()
+    twin, (fake,) = fake_module(model, x, "cuda")
+    assert isinstance(fake, FakeTensor) and fake.device.type == "cuda"
+    assert (fake.shape, fake.stride(), fake.dtype, fake.requires_grad) == ((5, 4), (1, 5), torch.float32, False)
+    assert all(isinstance(p, FakeTensor) and p.device.type == "cuda" and p.requires_grad for p in twin.parameters())
+    assert model.weight is weight and weight.device.type == "cpu" and not isinstance(weight, FakeTensor)
+    _, fakes = fake_module(model, (x.double().requires_grad_(), torch.zeros(2, dtype=torch.int64)), "cpu")
+    assert [(t.dtype, t.requires_grad, t.device.type) for t in fakes] == [(torch.float64, True, "cpu"),
+                                                                          (torch.int64, False, "cpu")]
+
+
+def test_joint_hash_tells_graphs_apart(joints):
+    """A fresh trace of the same step has the joint's hash; the inputs' shapes, the forward's output count, the
+    static inputs and the links between graphs each change it."""
+    from dataclasses import replace
+
+    joint = joints[MLP]
+    key = joint_hash(joint)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert joint_hash(trace_joint(MLP)) == key
+        assert joint_hash(trace_joint(MLP, batch=8)) != key
+    assert joint_hash(replace(joint, num_fwd_outputs=joint.num_fwd_outputs + 1)) != key
+    assert joint.static_lifetime_input_indices and joint_hash(replace(joint, static_lifetime_input_indices=())) != key
+    assert joint_hash(replace(joint, links=StepLinks(inputs=(), needs_grad=(), loss=(0, 0)))) != key
+    operators = joint.operator_nodes()  # every forward operator among them, no placeholder (primals, tangents)
+    assert joint.forward_nodes <= set(operators) and not any(name.startswith(("primals", "tangents"))
+                                                             for name in operators)
+
+
 @pytest.mark.parametrize("knob", [1.5, -0.1, "0.5", True])
 def test_knob_outside_range(joints, knob):
     with pytest.raises(ValueError, match="activation_memory_budget must be a number in"):
@@ -185,6 +355,37 @@ def test_untraceable_model():
     with pytest.raises(ValueError, match=r"^tests.test_partition:data_dependent: torch.compile cannot trace") as info:
         trace_joint("tests.test_partition:data_dependent")
     assert "\n" not in str(info.value)
+
+
+def test_untraceable_names_what_the_backend_raised():
+    """The refusal names the exception the backend itself raised (dynamo wraps it as ``inner_exception``), else the
+    one raised, by its class and its message's first line; an empty message leaves the class alone."""
+    from dtrlab.trace.partition import _untraceable
+
+    class BackendFailed(Exception):
+        def __init__(self, inner):
+            super().__init__("backend failed\nwhile compiling")
+            self.inner_exception = inner
+
+    prefix = "m: torch.compile cannot trace its training step: "
+    assert str(_untraceable("m", BackendFailed(KeyError("x")))) == prefix + "KeyError: 'x'"
+    assert str(_untraceable("m", RuntimeError("  first line\nsecond line\n"))) == prefix + "RuntimeError: first line"
+    assert str(_untraceable("m", RuntimeError())) == prefix + "RuntimeError: "
+    assert str(_untraceable("m", BackendFailed(None))) == prefix + "BackendFailed: backend failed"
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_graph_breaks_dtrlab_does_not_model_are_refused_in_words(backend):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError) as info:
+            trace_joint("tests.test_partition:eager_loss", backend=backend)
+        assert str(info.value) == ("tests.test_partition:eager_loss: its loss is computed outside torch.compile's "
+                                   "graphs (eager code after the last graph break), which dtrlab does not trace")
+        with pytest.raises(ValueError) as info:
+            trace_joint("tests.test_partition:mutated_input", backend=backend)
+        assert str(info.value) == ("tests.test_partition:mutated_input: graph 1 of its step mutates or aliases its "
+                                   "inputs across a graph break, which dtrlab does not model")
 
 
 def test_unknown_source_and_node(joints):
@@ -231,6 +432,6 @@ def test_a_forcing_torch_cannot_partition_is_a_row(tmp_path, monkeypatch):
                             intermediate=128, vocab=256)
     monkeypatch.chdir(tmp_path)
     [row] = interventions(joint, 0.05, nodes=["getitem_5"])
-    assert row["node"] == "getitem_5" and row["forced"] == "recompute"
-    assert row["partitioned"] is False and row["flat_peak"] is None and row["peak_delta"] is None
+    assert row == {"node": "getitem_5", "forced": "recompute", "partitioned": False, "flat_peak": None,
+                   "peak_delta": None, "saved_count": None, "recomputed_count": None, "proxy_saved_bytes": None}
     assert not list(tmp_path.iterdir())

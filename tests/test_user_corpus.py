@@ -92,6 +92,18 @@ def test_autocast_runs_the_forward_in_bfloat16():
     assert step_peaks(partition(joint, 1.0))["flat_peak"] != step_peaks(partition(plain, 1.0))["flat_peak"]
 
 
+def test_the_loss_gradient_of_a_step_with_graph_breaks_has_the_loss_dtype():
+    """The loss's gradient (the trace's last constant) takes the loss's dtype, from the graph that computes it: 2
+    bytes for the bfloat16 model; 4 under bfloat16 autocast, where the first graph's output is bfloat16 and the loss
+    (cross-entropy, which autocast runs in float32) is not."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for options, size in (({"dtype": torch.bfloat16}, 2), ({"autocast": torch.bfloat16}, 4)):
+            joint = trace_joint("tests.user_corpus:graph_break", **options)
+            constants = [op for op in partition(joint, 1.0).trace.operators if op.is_constant]
+            assert constants[-1].total_size == size, options
+
+
 def test_precision_options_checked():
     with pytest.raises(ValueError, match="--autocast keeps float32 master weights"):
         trace_joint("tests.user_corpus:graph_break", autocast=torch.bfloat16, dtype=torch.bfloat16)

@@ -291,7 +291,7 @@ def trace_step(module: nn.Module, inputs, loss_fn=None, *, source: str, build_op
     return _joint_graph(source, build_options, kept, desc, backend)
 
 
-def _joint_graph(source: str, build_options: tuple, kept: dict, desc: str, backend: str = "aot_eager") -> JointGraph:
+def _joint_graph(source: str, build_options: tuple, kept: dict, desc: str, backend: str) -> JointGraph:
     graph_module = kept["graph_module"]
     return JointGraph(
         source=source, build_options=build_options, graph_module=graph_module,
@@ -341,7 +341,7 @@ def _untraceable(source: str, exc: BaseException) -> ValueError:
 
 
 def _graph_parts(step: nn.Module, inputs: tuple, source: str, build_options: tuple, desc: str,
-                 backend: str = "aot_eager") -> JointGraph:
+                 backend: str) -> JointGraph:
     """A step with graph breaks, run by torch.compile (aot_autograd, torch's partitioner at knob 1.0)
     on the fake tensors: each graph's joint kept, and which tensors each call of a graph received
     and returned (:class:`StepLinks`). Graphs without a backward (nothing in them needs a
@@ -586,7 +586,7 @@ def _inductor_partition_kept(keep_joint, kept: dict) -> Iterator[None]:
         graph_compile._aot_stage2a_partition = stage
 
 
-class LossStep(nn.Module):
+class LossStep(nn.Module):  # pragma: no mutate block (dynamo traces forward: mutmut's trampoline would break it)
     """The model and its loss as one module: the step torch.compile traces returns the loss."""
 
     def __init__(self, module: nn.Module, loss_fn):
