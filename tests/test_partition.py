@@ -288,6 +288,45 @@ def test_interventions_use_the_solver_given(joints):
     assert forced.recomputed_count != partition(joint, 0.3, force={name: "recompute"}).recomputed_count
 
 
+def test_a_joint_records_what_was_traced(joints):
+    """The joint names its source, the build options trace_joint resolved (those not None, sorted, the device's
+    included), the torch that traced it and its backend; a one-graph step has no parts."""
+    joint = joints[MLP]
+    assert (joint.source, joint.build_options, joint.torch_version, joint.backend, joint.parts) == (
+        MLP, (("device", "cpu"), ("image", 224)), torch.__version__, "aot_eager", ())
+
+
+def test_trace_step_of_a_live_module():
+    """trace_step's own defaults (no description, no build options, aot_eager); one input tensor is a one-tuple;
+    no loss: the sum of the outputs; a loss that is not one scalar is refused in words."""
+    from dtrlab.trace.partition import trace_step
+
+    model, x = nn.Linear(4, 3), torch.randn(2, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        joint = trace_step(model, x, source="live")
+        assert (joint.source, joint.build_options, joint.desc, joint.backend) == ("live", (), "", "aot_eager")
+        assert joint.num_fwd_outputs == 1 and len(joint.forward_nodes) > 0
+        with pytest.raises(ValueError) as info:
+            trace_step(model, (x,), lambda out: out.sum(0), source="live")
+    assert str(info.value) == "live: its joint graph has 1 tangents; the step must return one scalar loss"
+
+
+def test_forward_nodes_are_those_no_tangent_reaches():
+    """On a hand-built joint: y = x * x is forward; dy = t * x and dx = dy + y depend on the tangent t."""
+    from torch import fx
+
+    from dtrlab.trace.partition import _forward_nodes
+
+    graph = fx.Graph()
+    x, t = graph.placeholder("primals_1"), graph.placeholder("tangents_1")
+    y = graph.call_function(torch.ops.aten.mul.Tensor, (x, x))
+    dy = graph.call_function(torch.ops.aten.mul.Tensor, (t, x))
+    graph.output((y, graph.call_function(torch.ops.aten.add.Tensor, (dy, y))))
+    assert [n.name for n in graph.nodes if n.op == "call_function"] == ["mul_tensor", "mul_tensor_1", "add_tensor"]
+    assert _forward_nodes(graph) == frozenset({"mul_tensor"})
+
+
 def test_meta_module_copies_without_touching_the_live_module():
     """Each parameter and buffer becomes a meta twin of its shape, dtype, kind (a Parameter stays one) and
     requires_grad (a frozen bias stays frozen); a tied weight stays tied; the training mode comes along; the live

@@ -122,6 +122,14 @@ def test_graph_breaks_make_one_step(graph_break_joint):
     """Three graphs (the module's two halves, the loss), each partitioned on its own; one trace; graphs kept."""
     joint = graph_break_joint
     assert len(joint.parts) == 3 and joint.links.loss == (2, 0)
+    first = joint.parts[0]  # the step's own fields: its first graph's, and what was traced
+    assert (joint.graph_module, joint.num_fwd_outputs, joint.static_lifetime_input_indices) == (
+        first.graph_module, first.num_fwd_outputs, first.static_lifetime_input_indices)
+    assert joint.joint_inputs is first.joint_inputs and len(joint.joint_inputs) > 0
+    assert all((part.source, part.build_options, part.desc, part.backend) == (
+        "tests.user_corpus:graph_break", joint.build_options, joint.desc, "aot_eager") for part in joint.parts)
+    assert joint.source == "tests.user_corpus:graph_break" and ("device", "cpu") in joint.build_options
+    assert isinstance(joint.desc, str) and joint.torch_version == torch.__version__
     assert ("out", 0, 0) in joint.links.inputs[1]  # the second half takes the first half's output
     step = partition(joint, 0.0, keep_graphs=True)
     assert len(step.graphs) == 3 and all(len(pair) == 2 for pair in step.graphs)
@@ -129,6 +137,18 @@ def test_graph_breaks_make_one_step(graph_break_joint):
     assert all(name.startswith(("g0.", "g1.", "g2.")) for name in step.recomputed)
     assert step.recomputed and step.saved
     assert step_peaks(step)["flat_peak"] == step.recorded_peak_bytes
+    # Above the constants (+ the loss's 4-byte gradient, allocated during the step): the real aot_eager CPU step's
+    # peaks, which test_graph_break_peak_is_the_real_cpu_peak measures equal to the byte (torch 2.14.1).
+    # The forward graphs' operators, then the backward graphs' in reverse order (g2's first).
+    phases = [(name, op.backward) for name, op in zip(step.trace.meta["node_names"], step.trace.operators)
+              if not op.is_constant]
+    first_backward = next(i for i, (_, backward) in enumerate(phases) if backward)
+    assert all(backward for _, backward in phases[first_backward:]) and first_backward == step.forward_ops
+    assert phases[0][0].startswith("g0.") and phases[first_backward][0].startswith("g2.")
+    for knob, real in ((1.0, 534_576), (0.0, 470_064)):
+        step = partition(joint, knob)
+        constants = sum(op.total_size for op in step.trace.operators if op.is_constant)
+        assert step_peaks(step)["flat_peak"] - constants + 4 == real, knob
     with pytest.raises(ValueError, match="no operator node 'g7.mm' in the step's graphs"):
         partition(joint, 0.5, force={"g7.mm": "save"})
 
