@@ -29,6 +29,13 @@ def tiny_mlp(batch: int = 16):
     return model, x, lambda logits: F.cross_entropy(logits, labels)
 
 
+def relu_mlp(batch: int = 16):
+    """tiny_mlp with ReLU for GELU: the same parameters and inputs, another graph."""
+    model, x, loss = tiny_mlp(batch)
+    model[1], model[3] = nn.ReLU(), nn.ReLU()
+    return model, x, loss
+
+
 def data_dependent(batch: int = 4):
     """A step dynamo cannot capture in one graph: its control flow reads a tensor's value."""
     class Branchy(nn.Module):
@@ -337,6 +344,7 @@ def test_meta_module_copies_without_touching_the_live_module():
     live = model.state_dict(keep_vars=True)
     twin = meta_module(model)
     assert not twin.training and twin[1].weight is twin[0].weight
+    assert set(twin.state_dict(keep_vars=True)) == set(live) and None not in twin.state_dict(keep_vars=True).values()
     for name, tensor in twin.state_dict(keep_vars=True).items():
         original = live[name]
         assert tensor.is_meta and type(tensor) is type(original), name
@@ -366,8 +374,8 @@ def test_fake_module_keeps_shapes_strides_and_the_live_module():
 
 
 def test_joint_hash_tells_graphs_apart(joints):
-    """A fresh trace of the same step has the joint's hash; the inputs' shapes, the forward's output count, the
-    static inputs and the links between graphs each change it."""
+    """A fresh trace of the same step has the joint's hash; the graph (ReLU for GELU, same inputs), the inputs'
+    shapes, the forward's output count, the static inputs and the links between graphs each change it."""
     from dataclasses import replace
 
     joint = joints[MLP]
@@ -376,6 +384,8 @@ def test_joint_hash_tells_graphs_apart(joints):
         warnings.simplefilter("ignore")
         assert joint_hash(trace_joint(MLP)) == key
         assert joint_hash(trace_joint(MLP, batch=8)) != key
+        relu = trace_joint("tests.test_partition:relu_mlp")
+    assert relu.num_fwd_outputs == joint.num_fwd_outputs and joint_hash(relu) != key
     assert joint_hash(replace(joint, num_fwd_outputs=joint.num_fwd_outputs + 1)) != key
     assert joint.static_lifetime_input_indices and joint_hash(replace(joint, static_lifetime_input_indices=())) != key
     assert joint_hash(replace(joint, links=StepLinks(inputs=(), needs_grad=(), loss=(0, 0)))) != key
