@@ -8,11 +8,12 @@ Each module runs in its own scratch directory, build/mutate/<module>/ (its own m
 the module alone mutated, the quick tests of the files that cover it selected), so one module's run
 never waits on another's tests and a module can be rerun alone. mutmut forks each mutant from its
 fork server, a process that has imported the tests but run none (torch's autograd refuses a backward
-in a process forked after one), and runs only the tests that reached the mutated function: quickest first, each failed past 20 x its time in mutmut's stats run + 10 s
-(tests/conftest.py, under ``DTRLAB_MUTATE``, which this script sets), so that a mutant a quick test
-kills, or a loop it enters, costs seconds instead of the slowest tests or mutmut's own limit of
-minutes. Prints, per module, killed / survived / timeout / no tests / total and the share killed, and
-writes build/mutate/scores.json. Survivors: ``cd build/mutate/<module> && mutmut show NAME``.
+in a process forked after one), and runs only the tests that reached the mutated function: quickest
+first, each failed past 20 x its time in mutmut's stats run + 10 s (tests/conftest.py, under
+``DTRLAB_MUTATE``, which this script sets), so that a mutant a quick test kills, or a loop it enters,
+costs seconds instead of the slowest tests or mutmut's own limit of minutes. Prints, per module,
+killed / survived / timeout / no tests / total and the share killed, and writes build/mutate/scores.json.
+Survivors: ``cd build/mutate/<module> && mutmut show NAME``.
 Not in CI: it takes hours (docs/reproduce.md gives each module's cost and score).
 """
 

@@ -137,14 +137,14 @@ def test_graph_breaks_make_one_step(graph_break_joint):
     assert all(name.startswith(("g0.", "g1.", "g2.")) for name in step.recomputed)
     assert step.recomputed and step.saved
     assert step_peaks(step)["flat_peak"] == step.recorded_peak_bytes
-    # Above the constants (+ the loss's 4-byte gradient, allocated during the step): the real aot_eager CPU step's
-    # peaks, which test_graph_break_peak_is_the_real_cpu_peak measures equal to the byte (torch 2.14.1).
     # The forward graphs' operators, then the backward graphs' in reverse order (g2's first).
     phases = [(name, op.backward) for name, op in zip(step.trace.meta["node_names"], step.trace.operators)
               if not op.is_constant]
     first_backward = next(i for i, (_, backward) in enumerate(phases) if backward)
     assert all(backward for _, backward in phases[first_backward:]) and first_backward == step.forward_ops
     assert phases[0][0].startswith("g0.") and phases[first_backward][0].startswith("g2.")
+    # Above the constants (+ the loss's 4-byte gradient, allocated during the step): the real aot_eager CPU step's
+    # peaks, which test_graph_break_peak_is_the_real_cpu_peak measures equal to the byte (torch 2.14.1).
     for knob, real in ((1.0, 534_576), (0.0, 470_064)):
         step = partition(joint, knob)
         constants = sum(op.total_size for op in step.trace.operators if op.is_constant)
