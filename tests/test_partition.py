@@ -176,12 +176,17 @@ def test_knob_peaks_row(joints):
     assert knob_peaks(joints[MLP], 0.3, backend="aot_eager") == row
 
 
+def _computing_recomputed(step: PartitionedStep) -> list[str]:
+    """The step's recomputed nodes that compute (not views, which cost nothing), in the step's order."""
+    costs = dict(zip(step.trace.meta["node_names"], (op.cost for op in step.trace.operators)))
+    return [name for name in step.recomputed if costs.get(name, 0) > 0]
+
+
 def test_knob_peaks_passes_the_solver_and_forcing_on(joints):
     """A solver and a forcing given to knob_peaks reach the partitioner: the row is the forced partition's."""
     joint = joints["transformer"]
     base = partition(joint, 0.3, solver="greedy")
-    costs = dict(zip(base.trace.meta["node_names"], (op.cost for op in base.trace.operators)))
-    name = next(name for name in base.recomputed if costs.get(name, 0) > 0)
+    name = _computing_recomputed(base)[0]
     row = knob_peaks(joint, 0.3, solver="greedy", force={name: "save"})
     forced = partition(joint, 0.3, solver="greedy", force={name: "save"})
     assert name not in forced.recomputed
@@ -264,8 +269,7 @@ def test_proxy_objective_falls_with_the_knob(joints):
 def test_forcing_a_node_reaches_the_partitioner(joints):
     joint = joints["transformer"]
     base = partition(joint, 0.3)
-    costs = dict(zip(base.trace.meta["node_names"], (op.cost for op in base.trace.operators)))
-    recomputed = [name for name in base.recomputed if costs.get(name, 0) > 0]  # not views: they compute
+    recomputed = _computing_recomputed(base)
     saved = [s.name for s in base.saved if s.name in joint.forward_nodes]
     assert recomputed and saved
     forced_save = partition(joint, 0.3, force={recomputed[0]: "save"})
