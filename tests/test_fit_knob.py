@@ -217,7 +217,7 @@ def test_what_would_fit_instead_for_a_loss_reading_live_labels(mlp):
     assert not LABELS.is_meta
 
 
-def test_cache_answers_again_and_recomputes_a_damaged_entry(mlp, tmp_path):
+def test_cache_answers_again_and_recomputes_a_damaged_entry(mlp, tmp_path, monkeypatch):
     model, x = mlp
     first = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
     second = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
@@ -232,6 +232,9 @@ def test_cache_answers_again_and_recomputes_a_damaged_entry(mlp, tmp_path):
     with pytest.warns(UserWarning, match="ignoring damaged cache file"):
         again = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
     assert not again.from_cache and again.knob == first.knob
+    # An answer cached under other rules for recording a partitioned step (its peaks may differ) is not served.
+    monkeypatch.setattr("dtrlab.analysis.fit_knob.RECORDING_VERSION", 1)
+    assert not fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path).from_cache
 
 
 def test_bad_arguments(mlp):

@@ -75,6 +75,28 @@ def mutated_input(batch: int = 4):
     return Halves(mutate=True), torch.randn(batch, 8), None
 
 
+class SharedActivation(nn.Module):
+    """One activation (32 x 1024 float32: 128 KiB) that two later graphs read, each scaling it by a buffer: its
+    gradient is the sum of theirs."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 1024)
+        self.register_buffer("s1", torch.randn(1024))
+        self.register_buffer("s2", torch.randn(1024))
+
+    def forward(self, x):
+        h = self.a(x)
+        torch._dynamo.graph_break()
+        y = (h * self.s1).sum(-1)
+        torch._dynamo.graph_break()
+        return ((h * self.s2).sum(-1) + y).mean()
+
+
+def shared_activation(batch: int = 32):
+    return SharedActivation(), torch.randn(batch, 16), None
+
+
 _COMPILED_RUNS: dict = {}
 
 
@@ -234,8 +256,6 @@ def test_peak_composition_of_a_hand_built_step():
                                       "backward": 7, "at": "g", "phase": "backward", "recomputed_nodes": {"b": 40}}
 
 
-
-
 def test_peak_composition_names_the_first_time_the_peak_is_reached():
     """w (100 bytes); forward a -> x (50), loss -> l (1): 151 bytes; x freed; backward g -> dx (50): 151 again. The
     peak is the forward's, when l was allocated: w, x and l live. A step whose only tensor is a 1-byte constant
@@ -339,6 +359,28 @@ def test_forward_nodes_are_those_no_tangent_reaches():
     assert _forward_nodes(graph) == frozenset({"mul_tensor"})
 
 
+def test_a_graph_constant_moves_to_the_run_device_unrecorded():
+    """A graph holding a CPU constant (as dynamo lifts ``torch.tensor([...])``; here float64, transposed) run on meta:
+    the constant becomes a meta tensor of its shape, strides and dtype, made outside the recorder, so the trace
+    has it as a constant of the step, then one operator, the clone (which keeps the constant's strides), named by
+    its node."""
+    from torch import fx
+
+    from dtrlab.trace.partition import _NodeInterpreter, _NodeNamingRecorder
+
+    module = torch.nn.Module()
+    module.register_buffer("constant", torch.arange(6, dtype=torch.float64).reshape(2, 3).t())
+    graph = fx.Graph()
+    graph.output(graph.call_function(torch.ops.aten.clone.default, (graph.get_attr("constant"),)))
+    recorder = _NodeNamingRecorder("flops", 1)
+    with recorder:
+        (result,) = [_NodeInterpreter(fx.GraphModule(module, graph), recorder, torch.device("meta")).run()]
+    assert result.is_meta and (result.shape, result.stride(), result.dtype) == ((3, 2), (1, 3), torch.float64)
+    kinds = [line["INSTRUCTION"] for line in recorder.lines]
+    assert [kind for kind in kinds if kind in ("CONSTANT", "CALL")] == ["CONSTANT", "CALL"]
+    assert recorder.operator_nodes == ["", "clone_default"]
+
+
 def test_meta_module_copies_without_touching_the_live_module():
     """Each parameter and buffer becomes a meta twin of its shape, dtype, kind (a Parameter stays one) and
     requires_grad (a frozen bias stays frozen); a tied weight stays tied; the training mode comes along; the live
@@ -426,6 +468,71 @@ def test_untraceable_names_what_the_backend_raised():
     assert str(_untraceable("m", RuntimeError("  first line\nsecond line\n"))) == prefix + "RuntimeError: first line"
     assert str(_untraceable("m", RuntimeError())) == prefix + "RuntimeError: "
     assert str(_untraceable("m", BackendFailed(None))) == prefix + "BackendFailed: backend failed"
+
+
+def test_gradients_from_two_graphs_are_summed_in_place_as_autograd_sums_them():
+    """The step peaks when the second gradient of the shared activation h (128 KiB) is made while the first is held:
+    2 x 128 KiB and a few small tensors. Autograd adds the two in place (its input buffer, grad mode off), so the
+    sum allocates nothing; by then the loss's gradient is freed, so the real peak is the prediction less the
+    constants (the loss's gradient is one: run_parts holds it to the end). Against the real aot_eager CPU step
+    (profiler memory events), equal to the byte (torch 2.14.1); a sum into a new tensor, or the later gradient
+    held through the next graph's backward, would be 128 KiB above it."""
+    source = "tests.test_partition:shared_activation"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = partition(trace_joint(source), 1.0)
+        _, real = measure_compiled_run(source, 1.0, fullgraph=False)
+    constants = sum(op.total_size for op in step.trace.operators if op.is_constant)
+    assert step_peaks(step)["flat_peak"] - constants == real
+    assert 2 * 131_072 <= real < 3 * 131_072
+
+
+def test_a_later_gradient_is_added_in_place_only_where_autograd_adds_in_place():
+    """autograd's input buffer (grad mode off) adds a second gradient into the first in place when the first is dense
+    and nothing else holds it or its storage; else into a new tensor, leaving the first as it was."""
+    from dtrlab.trace.partition import _add_gradients
+
+    def added(earlier, gradients=None):
+        """Whether the sum is ``earlier`` itself (checking its value)."""
+        expected = [value + step for value, step in zip(earlier.tolist(), (10.0, 20.0))]
+        gradients = {"k": earlier, **(gradients or {})}
+        _add_gradients(gradients, ("k", "none"), [torch.tensor([10.0, 20.0]), None])
+        assert "none" not in gradients and gradients["k"].tolist() == expected
+        return gradients["k"] is earlier
+
+    assert added(torch.tensor([1.0, 2.0]))
+    assert not added(torch.empty_strided((2,), (2,)).copy_(torch.tensor([1.0, 2.0])))  # not dense: a gap between
+    earlier = torch.tensor([1.0, 2.0])
+    view = earlier[:1]  # another tensor on its storage
+    assert not added(earlier) and earlier.tolist() == [1.0, 2.0] and view.tolist() == [1.0]
+    earlier = torch.tensor([1.0, 2.0])
+    assert not added(earlier, {"twin": earlier})  # one tensor, the gradient of two inputs
+    gradients = {}
+    _add_gradients(gradients, ("first",), [earlier])
+    assert gradients == {"first": earlier}
+
+
+def test_tangents_are_the_loss_gradient_later_gradients_or_zeros():
+    """Graph 1's tangents, one per output that needs a gradient, in output order: the gradient a later graph's
+    backward produced (taken out of ``gradients``), zeros of the output's shape and dtype on the tangent's device
+    where no later graph produced one, the loss's gradient for the loss."""
+    from torch import fx
+
+    from dtrlab.trace.partition import _tangents
+
+    graph = fx.Graph()
+    outputs = [graph.placeholder(name) for name in ("used", "integer", "unused", "loss")]
+    for node, value in zip(outputs, [torch.empty(2, 3), torch.empty(4, dtype=torch.int64),
+                                     torch.empty(5, 7, dtype=torch.bfloat16), torch.empty(())]):
+        node.meta["val"] = value
+    graph.output(tuple(outputs))
+    links = StepLinks(inputs=((), ()), needs_grad=((), (True, False, True, True)), loss=(1, 3))
+    later, parameter = torch.ones(2, 3, device="meta"), torch.ones(3, device="meta")
+    gradients = {("out", 1, 0): later, ("in", 0, 0): parameter}
+    tangent = torch.ones((), device="meta")
+    given, zeros, loss = _tangents(fx.GraphModule(torch.nn.Module(), graph), 1, links, gradients, tangent)
+    assert given is later and loss is tangent and gradients == {("in", 0, 0): parameter}
+    assert (zeros.shape, zeros.dtype, zeros.device.type) == ((5, 7), torch.bfloat16, "meta")
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])

@@ -60,7 +60,7 @@ from pathlib import Path
 from ..integrity import IntegrityError, atomic_write_json, quarantine, read_json
 from ..memory.device import GPU_PRESETS, PEAK_ACCOUNTINGS, device_capacity
 from ..suggest import did_you_mean
-from ..trace.partition import BACKENDS
+from ..trace.partition import BACKENDS, RECORDING_VERSION
 from .knob_census import ACCOUNTINGS, KNOB_DECIMALS, KnobPlan
 
 #: A cliff worth a warning: the peaks at 1.0 and 0.99 differ by more than this fraction.
@@ -337,11 +337,12 @@ def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solve
 
 
 def search_settings(*, budget: int, column: str, backend: str, solver, runtime_estimator) -> dict:
-    """What decides a pick besides the step: the cache key's other half (the record's format and the search's grid)."""
+    """What decides a pick besides the step: the cache key's other half (the record's format, the rules the step's
+    peaks are recorded by, and the search's grid)."""
     grid = KnobPlan().grid()
-    return {"format": FIT_FORMAT, "accounting": column, "backend": backend, "solver": solver,
-            "runtime_estimator": runtime_estimator, "budget": budget, "grid": [grid[0], grid[-1], len(grid)],
-            "scan_step": SCAN_STEP}
+    return {"format": FIT_FORMAT, "recording": RECORDING_VERSION, "accounting": column, "backend": backend,
+            "solver": solver, "runtime_estimator": runtime_estimator, "budget": budget,
+            "grid": [grid[0], grid[-1], len(grid)], "scan_step": SCAN_STEP}
 
 
 def _trace(model, example_inputs, loss_fn, device, backend: str):

@@ -87,6 +87,10 @@ BACKENDS = ("inductor", "aot_eager")
 #: How a node is forced in :func:`partition`: torch's selective-checkpoint policies, the
 #: partitioner's own hooks (``node.meta["recompute"]``).
 FORCINGS = ("save", "recompute")
+#: The rules a partitioned step is recorded by, in the keys of answers cached from its peaks (dtrlab.compile's):
+#: a change that moves a recorded step's memory bumps it. 2 (4 December 2026): a tensor's gradients from two
+#: graphs summed in place, as autograd sums them (:func:`_add_gradients`).
+RECORDING_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -892,8 +896,8 @@ def run_parts(pairs: tuple, joint: JointGraph, recorder: Recorder, calls: tuple 
     until its backward.
     Then the backward graphs in reverse order, each handed its saved tensors and its tangents:
     the loss's gradient (ones), or the gradients later graphs' backwards produced for the
-    tensors this graph output (summed when several graphs used one; zeros when none did, as
-    autograd materialises them). Gradients of the step's inputs live to its end.
+    tensors this graph output (summed when several graphs used one, in place as autograd sums them; zeros when
+    none did, as autograd materialises them). Gradients of the step's inputs live to its end.
     """
     links, device = joint.links, torch.device("meta")
     constants = {}
@@ -957,11 +961,36 @@ def _run_backwards(pairs: tuple, joint: JointGraph, recorder: Recorder, saved: l
         del tangents
         results = calls[c][1](arguments) if calls else \
             _NodeInterpreter(backward, recorder, tangent.device, f"g{c}.").boxed_run(arguments)
-        for key, gradient in zip(links.inputs[c], results):
-            if isinstance(gradient, torch.Tensor):
-                gradients[key] = gradients[key] + gradient if key in gradients else gradient
-        del arguments, results
+        _add_gradients(gradients, links.inputs[c], results)
+        del arguments, results  # a gradient added to an earlier one is freed here, before the next graph's backward
     return gradients
+
+
+def _add_gradients(gradients: dict, keys: tuple, results: list) -> None:
+    """One backward graph's gradients (``results``, of the tensors ``keys`` names) added to ``gradients``. A tensor
+    that has a gradient already gets the sum, as autograd's input buffer adds two gradients of one tensor with grad
+    mode off (torch/csrc/autograd/input_buffer.cpp, ``accumulate``): in place into the earlier gradient when it is
+    dense and nothing else holds it or its storage (``can_accumulate_inplace``), else into a new tensor. In place,
+    the sum is made outside the recorder: it allocates nothing, and a log's ``MUTATE`` would be a copy (a fresh
+    storage: simrd's semantics), so the trace shows the later gradient freed unread, and no operator for the sum."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    for key, gradient in zip(keys, results):
+        if not isinstance(gradient, torch.Tensor):
+            continue
+        earlier = gradients.get(key)
+        if earlier is None:
+            gradients[key] = gradient
+            continue
+        # The storage's count: its tensors, and the storage object asked for here.
+        alone = (torch._C._storage_Use_Count(earlier.untyped_storage()._cdata) == 2
+                 and sum(value is earlier for value in gradients.values()) == 1)
+        if alone and is_non_overlapping_and_dense_or_false(earlier):
+            with _disable_current_modes():
+                earlier.add_(gradient)
+        else:
+            gradients[key] = earlier + gradient
 
 
 def _tangents(forward: fx.GraphModule, c: int, links: StepLinks, gradients: dict, tangent) -> list:
