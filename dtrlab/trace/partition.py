@@ -89,7 +89,8 @@ BACKENDS = ("inductor", "aot_eager")
 FORCINGS = ("save", "recompute")
 #: The rules a partitioned step is recorded by, in the keys of answers cached from its peaks (dtrlab.compile's):
 #: a change that moves a recorded step's memory bumps it. 2 (4 December 2026): a tensor's gradients from two
-#: graphs summed in place, as autograd sums them (:func:`_add_gradients`).
+#: graphs summed in place, as autograd sums them (:func:`_add_gradients`); graph outputs held until the last
+#: graph's forward has run (:func:`run_parts`).
 RECORDING_VERSION = 2
 
 
@@ -325,9 +326,8 @@ def _one_graph(step: nn.Module, inputs: tuple, source: str, backend: str) -> dic
     try:
         with intercept:
             torch.compile(step, backend=compile_backend, fullgraph=True, dynamic=False)(*inputs)
-    except Unsupported:
-        if "graph_module" not in kept:
-            return None
+    except Unsupported:  # a graph break, before any backend ran
+        return None
     except Exception as exc:  # dynamo wraps what the backend raises
         if "graph_module" not in kept:
             raise _untraceable(source, exc) from exc
@@ -340,6 +340,10 @@ def _untraceable(source: str, exc: BaseException) -> ValueError:
     from .models import ModelSourceError
 
     cause = getattr(exc, "inner_exception", None) or exc  # what the backend itself raised
+    # The error at the chain's root: dynamo raises its own (TorchRuntimeError: "RuntimeError when making fake tensor
+    # call") while handling the operator's, which says what is wrong.
+    while (cause.__cause__ or cause.__context__) is not None:
+        cause = cause.__cause__ or cause.__context__
     return ModelSourceError(f"{source}: torch.compile cannot trace its training step: "
                             f"{type(cause).__name__}: {_first_line(cause)}")
 
@@ -841,7 +845,7 @@ def placeholder_tensors(graph_module: fx.GraphModule, device: str) -> list[torch
 
 
 def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[torch.Tensor],
-               recorder: Recorder, num_fwd_outputs: int = 1, calls: tuple | None = None) -> None:
+               recorder: Recorder, num_fwd_outputs: int, calls: tuple | None) -> None:
     """Run the forward graph on ``primals`` then the backward on its saved outputs, under ``recorder``.
 
     Boxed runs, as aot_eager's compiled graphs run: each graph drops its inputs and every
@@ -891,9 +895,10 @@ def run_parts(pairs: tuple, joint: JointGraph, recorder: Recorder, calls: tuple 
     ``calls``: per graph, :func:`run_graphs`'s (forward, backward) callables).
 
     The forward graphs in order, each handed the tensors :class:`StepLinks` says it received
-    (a parameter used by two graphs is one tensor); a graph's outputs are held until the last
-    graph that takes them has run (the frames between graphs hold them), its saved tensors
-    until its backward.
+    (a parameter used by two graphs is one tensor); a graph's outputs are held until the last graph's
+    forward has run, its saved tensors until its backward. The Python frames dynamo resumes the step in
+    hold what they passed on until the forward returns: measured, an output the next graph reads and
+    no later one still counts at the last graph's peak (docs/compile.md).
     Then the backward graphs in reverse order, each handed its saved tensors and its tangents:
     the loss's gradient (ones), or the gradients later graphs' backwards produced for the
     tensors this graph output (summed when several graphs used one, in place as autograd sums them; zeros when
@@ -931,9 +936,9 @@ def _output_nodes(graph_module: fx.GraphModule) -> list:
 
 def _run_forwards(pairs: tuple, joint: JointGraph, recorder: Recorder, constants: dict,
                   calls: tuple | None) -> tuple[list, object]:
-    """The forward graphs in order: (per graph, its saved tensors by name; the loss)."""
+    """The forward graphs in order: (per graph, its saved tensors by name; the loss). Every graph's outputs are held
+    until the last forward has run (:func:`run_parts`)."""
     links, outputs, saved = joint.links, {}, []
-    last_use = {(key[1], key[2]): c for c, keys in enumerate(links.inputs) for key in keys if key[0] == "out"}
     for c, (forward, _) in enumerate(pairs):
         arguments = [constants[key] if key[0] == "in" else outputs[key[1], key[2]] for key in links.inputs[c]]
         results = calls[c][0](arguments) if calls else \
@@ -943,8 +948,6 @@ def _run_forwards(pairs: tuple, joint: JointGraph, recorder: Recorder, constants
         outputs.update(((c, m), value) for m, value in enumerate(results[:count]))
         saved.append(dict(zip(names[count:], results[count:])))
         del arguments, results
-        for key in [key for key in outputs if key != links.loss and last_use.get(key, -1) <= c]:
-            del outputs[key]  # no later graph takes it: the frame between graphs drops it
     return saved, outputs[links.loss]
 
 
