@@ -3,6 +3,7 @@ checked against what torch.compile itself saves and allocates on the CPU."""
 
 from __future__ import annotations
 
+import gc
 import warnings
 
 import pytest
@@ -119,6 +120,13 @@ class ReassignedActivation(nn.Module):
 def mismatched_shapes(batch: int = 4):
     """A step torch.compile cannot run: a linear layer of width 8 on inputs of width 5."""
     return nn.Linear(8, 8), torch.randn(batch, 5), None
+
+
+def mismatched_after_a_break(batch: int = 4):
+    """The same after a graph break: a linear layer of width 5 on the output of Halves' first graph (width 8)."""
+    model = Halves()
+    model.b = nn.Linear(5, 5)
+    return model, torch.randn(batch, 8), None
 
 
 def reassigned_activation(batch: int = 32):
@@ -531,14 +539,37 @@ def test_untraceable_names_what_the_backend_raised():
     assert str(_untraceable("m", BackendFailed(None))) == prefix + "BackendFailed: backend failed"
 
 
+def test_a_graph_whose_tangents_do_not_match_its_outputs_is_refused():
+    """A joint with two tangents for a graph call whose one output needs a gradient: dtrlab could not hand its
+    backward its tangents, and says so (not reached by any step tried: a safeguard)."""
+    from torch import fx
+
+    from dtrlab.trace.partition import _step_links
+
+    graph = fx.Graph()
+    for name in ("primals_1", "tangents_1", "tangents_2"):
+        graph.placeholder(name)
+    graph.output(())
+    kept = {"graph_module": fx.GraphModule(torch.nn.Module(), graph), "num_fwd_outputs": 1}
+    loss = torch.ones((), requires_grad=True)
+    with pytest.raises(ValueError) as info:
+        _step_links("m", [(kept, [torch.ones(2)], [loss])], loss)
+    assert str(info.value) == "m: graph 0's tangents do not match its outputs that need a gradient"
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_a_step_torch_cannot_run_is_refused_with_the_operators_own_error(backend):
+@pytest.mark.parametrize("source, shapes", [("mismatched_shapes", "[4, 5] X [8, 8]"),
+                                            ("mismatched_after_a_break", "[4, 8] X [5, 5]")])
+def test_a_step_torch_cannot_run_is_refused_with_the_operators_own_error(source, shapes, backend):
+    """In one graph or after a graph break, the refusal names the source and the operator's error."""
+    source = f"tests.test_partition:{source}"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(ValueError) as info:
-            trace_joint("tests.test_partition:mismatched_shapes", backend=backend)
-    assert str(info.value).startswith("tests.test_partition:mismatched_shapes: torch.compile cannot trace its "
-                                      "training step: RuntimeError: ") and "[4, 5]" in str(info.value)
+            trace_joint(source, backend=backend)
+    message = str(info.value)
+    assert message.startswith(f"{source}: torch.compile cannot trace its training step: RuntimeError: "), message
+    assert shapes in message, message
 
 
 @pytest.mark.parametrize("source", ["shared_activation", "reassigned_activation"])
@@ -560,6 +591,7 @@ def test_graph_break_steps_whose_tensors_cross_graphs_peak_as_the_real_step(sour
         _, real = measure_compiled_run(source, 1.0, fullgraph=False)
     constants = sum(op.total_size for op in step.trace.operators if op.is_constant)
     assert step_peaks(step)["flat_peak"] - constants == real
+    assert gc.isenabled()  # the recording stops the collector while it runs, and starts it again
 
 
 def test_a_later_gradient_is_added_in_place_only_where_autograd_adds_in_place():

@@ -85,6 +85,7 @@ def test_autocast_runs_the_forward_in_bfloat16():
     dtypes = {str(node.meta["val"].dtype) for part in joint.parts for node in part.graph_module.graph.nodes
               if node.op == "call_function" and isinstance(node.meta.get("val"), torch.Tensor)}
     assert "torch.bfloat16" in dtypes
+    assert ("autocast", "torch.bfloat16") in joint.build_options  # a dtype by its name, as the caches' keys hold it
     # The first graph takes parameters and the input only (later ones also take bfloat16 activations).
     primals = [node.meta["val"].dtype for node in joint.parts[0].graph_module.graph.find_nodes(op="placeholder")
                if node.name.startswith("primals")]
