@@ -112,8 +112,8 @@ class ReassignedActivation(nn.Module):
         torch._dynamo.graph_break()
         h = h + self.shift
         torch._dynamo.graph_break()
-        with torch.no_grad():
-            scale = self.c(h).abs().amax()
+        with torch.no_grad():  # a factory naming the device: the forward graph's, run on the trace's device
+            scale = (self.c(h) + torch.ones(512, device=h.device)).abs().amax()
         return (h * scale).mean()
 
 
@@ -603,7 +603,7 @@ def test_a_later_gradient_is_added_in_place_only_where_autograd_adds_in_place():
         """Whether the sum is ``earlier`` itself (checking its value)."""
         expected = [value + step for value, step in zip(earlier.tolist(), (10.0, 20.0))]
         gradients = {"k": earlier, **(gradients or {})}
-        _add_gradients(gradients, ("k", "none"), [torch.tensor([10.0, 20.0]), None])
+        _add_gradients(gradients, ("none", "k"), [None, torch.tensor([10.0, 20.0])])  # None: no gradient for it
         assert "none" not in gradients and gradients["k"].tolist() == expected
         return gradients["k"] is earlier
 
