@@ -30,6 +30,12 @@ def tiny_mlp(batch: int = 16):
     return model, x, lambda logits: F.cross_entropy(logits, labels)
 
 
+def tiny_mlp_float_loss(batch: int = 16):
+    """tiny_mlp with its loss computed in float32 (the logits cast first), as a bfloat16 model's loss often is."""
+    model, x, loss_fn = tiny_mlp(batch)
+    return model, x, lambda logits: loss_fn(logits.float())
+
+
 def relu_mlp(batch: int = 16):
     """tiny_mlp with ReLU for GELU: the same parameters and inputs, another graph."""
     model, x, loss = tiny_mlp(batch)
@@ -617,6 +623,18 @@ def test_a_later_gradient_is_added_in_place_only_where_autograd_adds_in_place():
     gradients = {}
     _add_gradients(gradients, ("first",), [earlier])
     assert gradients == {"first": earlier}
+
+
+def test_the_loss_gradient_of_a_one_graph_step_has_the_loss_dtype():
+    """The loss's gradient (the trace's last constant) has the loss's dtype: 2 bytes for the bfloat16 MLP, 4 when
+    its loss casts the logits to float32 first (its first parameter is bfloat16 either way)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for source, size in ((MLP, 2), ("tests.test_partition:tiny_mlp_float_loss", 4)):
+            joint = trace_joint(source, dtype=torch.bfloat16)
+            constants = [op for op in partition(joint, 1.0).trace.operators if op.is_constant]
+            assert constants[-1].total_size == size, source
+            assert constants[0].total_size == 256 * 64 * 2  # the first weight: bfloat16
 
 
 def test_tangents_are_the_loss_gradient_later_gradients_or_zeros():

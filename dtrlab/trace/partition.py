@@ -90,7 +90,7 @@ FORCINGS = ("save", "recompute")
 #: The rules a partitioned step is recorded by, in the keys of answers cached from its peaks (dtrlab.compile's):
 #: a change that moves a recorded step's memory bumps it. 2 (4 December 2026): a tensor's gradients from two
 #: graphs summed in place, as autograd sums them (:func:`_add_gradients`); graph outputs held until the last
-#: graph's forward has run (:func:`run_parts`).
+#: graph's forward has run (:func:`run_parts`); a one-graph step's loss gradient of the loss's dtype.
 RECORDING_VERSION = 2
 
 
@@ -864,8 +864,11 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
     output_names = [node.name if isinstance(node, fx.Node) else None
                     for node in forward.graph.find_nodes(op="output")[0].args[0]]
     backward_inputs = [node.name for node in backward.graph.find_nodes(op="placeholder")]
-    tangent = torch.ones((), dtype=primals[0].dtype if primals[0].is_floating_point() else torch.float32,
-                         device=primals[0].device)
+    # The loss's gradient, of the dtype the backward expects (the loss's: float32 for a bfloat16 model whose loss
+    # casts to float32).
+    expected = next(node.meta["val"] for node in backward.graph.find_nodes(op="placeholder")
+                    if node.name.startswith("tangents"))
+    tangent = torch.ones((), dtype=expected.dtype, device=device)
     recorder._emit(INSTRUCTION="ANNOTATE", ANNOTATION="START")
     for t in primals + [tangent]:
         recorder.name_of(t)
