@@ -268,6 +268,22 @@ def test_peak_composition_adds_up(joints):
         assert set(parts["recomputed_nodes"]) <= set(step.recomputed)
 
 
+def test_proxy_runtime_is_the_estimate_summed_over_the_recomputed_operators(joints):
+    """The partitioner's own runtime estimate (torch's ``estimate_runtime``, FLOPs here), node by node, summed over
+    the operators the backward recomputes (at knob 0: the MLP's pointwise operators and views)."""
+    from torch._functorch.partitioners import estimate_runtime
+
+    from dtrlab.trace.partition import partitioner_config
+
+    step = partition(joints[MLP], 0.0, keep_graphs=True)
+    ((_, backward),) = step.graphs
+    with partitioner_config(None, runtime_estimator=step.runtime_estimator):
+        estimates = [float(estimate_runtime(node)) for node in backward.graph.nodes
+                     if node.name in step.recomputed and isinstance(node.target, torch._ops.OpOverload)]
+    assert len(set(estimates)) >= 2  # several operators, of different costs
+    assert step.proxy_recompute_runtime == sum(estimates)
+
+
 def _hand_step(log, names: list[str], recomputed: tuple = ()) -> PartitionedStep:
     """A partitioned step around a hand-written log: ``names`` one per operator, the constants' included."""
     trace = log.trace("hand")
