@@ -268,6 +268,16 @@ def test_peak_composition_adds_up(joints):
         assert set(parts["recomputed_nodes"]) <= set(step.recomputed)
 
 
+def test_a_partitioned_trace_is_labelled(joints):
+    """Its name is the source's, its source says it is partitioned; its metadata: the torch that recorded it, the
+    FLOP cost model, and a node name per operator."""
+    step = partition(joints[MLP], 0.5)
+    assert (step.trace.name, step.trace.source) == (MLP, f"<{MLP} partitioned>")
+    meta = step.trace.meta
+    assert (meta["torch_version"], meta["cost_model"], meta["cost_unit"]) == (torch.__version__, "flops", "flop")
+    assert len(meta["node_names"]) == len(step.trace.operators)
+
+
 def test_proxy_runtime_is_the_estimate_summed_over_the_recomputed_operators(joints):
     """The partitioner's own runtime estimate (torch's ``estimate_runtime``, FLOPs here), node by node, summed over
     the operators the backward recomputes (at knob 0: the MLP's pointwise operators and views)."""

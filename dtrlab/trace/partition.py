@@ -833,15 +833,12 @@ def _proxy_runtime(backward: fx.GraphModule, recomputed: set[str], estimates: di
     return total
 
 
-def placeholder_tensors(graph_module: fx.GraphModule, device: str) -> list[torch.Tensor]:
-    """A tensor per placeholder of the forward graph, of its shape, strides and dtype on ``device``
-    (zeros: valid indices for embeddings and targets; values do not change what is allocated)."""
-    tensors = []
-    for node in graph_module.graph.find_nodes(op="placeholder"):
-        value = node.meta["val"]
-        tensor = torch.empty_strided(tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device=device)
-        tensors.append(tensor.zero_() if device != "meta" else tensor)
-    return tensors
+def placeholder_tensors(graph_module: fx.GraphModule) -> list[torch.Tensor]:
+    """A meta tensor per placeholder of the forward graph, of its shape, strides and dtype (what is allocated does
+    not depend on values)."""
+    values = [node.meta["val"] for node in graph_module.graph.find_nodes(op="placeholder")]
+    return [torch.empty_strided(tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device="meta")
+            for value in values]
 
 
 def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[torch.Tensor],
@@ -910,7 +907,7 @@ def run_parts(pairs: tuple, joint: JointGraph, recorder: Recorder, calls: tuple 
     links, device = joint.links, torch.device("meta")
     constants = {}
     for c, (forward, _) in enumerate(pairs):
-        for key, tensor in zip(links.inputs[c], placeholder_tensors(forward, "meta")):
+        for key, tensor in zip(links.inputs[c], placeholder_tensors(forward)):
             if key == ("in", c, key[2]):
                 constants[key] = tensor
     loss_value = _output_nodes(pairs[links.loss[0]][0])[links.loss[1]].meta["val"]
@@ -1053,7 +1050,7 @@ def record_partitioned(pairs: tuple, joint: JointGraph, calls: tuple | None = No
         run_parts(pairs, joint, recorder, calls)
     else:
         [(forward, backward)] = pairs
-        primals = placeholder_tensors(forward, "meta")
+        primals = placeholder_tensors(forward)
         run_graphs(forward, backward, primals, recorder, joint.num_fwd_outputs, calls[0] if calls else None)
         del primals
     # The recorder's lines are the log's records already (capture writes them as JSON).
