@@ -276,6 +276,7 @@ def test_a_partitioned_trace_is_labelled(joints):
     meta = step.trace.meta
     assert (meta["torch_version"], meta["cost_model"], meta["cost_unit"]) == (torch.__version__, "flops", "flop")
     assert len(meta["node_names"]) == len(step.trace.operators)
+    assert gc.isenabled()  # the recording stops the collector while it runs, and starts it again
 
 
 def test_proxy_runtime_is_the_estimate_summed_over_the_recomputed_operators(joints):
