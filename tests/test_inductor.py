@@ -119,6 +119,7 @@ def test_a_step_with_graph_breaks_is_lowered_graph_by_graph(monkeypatch):
     predicted = [_prediction(step)[0] for step in steps]
     # Inductor's wrappers ran, forward and backward: kernels and buffers, no graph node named (docs/compile.md)
     assert all(set(step.trace.meta["node_names"]) == {""} for step in steps)
+    assert all(len(step.trace.meta["node_names"]) == len(step.trace.operators) for step in steps)
     distinct = {(c, graph_key(forward), graph_key(backward)) for knob in knobs
                 for c, (forward, backward) in enumerate(partition(joint, knob, keep_graphs=True).graphs)}
     assert len(lowered) == 2 * len(distinct)

@@ -398,6 +398,23 @@ def test_a_joint_records_what_was_traced(joints):
         MLP, (("device", "cpu"), ("image", 224)), MLP, torch.__version__, "aot_eager", ())
 
 
+def test_forcings_of_a_step_with_graph_breaks_go_to_their_graphs():
+    """g<graph>.<node>: the node of that graph (0 to the last); any other name is refused in words, with the
+    nearest node; a one-graph step takes the names as they are."""
+    from types import SimpleNamespace
+
+    from dtrlab.trace.partition import _forcings_by_graph
+
+    joint = SimpleNamespace(parts=("first", "second", "third"), forward_nodes=frozenset({"g0.mm", "g2.add"}))
+    assert _forcings_by_graph(joint, {"g0.mm": "save", "g2.add": "recompute"}) == [{"mm": "save"}, {},
+                                                                                  {"add": "recompute"}]
+    for name, hint in (("g3.mm", " (did you mean 'g0.mm'?)"), ("gx.mm", " (did you mean 'g0.mm'?)"), ("mm", "")):
+        with pytest.raises(ValueError) as info:
+            _forcings_by_graph(joint, {name: "save"})
+        assert str(info.value) == f"no operator node {name!r} in the step's graphs (names are g<graph>.<node>){hint}"
+    assert _forcings_by_graph(SimpleNamespace(parts=()), {"mm": "save"}) == [{"mm": "save"}]
+
+
 def test_signature_is_the_placeholders_kinds_and_shapes_and_the_forward_outputs():
     """What must agree between a graph's joint under aot_autograd and under Inductor: per placeholder, whether it is
     a tangent and its shape; the forward's output count."""
@@ -466,6 +483,23 @@ def test_a_graph_constant_moves_to_the_run_device_unrecorded():
     kinds = [line["INSTRUCTION"] for line in recorder.lines]
     assert [kind for kind in kinds if kind in ("CONSTANT", "CALL")] == ["CONSTANT", "CALL"]
     assert recorder.operator_nodes == ["", "clone_default"]
+
+
+def test_every_operator_of_a_recording_is_named_by_its_node():
+    """One node name per operator line: CALL and MUTATE (an in-place operator: none of the partitioned steps tried
+    has one, functionalised as their graphs are) by the node that ran, CONSTANT by none."""
+    from dtrlab.trace.partition import _NodeNamingRecorder
+
+    recorder = _NodeNamingRecorder("flops", 1)
+    x = torch.ones(4, device="meta")
+    with recorder:
+        recorder.node_name = "mul"
+        y = x * 2
+        recorder.node_name = "add_"
+        y.add_(1)
+    assert [line["INSTRUCTION"] for line in recorder.lines if line["INSTRUCTION"] in ("CONSTANT", "CALL", "MUTATE")
+            ] == ["CONSTANT", "CALL", "MUTATE"]
+    assert recorder.operator_nodes == ["", "mul", "add_"]
 
 
 def test_meta_module_copies_without_touching_the_live_module():
