@@ -293,6 +293,15 @@ def test_proxy_runtime_is_the_estimate_summed_over_the_recomputed_operators(join
                      if node.name in step.recomputed and isinstance(node.target, torch._ops.OpOverload)]
     assert len(set(estimates)) >= 2  # several operators, of different costs
     assert step.proxy_recompute_runtime == sum(estimates)
+    assert step.forward is step.graphs[0][0]  # a one-graph step kept: its forward graph
+    # Another estimator on the same joint (its estimates are cached per node and estimator): torch's "testing"
+    # estimator counts 1 per operator.
+    with partitioner_config(None, runtime_estimator="testing"):
+        counted = partition(joints[MLP], 0.0, keep_graphs=True)
+    ((_, backward),) = counted.graphs
+    assert counted.runtime_estimator == "testing" and counted.proxy_recompute_runtime == sum(
+        1 for node in backward.graph.nodes if node.name in counted.recomputed
+        and isinstance(node.target, torch._ops.OpOverload))
 
 
 def _hand_step(log, names: list[str], recomputed: tuple = ()) -> PartitionedStep:
@@ -740,6 +749,16 @@ def test_graph_breaks_dtrlab_does_not_model_are_refused_in_words(backend):
             trace_joint("tests.test_partition:mutated_input", backend=backend)
         assert str(info.value) == ("tests.test_partition:mutated_input: graph 1 of its step mutates or aliases its "
                                    "inputs across a graph break, which dtrlab does not model")
+
+
+def test_forcings_refused_in_words(joints):
+    """A forcing naming no operator node of the joint (the nearest suggested), or neither save nor recompute."""
+    with pytest.raises(ValueError) as info:
+        partition(joints[MLP], 0.5, force={"addmn": "save"})
+    assert str(info.value) == "no operator node 'addmn' in the joint graph (did you mean 'addmm'?)"
+    with pytest.raises(ValueError) as info:
+        partition(joints[MLP], 0.5, force={"addmm": "keep"})
+    assert str(info.value) == "node 'addmm': force must be one of save, recompute, got 'keep'"
 
 
 def test_unknown_source_and_node(joints):
