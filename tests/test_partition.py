@@ -293,7 +293,7 @@ def test_proxy_runtime_is_the_estimate_summed_over_the_recomputed_operators(join
                      if node.name in step.recomputed and isinstance(node.target, torch._ops.OpOverload)]
     assert len(set(estimates)) >= 2  # several operators, of different costs
     assert step.proxy_recompute_runtime == sum(estimates)
-    assert step.forward is step.graphs[0][0]  # a one-graph step kept: its forward graph
+    assert (step.forward, step.backward) == step.graphs[0]  # a one-graph step kept: its two graphs
     # Another estimator on the same joint (its estimates are cached per node and estimator): torch's "testing"
     # estimator counts 1 per operator.
     with partitioner_config(None, runtime_estimator="testing"):
