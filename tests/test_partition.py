@@ -294,6 +294,7 @@ def test_proxy_runtime_is_the_estimate_summed_over_the_recomputed_operators(join
     assert len(set(estimates)) >= 2  # several operators, of different costs
     assert step.proxy_recompute_runtime == sum(estimates)
     assert (step.forward, step.backward) == step.graphs[0]  # a one-graph step kept: its two graphs
+    assert (partition(joints[MLP], 0.0).forward, partition(joints[MLP], 0.0).backward) == (None, None)  # not kept
     # Another estimator on the same joint (its estimates are cached per node and estimator): torch's "testing"
     # estimator counts 1 per operator.
     with partitioner_config(None, runtime_estimator="testing"):
@@ -779,8 +780,10 @@ def test_torch_without_the_knob(joints, monkeypatch):
     import dtrlab.trace.partition as module
 
     monkeypatch.setattr(module, "KNOB", "activation_memory_budget_that_this_torch_lacks")
-    with pytest.raises(ValueError, match="has no torch._functorch.config.activation_memory_budget_that"):
+    with pytest.raises(ValueError) as info:
         partition(joints[MLP], 0.5)
+    assert str(info.value) == (f"torch {torch.__version__} has no torch._functorch.config.activation_memory_budget_"
+                               "that_this_torch_lacks (torch.compile's activation memory budget, added in torch 2.4)")
 
 
 @pytest.mark.slow
