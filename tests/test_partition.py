@@ -294,7 +294,8 @@ def test_proxy_runtime_is_the_estimate_summed_over_the_recomputed_operators(join
     assert len(set(estimates)) >= 2  # several operators, of different costs
     assert step.proxy_recompute_runtime == sum(estimates)
     assert (step.forward, step.backward) == step.graphs[0]  # a one-graph step kept: its two graphs
-    assert (partition(joints[MLP], 0.0).forward, partition(joints[MLP], 0.0).backward) == (None, None)  # not kept
+    plain = partition(joints[MLP], 0.0)
+    assert (plain.forward, plain.backward) == (None, None)  # not kept unless asked
     # Another estimator on the same joint (its estimates are cached per node and estimator): torch's "testing"
     # estimator counts 1 per operator.
     with partitioner_config(None, runtime_estimator="testing"):
