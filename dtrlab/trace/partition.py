@@ -809,7 +809,7 @@ def _apply_forcing(graph_module: fx.GraphModule, force: dict[str, str]) -> tuple
 def _saved_tensors(forward: fx.GraphModule, num_fwd_outputs: int) -> tuple[SavedTensor, ...]:
     from torch._functorch.partitioners import _size_of
 
-    outputs = forward.graph.find_nodes(op="output")[0].args[0]
+    outputs = _output_nodes(forward)
     saved = []
     for node in outputs[num_fwd_outputs:]:
         value = node.meta.get("val") if isinstance(node, fx.Node) else None
@@ -858,8 +858,7 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
     forward_call, backward_call = calls or (
         lambda arguments: _NodeInterpreter(forward, recorder, device).boxed_run(arguments),
         lambda arguments: _NodeInterpreter(backward, recorder, device).boxed_run(arguments))
-    output_names = [node.name if isinstance(node, fx.Node) else None
-                    for node in forward.graph.find_nodes(op="output")[0].args[0]]
+    output_names = [node.name if isinstance(node, fx.Node) else None for node in _output_nodes(forward)]
     backward_inputs = [node.name for node in backward.graph.find_nodes(op="placeholder")]
     # The loss's gradient, of the dtype the backward expects (the loss's: float32 for a bfloat16 model whose loss
     # casts to float32).
