@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 import warnings
 
 import pytest
@@ -88,6 +89,68 @@ def fit_from(curve: dict):
                    min_peak_knob=low[0], min_peak=low[1], peak_at_1=curve[1.0], peak_at_099=curve[0.99],
                    recomputed_random=(), instead=None, evaluated=tuple(peaks), seconds=0.0, graph_hash="",
                    torch_version="")
+
+
+def test_describe_and_warnings_word_for_word():
+    """Hand-made answers in each state, their lines derived by hand: a pick with random operators, holes and a
+    floor below it (found by the graph's hash); a safe pick at the top with a cliff either way; a knob-less answer
+    with DTR's outcome, with DTR's error, with neither."""
+    low = fit_from({0.0: 900, 0.99: 600, 1.0: 700})
+    mib = 1 << 20
+    unsafe = dataclasses.replace(
+        low, source="gpt", budget=3 * mib, accounting="allocated_peak", backend="inductor", knob=0.7,
+        peak=5 * mib // 2, margin=mib // 2, recompute_flops=123_456_789, recompute_runtime=0.123456,
+        lowering_is_safe=False, holes=((0.4, 0.44), (0.5, 0.5)), fails_below=0.19, min_peak_knob=0.5,
+        min_peak=2 * mib, recomputed_random=("a", "b", "c", "d", "e"), seconds=1.25, from_cache="graph")
+    assert unsafe.describe().splitlines() == [
+        "gpt: budget 3.00 MiB (3,145,728 bytes, allocated bytes, inductor graphs, solver dp, estimator flops)",
+        "knob 0.7: predicted peak 2.50 MiB, margin 0.50 MiB; recomputes 123,456,789 FLOPs (partitioner's estimate "
+        "0.1235); the grid knob above it, 0.71, does not fit",
+        "smallest peak found: 2.00 MiB at knob 0.5; 3 knob values evaluated in 1.2 s (cached answer, found by the "
+        "traced graph's hash)",
+        "WARNING: knob 0.7 recomputes 5 random operators (a, b, c, d and 1 more): below 1.0 the recompute draws "
+        "fresh randomness, so the gradients are silently wrong (pytorch/pytorch#190758)",
+        "WARNING: lowering the knob is NOT safe: holes at 0.4..0.44, 0.5..0.5; no knob at or below 0.19 fits"]
+    only_floor = dataclasses.replace(unsafe, holes=(), recomputed_random=("a", "b", "c", "d"))
+    assert only_floor.warnings() == [
+        "knob 0.7 recomputes 4 random operators (a, b, c, d): below 1.0 the recompute draws fresh randomness, so "
+        "the gradients are silently wrong (pytorch/pytorch#190758)",
+        "lowering the knob is NOT safe: no knob at or below 0.19 fits"]
+    assert dataclasses.replace(unsafe, fails_below=None, recomputed_random=()).warnings() == [
+        "lowering the knob is NOT safe: holes at 0.4..0.44, 0.5..0.5"]
+    top = dataclasses.replace(low, budget=80 << 30, accounting="reserved_peak", solver="greedy",
+                              runtime_estimator="profile", peak=700, margin=(80 << 30) - 700, peak_at_1=7 * mib,
+                              peak_at_099=4 * mib, seconds=0.04, from_cache="fingerprint")
+    assert top.cliff == 1.75 and top.describe().splitlines() == [
+        "planted: budget 80.00 GiB (85,899,345,920 bytes, reserved bytes, aot_eager graphs, solver greedy, "
+        "estimator profile)",
+        "knob 1: predicted peak 0.00 MiB, margin 80.00 GiB; recomputes 0 FLOPs (partitioner's estimate 0); the "
+        "top of the knob's range",
+        "every smaller knob evaluated fits too",
+        "smallest peak found: 0.00 MiB at knob 0.99; 3 knob values evaluated in 0.0 s (cached answer, found by "
+        "the model's fingerprint without tracing; checked against the graphs torch compiles)",
+        "WARNING: cliff: the peak at knob 1.0 (knapsack skipped) is 7.00 MiB, 1.75x the 4.00 MiB at 0.99"]
+    lower_at_1 = dataclasses.replace(top, knob=0.99, peak_at_1=49 * mib // 50, peak_at_099=mib)
+    assert lower_at_1.warnings() == ["cliff: the peak at knob 1.0 (knapsack skipped) is 0.98 MiB, 0.98x the "
+                                     "1.00 MiB at 0.99"]
+    assert dataclasses.replace(top, peak_at_1=201 * mib // 200, peak_at_099=mib).warnings() == []  # 0.5%: none
+    assert dataclasses.replace(unsafe, peak_at_1=7 * mib, peak_at_099=4 * mib, recomputed_random=(),
+                               holes=(), fails_below=None, lowering_is_safe=True).warnings() == []  # below 0.99
+    assert dataclasses.replace(top, peak_at_099=0).cliff == float("inf")
+    none = dataclasses.replace(unsafe, knob=None, peak=None, margin=None, recompute_flops=None,
+                               recompute_runtime=None, recomputed_random=(), from_cache=None,
+                               instead={"dtr": {"status": "thrash", "overhead": None},
+                                        "monotone": {"status": "pass", "overhead": 1.25}})
+    assert none.describe().splitlines() == [
+        "gpt: budget 3.00 MiB (3,145,728 bytes, allocated bytes, inductor graphs, solver dp, estimator flops)",
+        "smallest peak found: 2.00 MiB at knob 0.5; 3 knob values evaluated in 1.2 s",
+        "WARNING: no knob fits 3.00 MiB: the smallest peak found is 2.00 MiB (knob 0.5); instead: dtr thrash, "
+        "monotone pass at overhead 1.250 at this budget (flat bytes, eager step)"]
+    failed = dataclasses.replace(none, instead={"error": "RuntimeError: boom"})
+    assert failed.warnings() == ["no knob fits 3.00 MiB: the smallest peak found is 2.00 MiB (knob 0.5); instead: "
+                                 "DTR could not be simulated on the eager capture (RuntimeError: boom)"]
+    assert dataclasses.replace(none, instead=None).warnings() == [
+        "no knob fits 3.00 MiB: the smallest peak found is 2.00 MiB (knob 0.5)"]
 
 
 def test_budget_parsing():
@@ -319,16 +382,19 @@ def _compiled_at(model, x, tmp_path, **options):
                           backend="aot_eager", cache=tmp_path, **options)
 
 
-def _refused(*args, **kwargs):
-    raise AssertionError("searched: the pick was not read by fingerprint")
-
-
 @contextlib.contextmanager
 def search_refused():
-    """dtrlab.compile with its search (and trace) refused: a pick must come from the fingerprint's entry."""
+    """dtrlab.compile with its search (and trace) refused: a pick must come from the fingerprint's entry. Yields
+    the list of the refused searches' loss functions."""
+    losses = []
+
+    def refused(model, example_inputs, loss_fn=None, **pick):
+        losses.append(loss_fn)
+        raise AssertionError("searched: the pick was not read by fingerprint")
+
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("dtrlab.analysis.knob_compile.fit_knob", _refused)
-        yield
+        patch.setattr("dtrlab.analysis.knob_compile.fit_knob", refused)
+        yield losses
 
 
 def test_a_second_run_reads_the_pick_by_fingerprint_and_checks_it_when_torch_compiles(tmp_path):
@@ -388,6 +454,131 @@ def test_a_damaged_fingerprint_entry_is_searched_again(tmp_path):
     assert again.knob_fit.from_cache != "fingerprint" and again.knob_fit.knob == first.knob_fit.knob
 
 
+def test_a_fingerprint_entry_answers_only_the_settings_it_was_searched_for(tmp_path, monkeypatch):
+    """The entry's key holds every setting that decides the pick: another budget, accounting, backend, solver,
+    device, input shape or loss searches again (and leaves the entry in place); the same settings spelled
+    otherwise (the accounting a byte budget defaults to, a bare tensor for a 1-tuple) read it."""
+    from types import SimpleNamespace
+
+    from dtrlab.analysis import knob_compile
+
+    torch.manual_seed(0)
+    x = torch.randn(256, 64)
+    a100 = budget_bytes("A100-80GB")[0]
+    settings = dict(budget=a100, example_inputs=(x,), accounting=None, backend="aot_eager", cache=tmp_path)
+    first = dtrlab.compile(DropoutMLP(0.0), **settings)
+    torch._dynamo.reset()
+    first(x).sum().backward()
+    torch._dynamo.reset()
+    loss = lambda out: out.square().mean()  # noqa: E731
+    searched = {"another budget": dict(budget=a100 - 1), "the preset (reserved bytes)": dict(budget="A100-80GB"),
+                "another accounting": dict(accounting="flat"), "another backend": dict(backend="inductor"),
+                "another solver": dict(solver="greedy"), "another device": dict(device="cuda"),
+                "another input shape": dict(example_inputs=(torch.randn(128, 64),)), "a loss": dict(loss_fn=loss)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a miss must not move the entry aside as damaged
+        for what, changed in searched.items():
+            with search_refused() as losses, pytest.raises(AssertionError, match="searched"):
+                dtrlab.compile(DropoutMLP(0.0), **{**settings, **changed})
+            assert losses == [changed.get("loss_fn")], what  # the search is the step's, with its loss
+        clock = iter([10.0, 10.25])
+        monkeypatch.setattr(knob_compile, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+        for same in (dict(accounting="allocated"), dict(example_inputs=x), {}):
+            with search_refused():
+                again = dtrlab.compile(DropoutMLP(0.0), **{**settings, **same})
+            assert again.knob_fit.from_cache == "fingerprint", same
+            clock = iter([10.0, 10.25])
+    assert again.knob_fit.seconds == 0.25  # this call's time, not the search's
+    assert again.knob_fit.to_dict() | {"seconds": 0} == first.knob_fit.to_dict() | {"seconds": 0}
+
+
+def test_compiled_graphs_are_recorded_into_a_new_entry_and_checked_against_a_read_one(tmp_path):
+    """:class:`CompiledGraphs` on hand-made entries: a searched pick's graphs are added to its entry (written with
+    its checksum, each graph once); a read pick's graphs are checked, and the first one not in the entry warns
+    once and removes it (already removed: no error)."""
+    from dtrlab.analysis.fit_knob import read_entry
+    from dtrlab.analysis.knob_compile import ENTRY_FIELDS, CompiledGraphs
+
+    record = fit_knob("tests.test_partition:tiny_mlp", budget=1 << 30, accounting="flat", backend="aot_eager",
+                      cache=False).to_dict()
+    path, key = tmp_path / "entry.json", {"fingerprint": "f"}
+    recording = CompiledGraphs(path, {"key": key, "record": record, "compiled": []}, None)
+    for graph in ("g1", "g2", "g1"):
+        recording.note(graph)
+    assert read_entry(path, key, ENTRY_FIELDS)["compiled"] == ["g1", "g2"]
+    assert recording.checked == recording.unexpected == []
+    checking = CompiledGraphs(path, read_entry(path, key, ENTRY_FIELDS), frozenset({"g1", "g2"}))
+    checking.note("g2")
+    with pytest.warns(UserWarning, match=re.escape(f"graph this model did not have when its pick (knob 1) was "
+                                                   f"cached ({path})")) as caught:
+        for graph in ("g3", "g1", "g4"):
+            checking.note(graph)
+    assert len(caught) == 1 and not path.exists()
+    assert checking.checked == ["g2", "g1"] and checking.unexpected == ["g3", "g4"]
+    twin = CompiledGraphs(path, checking.document, frozenset({"g1"}))  # a second model read the same entry
+    with pytest.warns(UserWarning, match="picks afresh"):
+        twin.note("g3")
+    assert twin.unexpected == ["g3"]
+
+
+def test_the_knob_backend_names_itself_and_resets_the_backend_it_wraps():
+    """The name torch.compile's wrapper gives it (logs, recompile reasons), and dynamo's reset passed on."""
+    from dtrlab.analysis.knob_compile import KnobBackend, _inner_backend
+
+    class Resettable:
+        compiler_name, resets = "inner", 0
+
+        def reset(self):
+            self.resets += 1
+
+    inner = Resettable()
+    backend = KnobBackend(inner, 0.25)
+    assert torch._TorchCompileWrapper(backend, None, None, None).compiler_name == \
+        "inner+activation_memory_budget=0.25"
+    backend.reset()
+    assert inner.resets == 1
+    unnamed = KnobBackend(lambda graph_module, example_inputs: graph_module, 0.5)
+    assert unnamed.compiler_name == "backend+activation_memory_budget=0.5"
+    unnamed.reset()  # nothing to reset
+    assert KnobBackend(_inner_backend("inductor", {}), 1.0).compiler_name == "inductor+activation_memory_budget=1"
+
+
+def test_the_inner_backend_is_built_as_torch_compile_builds_it():
+    """mode, options and dynamic reach Inductor's wrapper and a named backend's as torch.compile hands them
+    (torch/__init__.py); the options torch.compile consumes itself are not passed on; an unknown name refused."""
+    from dtrlab.analysis.knob_compile import _inner_backend
+
+    mode = "max-autotune-no-cudagraphs"
+    assert _inner_backend("inductor", {"mode": mode}).config == \
+        torch._TorchCompileInductorWrapper(mode, None, None).config != \
+        torch._TorchCompileInductorWrapper(None, None, None).config
+    options = {"epilogue_fusion": False}
+    built = _inner_backend("inductor", {"options": {**options, "guard_filter_fn": print, "use_aoti": False},
+                                        "dynamic": True})
+    assert built.config == torch._TorchCompileInductorWrapper(None, options, True).config and built.dynamic is True
+    assert _inner_backend("aot_eager", {"mode": mode, "dynamic": False}) == \
+        torch._TorchCompileWrapper("aot_eager", mode, None, False)
+    with pytest.raises(ValueError, match="^backend 'aot_eagre': "):
+        _inner_backend("aot_eagre", {})
+
+
+def test_the_compile_partitions_with_its_solver(seen_solvers):
+    """dtrlab.compile's ``solver`` is the one torch's partitioner reads when the model compiles, and only then."""
+    import torch._functorch.config as functorch_config
+
+    torch.manual_seed(0)
+    x = torch.randn(256, 64)
+    default = functorch_config.activation_memory_budget_solver
+    compiled = dtrlab.compile(DropoutMLP(0.0), budget=1 << 30, example_inputs=(x,), accounting="flat",
+                              backend="aot_eager", solver="greedy", cache=False)
+    assert compiled.knob_fit.solver == "greedy" and default != "greedy"
+    seen_solvers.clear()  # the pick partitioned copies of the graph; from here on only torch.compile partitions
+    torch._dynamo.reset()
+    compiled(x).sum().backward()
+    torch._dynamo.reset()
+    assert seen_solvers == ["greedy"] and functorch_config.activation_memory_budget_solver == default
+
+
 #: One run of a training script: dtrlab.compile (Inductor, the default) of a model built from torch's own modules,
 #: one step, and what the pick was and how it was found (``searched``: how often dtrlab.compile searched).
 SCRIPT_RUN = """
@@ -430,9 +621,9 @@ def test_a_second_process_reads_the_pick_by_fingerprint_and_checks_the_graph_ind
     assert second["checked"] == first["recorded"] and second["unexpected"] == []
 
 
-@pytest.fixture
-def seen_knobs(monkeypatch):
-    """The knob torch's partitioner reads each time it partitions (``choose_saved_values_set`` reads it)."""
+def _seen_by_the_partitioner(monkeypatch, setting: str) -> list:
+    """The functorch ``setting`` torch's partitioner reads each time it partitions (``choose_saved_values_set``
+    reads the knob and the solver)."""
     import torch._functorch.config as functorch_config
     from torch._functorch import partitioners
 
@@ -440,11 +631,21 @@ def seen_knobs(monkeypatch):
     original = partitioners.choose_saved_values_set
 
     def spy(*args, **kwargs):
-        seen.append(functorch_config.activation_memory_budget)
+        seen.append(getattr(functorch_config, setting))
         return original(*args, **kwargs)
 
     monkeypatch.setattr(partitioners, "choose_saved_values_set", spy)
     return seen
+
+
+@pytest.fixture
+def seen_knobs(monkeypatch):
+    return _seen_by_the_partitioner(monkeypatch, "activation_memory_budget")
+
+
+@pytest.fixture
+def seen_solvers(monkeypatch):
+    return _seen_by_the_partitioner(monkeypatch, "activation_memory_budget_solver")
 
 
 def test_two_compiled_models_keep_their_own_knob(seen_knobs):

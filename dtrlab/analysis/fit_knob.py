@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..integrity import IntegrityError, atomic_write_json, quarantine, read_json
-from ..memory.device import GPU_PRESETS, PEAK_ACCOUNTINGS, device_capacity
+from ..memory.device import GPU_PRESETS, PEAK_ACCOUNTINGS, device_capacity, human_bytes
 from ..suggest import did_you_mean
 from ..trace.partition import BACKENDS, RECORDING_VERSION
 from .knob_census import ACCOUNTINGS, KNOB_DECIMALS, KnobPlan
@@ -134,12 +134,12 @@ class KnobFit:
                          "below 1.0 the recompute draws fresh randomness, so the gradients are silently wrong "
                          "(pytorch/pytorch#190758)")
         if abs(self.cliff - 1) > CLIFF_WARNING and self.knob is not None and self.knob >= 0.99:
-            found.append(f"cliff: the peak at knob 1.0 (knapsack skipped) is {_size(self.peak_at_1)}, "
-                         f"{self.cliff:.2f}x the {_size(self.peak_at_099)} at 0.99")
+            found.append(f"cliff: the peak at knob 1.0 (knapsack skipped) is {human_bytes(self.peak_at_1)}, "
+                         f"{self.cliff:.2f}x the {human_bytes(self.peak_at_099)} at 0.99")
         if self.knob is None:
-            found.append(f"no knob fits {_size(self.budget)}: the smallest peak found is {_size(self.min_peak)} "
-                         f"(knob {self.min_peak_knob:g})" + (f"; instead: {_instead(self.instead)}"
-                                                             if self.instead else ""))
+            found.append(f"no knob fits {human_bytes(self.budget)}: the smallest peak found is "
+                         f"{human_bytes(self.min_peak)} (knob {self.min_peak_knob:g})"
+                         + (f"; instead: {_instead(self.instead)}" if self.instead else ""))
         elif not self.lowering_is_safe:
             below = ", ".join(f"{a:g}..{b:g}" for a, b in self.holes)
             found.append("lowering the knob is NOT safe: " + "; ".join(
@@ -150,16 +150,17 @@ class KnobFit:
 
     def describe(self) -> str:
         """The choice in plain lines: what fits, what it costs, what lies below, the warnings."""
-        head = (f"{self.source}: budget {_size(self.budget)} ({self.budget:,} bytes, {_short(self.accounting)}, "
+        head = (f"{self.source}: budget {human_bytes(self.budget)} ({self.budget:,} bytes, {_short(self.accounting)}, "
                 f"{self.backend} graphs, solver {self.solver}, estimator {self.runtime_estimator})")
         lines = [head]
         if self.knob is not None:
-            lines.append(f"knob {self.knob:g}: predicted peak {_size(self.peak)}, margin {_size(self.margin)}; "
+            lines.append(f"knob {self.knob:g}: predicted peak {human_bytes(self.peak)}, "
+                         f"margin {human_bytes(self.margin)}; "
                          f"recomputes {self.recompute_flops:,} FLOPs (partitioner's estimate "
                          f"{self.recompute_runtime:.4g}); {_above(self.knob)}")
             if self.lowering_is_safe:
                 lines.append("every smaller knob evaluated fits too")
-        lines.append(f"smallest peak found: {_size(self.min_peak)} at knob {self.min_peak_knob:g}; "
+        lines.append(f"smallest peak found: {human_bytes(self.min_peak)} at knob {self.min_peak_knob:g}; "
                      f"{self.evaluations} knob values evaluated in {self.seconds:.1f} s"
                      + (f" ({CACHE_MATCHES[self.from_cache]})" if self.from_cache else ""))
         lines += [f"WARNING: {w}" for w in self.warnings()]
@@ -177,7 +178,7 @@ def spread_budgets(probe: KnobFit) -> tuple[int, int, int]:
     if low < probe.peak_at_1 < high:
         high = probe.peak_at_1 - 1
     if low >= high:
-        raise ValueError(f"{probe.source}: the knob does not move this step's peak ({_size(low)} at every knob "
+        raise ValueError(f"{probe.source}: the knob does not move this step's peak ({human_bytes(low)} at every knob "
                          "evaluated): there is no budget between the smallest and the largest peak")
     return low, (low + high) // 2, (low + 3 * high) // 4
 
@@ -537,11 +538,3 @@ def _above(knob: float) -> str:
 
 def _short(column: str) -> str:
     return column.removesuffix("_peak") + " bytes"
-
-
-def _size(count: int | None) -> str:
-    if count is None:
-        return "-"
-    sign = "-" if count < 0 else ""
-    count = abs(count)
-    return sign + (f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.2f} MiB")

@@ -51,7 +51,10 @@ class KnobBackend:
 
     def __init__(self, inner, knob: float, solver: str | None = None, graphs: CompiledGraphs | None = None):
         self.inner, self.knob, self.solver, self.graphs = inner, knob, solver, graphs
-        self.compiler_name = f"{getattr(inner, 'compiler_name', 'backend')}+activation_memory_budget={knob:g}"
+        # torch.compile's wrapper names a callable backend by its __name__ (torch/__init__.py:2980), the name
+        # dynamo's logs and recompile reasons print.
+        self.compiler_name = self.__name__ = \
+            f"{getattr(inner, 'compiler_name', 'backend')}+activation_memory_budget={knob:g}"
 
     def __call__(self, graph_module, example_inputs, **kwargs):
         # mode and options were given to ``inner`` when it was built; torch.compile hands them again
@@ -121,13 +124,13 @@ class CompiledGraphs:
                 warnings.warn(f"dtrlab.compile: torch compiles a graph this model did not have when its pick (knob "
                               f"{knob:g}) was cached ({self.path}): the model or its inputs changed since; this "
                               f"compile keeps knob {knob:g} unchecked, and the entry is dropped so that the next run "
-                              "picks afresh", stacklevel=2)
+                              "picks afresh")
                 self.path.unlink(missing_ok=True)
 
 
 def _fit_by_fingerprint(model, example_inputs, loss_fn, pick: dict) -> tuple[KnobFit, CompiledGraphs]:
-    """The pick read by the model's fingerprint when a run that compiled it left one, else searched (and its entry
-    written, the graphs to be recorded when torch compiles)."""
+    """The pick read by the model's fingerprint when a run that compiled it left one, else searched (its entry
+    written when torch compiles, with the graphs: an entry without them is never read)."""
     started = time.perf_counter()
     budget, preset = budget_bytes(pick["budget"])
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
@@ -141,10 +144,7 @@ def _fit_by_fingerprint(model, example_inputs, loss_fn, pick: dict) -> tuple[Kno
                                   from_cache="fingerprint")
         return fit, CompiledGraphs(path, document, frozenset(document["compiled"]))
     fit = fit_knob(model, example_inputs, loss_fn, **pick)
-    document = {"key": key, "record": fit.to_dict(), "compiled": []}
-    if fit.knob is not None:
-        write_entry(path, document, ENTRY_FIELDS)
-    return fit, CompiledGraphs(path, document, None)
+    return fit, CompiledGraphs(path, {"key": key, "record": fit.to_dict(), "compiled": []}, None)
 
 
 def _inner_backend(backend, kwargs: dict):

@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from ..memory.device import PEAK_ACCOUNTINGS
+from ..memory.device import PEAK_ACCOUNTINGS, human_bytes
 from .capture import add_model_size_arguments, add_precision_arguments, precision_options
 from .common import jobs_count, positive_float, print_table
 
@@ -242,7 +242,3 @@ def report(census, accounting: str, budgets: list[int]) -> None:
     for budget in budgets:
         choice = census.knob_for_budget(budget, accounting)
         print(f"\nbudget {budget:,} bytes ({human_bytes(budget)}), {accounting}: " + choice.describe())
-
-
-def human_bytes(count: int) -> str:
-    return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.2f} MiB"

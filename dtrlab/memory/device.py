@@ -59,6 +59,11 @@ class DeviceCapacity:
         return UNLIMITED_BYTES if self.bytes is None else self.bytes
 
 
+def human_bytes(count: int) -> str:
+    """``count`` bytes as GiB from 1 GiB up, else as MiB, two decimals (``"80.00 GiB"``, ``"0.50 MiB"``)."""
+    return f"{count / GiB:.2f} GiB" if count >= GiB else f"{count / UNITS['MiB']:.2f} MiB"
+
+
 def device_capacity(spec) -> DeviceCapacity:
     """``spec`` (bytes, ``"1.25x"``, ``"80GiB"``, a preset, ``None``/``"unlimited"``) as a :class:`DeviceCapacity`."""
     if isinstance(spec, DeviceCapacity):
