@@ -192,9 +192,8 @@ def test_fit_knob_on_a_live_module(mlp, tmp_path):
     assert lines[0].startswith("DropoutMLP: budget") and any("margin" in line for line in lines)
 
 
-def test_fit_knob_takes_inductors_accounting_by_default(mlp, monkeypatch):
-    """The default pick is Inductor's accounting (the peak knob_peaks lowers with Inductor), and dtrlab.compile
-    asks for the accounting of the backend it compiles with."""
+def test_fit_knob_takes_inductors_accounting_by_default(mlp):
+    """The default pick is Inductor's accounting (the peak knob_peaks lowers with Inductor)."""
     from dtrlab.memory.partitioned import knob_peaks
     from dtrlab.trace.partition import trace_step
 
@@ -204,12 +203,47 @@ def test_fit_knob_takes_inductors_accounting_by_default(mlp, monkeypatch):
     joint = trace_step(model, (x,), source="mlp", backend="inductor")
     assert fit.peak == knob_peaks(joint, 1.0)["flat_peak"]
     assert fit.peak != knob_peaks(trace_step(model, (x,), source="mlp"), 1.0)["flat_peak"]  # fusion shows
+
+
+class GraphBreakMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(64, 64), nn.Linear(64, 10)
+
+    def forward(self, x):
+        hidden = self.a(x).relu()
+        torch._dynamo.graph_break()
+        return self.b(hidden)
+
+
+def test_compile_hands_its_arguments_to_the_search_and_to_torch_compile(monkeypatch, tmp_path):
+    """dtrlab.compile's defaults (Inductor, its accounting, the default cache) and each argument reach the search
+    (fit_knob stubbed with a hand-made answer); the rest reaches torch.compile (fullgraph refuses a graph break);
+    a budget no knob fits is refused with the answer's first warning."""
+    monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path))
+    answer = fit_from({0.0: 900, 0.99: 600, 1.0: 700})
     asked = []
-    monkeypatch.setattr("dtrlab.analysis.knob_compile.fit_knob",
-                        lambda *args, **kwargs: asked.append(kwargs["backend"]) or fit)
-    for backend in ("inductor", "aot_eager"):
-        dtrlab.compile(model, budget=1 << 30, example_inputs=(x,), backend=backend)
-    assert asked == ["inductor", "aot_eager"]
+
+    def stub(model, example_inputs, loss_fn=None, **pick):
+        asked.append((loss_fn, pick))
+        return answer
+
+    monkeypatch.setattr("dtrlab.analysis.knob_compile.fit_knob", stub)
+    torch.manual_seed(0)
+    model, x = GraphBreakMLP(), torch.randn(8, 64)
+    loss = lambda out: out.square().mean()  # noqa: E731
+    dtrlab.compile(model, budget=1 << 30, example_inputs=(x,))
+    own = dict(budget="1GiB", device="cpu", accounting="flat", solver="greedy", cache=False)
+    compiled = dtrlab.compile(model, example_inputs=(x,), loss_fn=loss, backend="aot_eager", fullgraph=True, **own)
+    assert asked == [(None, dict(budget=1 << 30, device=None, accounting=None, solver=None, cache=True,
+                                 backend="inductor")), (loss, {**own, "backend": "aot_eager"})]
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        compiled(x)
+    torch._dynamo.reset()
+    answer = dataclasses.replace(answer, knob=None, budget=1000, min_peak=600, min_peak_knob=0.99)
+    with pytest.raises(ValueError) as refused:
+        dtrlab.compile(model, budget=1000, example_inputs=(x,), cache=False)
+    assert str(refused.value) == "budget: no knob fits 0.00 MiB: the smallest peak found is 0.00 MiB (knob 0.99)"
 
 
 def test_recomputed_dropout_is_named(mlp):
@@ -306,7 +340,8 @@ def test_bad_arguments(mlp):
         fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="reserve")
     with pytest.raises(ValueError, match="unknown backend 'aot_eagr'.*did you mean 'aot_eager'"):
         fit_knob(model, (x,), budget=1 << 30, backend="aot_eagr")
-    with pytest.raises(ValueError, match="needs example_inputs"):
+    with pytest.raises(ValueError, match="^dtrlab.compile needs example_inputs: the knob is chosen before the first "
+                                         "call$"):
         dtrlab.compile(model, budget=1 << 30)
 
 
