@@ -593,7 +593,9 @@ def test_the_inner_backend_is_built_as_torch_compile_builds_it():
     assert built.config == torch._TorchCompileInductorWrapper(None, options, True).config and built.dynamic is True
     assert _inner_backend("aot_eager", {"mode": mode, "dynamic": False}) == \
         torch._TorchCompileWrapper("aot_eager", mode, None, False)
-    with pytest.raises(ValueError, match="^backend 'aot_eagre': "):
+    assert _inner_backend("aot_eager", {"options": options}) == torch._TorchCompileWrapper("aot_eager", None, options,
+                                                                                          None)
+    with pytest.raises(ValueError, match="^backend 'aot_eagre': Invalid backend: 'aot_eagre'"):  # torch's first line
         _inner_backend("aot_eagre", {})
 
 
