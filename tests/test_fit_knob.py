@@ -73,7 +73,10 @@ def test_spread_budgets_stay_below_the_peak_at_1():
     probe = fit_from({0.0: 900, 0.5: 500, 0.99: 600, 1.0: 700})
     assert spread_budgets(probe) == (500, 599, 649)  # up to 699: 1.0 (700) is below the largest peak (900)
     assert spread_budgets(fit_from({0.0: 500, 0.99: 600, 1.0: 900})) == (500, 700, 800)
-    with pytest.raises(ValueError, match="the knob does not move this step's peak"):
+    assert spread_budgets(fit_from({0.0: 900, 0.99: 600, 1.0: 500})) == (500, 700, 800)  # 1.0 the lowest: kept
+    with pytest.raises(ValueError, match=re.escape("planted: the knob does not move this step's peak (0.00 MiB at "
+                                                   "every knob evaluated): there is no budget between the smallest "
+                                                   "and the largest peak")):
         spread_budgets(fit_from({0.0: 500, 0.99: 500, 1.0: 500}))
 
 
@@ -151,6 +154,81 @@ def test_describe_and_warnings_word_for_word():
                                  "DTR could not be simulated on the eager capture (RuntimeError: boom)"]
     assert dataclasses.replace(none, instead=None).warnings() == [
         "no knob fits 3.00 MiB: the smallest peak found is 2.00 MiB (knob 0.5)"]
+
+
+def test_the_record_of_a_search_field_by_field():
+    """:func:`_record` on a planted search (the GPT-2-like curve of the test above at budget 650, a hole at
+    0.40-0.44, a floor below 0.2, two knobs sharing the smallest peak): every field from the planted rows."""
+    from types import SimpleNamespace
+
+    from dtrlab.analysis.fit_knob import KnobFit, _record
+
+    def curve(k):
+        if k >= 1.0:
+            return 900
+        if k < 0.2:
+            return 1000
+        if 0.40 <= k <= 0.44:
+            return 700
+        return 400 if k in (0.3, 0.35) else 300 + int(500 * k)  # 400 at 0.2 too: the tie goes to the largest knob
+
+    def evaluate(knob):
+        return {"flat_peak": curve(knob), "solver": "dp", "runtime_estimator": "flops",
+                "proxy_recompute_runtime": knob / 4}
+
+    search = search_budget(evaluate, 650, "flat_peak", GRID)
+    key = {"accounting": "flat_peak", "budget": 650, "backend": "aot_eager", "graph": "g", "torch": "t"}
+    fit = _record(SimpleNamespace(source="planted"), search, ("native_dropout",), key, 2.5, 1234)
+    evaluated = tuple((k, curve(k)) for k in sorted(search.rows))
+    assert fit == KnobFit(
+        source="planted", budget=650, accounting="flat_peak", backend="aot_eager", solver="dp",
+        runtime_estimator="flops", knob=0.7, peak=650, margin=0, recompute_flops=1234, recompute_runtime=0.7 / 4,
+        lowering_is_safe=False, holes=((0.4, 0.44),), fails_below=0.19, min_peak_knob=0.35, min_peak=400,
+        peak_at_1=900, peak_at_099=795, recomputed_random=("native_dropout",), instead=None, evaluated=evaluated,
+        seconds=2.5, graph_hash="g", torch_version="t")
+    assert {0.2, 0.35, 0.4, 0.44, 0.7, 0.71, 0.99, 1.0} <= set(search.rows)
+    none = _record(SimpleNamespace(source="planted"), search_budget(evaluate, 100, "flat_peak", GRID), (), key, 1.0,
+                   None)
+    assert (none.knob, none.peak, none.margin, none.recompute_flops, none.recompute_runtime,
+            none.lowering_is_safe, none.holes, none.fails_below) == (None,) * 5 + (False, (), None)
+    safe = _record(SimpleNamespace(source="planted"), search_budget(evaluate, 10_000, "flat_peak", GRID), (),
+                   {**key, "budget": 10_000}, 1.0, 0)
+    assert safe.knob == 1.0 and safe.lowering_is_safe and safe.margin == 10_000 - 900
+
+
+def test_cache_entries_are_verified_on_read(tmp_path, monkeypatch):
+    """Where an answer is cached (by the key's content, not its order), and each kind of damage: another key, a
+    record changed after its checksum, a record that is not an answer, not a JSON object, not JSON: moved aside
+    with a warning, never served. A record's tuples survive the JSON round trip."""
+    from dtrlab.analysis.fit_knob import cache_path, from_dict, read_entry, write_entry
+
+    fit = dataclasses.replace(fit_from({0.0: 900, 0.99: 600, 1.0: 700}), holes=((0.2, 0.3),),
+                              recomputed_random=("native_dropout",))
+    key = {"graph": "g", "budget": 5}
+    path = cache_path(tmp_path, key)
+    assert path == cache_path(tmp_path, {"budget": 5, "graph": "g"}) != cache_path(tmp_path, {**key, "budget": 6})
+    assert path.parent == tmp_path and path.suffix == ".json" and len(path.stem) == 32
+    assert cache_path(tmp_path, key, "by-fingerprint") == tmp_path / "by-fingerprint" / path.name
+    assert (tmp_path / "by-fingerprint").is_dir()
+    monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "default"))
+    assert cache_path(True, key) == tmp_path / "default" / "fit_knob" / path.name
+    assert cache_path(False, key) is None and cache_path(None, key) is None
+    assert read_entry(path, key) is None  # absent: no warning
+    write_entry(path, {"key": key, "record": fit.to_dict()})
+    assert from_dict(json.loads(path.read_text())["record"]) == fit
+    assert read_entry(path, key)["record"] == json.loads(json.dumps(fit.to_dict()))
+    whole = path.read_text()
+    damaged = {"another key": lambda: path.write_text(whole.replace('"budget": 5', '"budget": 6')),
+               "a changed record": lambda: path.write_text(whole.replace('"knob": 1.0', '"knob": 0.5')),
+               "no holes": lambda: write_entry(path, {"key": key, "record": {"knob": 1.0}}),
+               "a missing field": lambda: write_entry(path, {"key": key, "record": {
+                   k: v for k, v in fit.to_dict().items() if k != "knob"}}),
+               "a list": lambda: path.write_text("[]"), "not JSON": lambda: path.write_text(whole[:-2])}
+    for what, damage in damaged.items():
+        damage()
+        with pytest.warns(UserWarning, match=f"ignoring damaged cache file {re.escape(str(path))}"):
+            assert read_entry(path, key) is None, what
+        assert not path.exists() and path.with_name(path.name + ".damaged").exists(), what
 
 
 def test_budget_parsing():
@@ -247,7 +325,8 @@ def test_compile_hands_its_arguments_to_the_search_and_to_torch_compile(monkeypa
 
 
 def test_recomputed_dropout_is_named(mlp):
-    """At knob 0 the partitioner recomputes the dropout (pytorch#190758); at 1.0 nothing random is recomputed."""
+    """At knob 0 the partitioner recomputes the dropout (pytorch#190758); at 1.0 nothing random is recomputed; the
+    solver is passed on."""
     from dtrlab.analysis.fit_knob import recomputed_random
     from dtrlab.trace.partition import fake_module, trace_step
 
@@ -255,6 +334,11 @@ def test_recomputed_dropout_is_named(mlp):
     joint = trace_step(*fake_module(model, (x,), "cpu"), source="mlp")
     assert recomputed_random(joint, 0.0) == ("native_dropout",)
     assert recomputed_random(joint, 1.0) == ()
+    asked, partition = [], dtrlab.trace.partition.partition
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dtrlab.trace.partition, "partition",
+                      lambda joint, knob, solver=None: asked.append((knob, solver)) or partition(joint, knob))
+        assert recomputed_random(joint, 0.0, "greedy") == ("native_dropout",) and asked == [(0.0, "greedy")]
     fit = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=False)
     assert fit.recomputed_random == () and not any("190758" in w for w in fit.warnings())
     warned = dataclasses.replace(fit, knob=0.0, recomputed_random=("native_dropout",))
@@ -267,6 +351,28 @@ def test_budget_below_every_peak_says_what_would_fit(mlp):
     assert fit.knob is None and fit.peak is None
     assert set(fit.instead) >= {"dtr", "monotone"} and fit.instead["dtr"]["status"] in ("oom", "thrash")
     assert "no knob fits" in fit.warnings()[0] and "dtr" in fit.warnings()[0]
+
+
+class MetaRefusing(nn.Module):
+    """A model whose forward refuses meta tensors with ``message`` (DTR's eager capture runs on meta copies)."""
+
+    def __init__(self, message):
+        super().__init__()
+        self.a, self.message = nn.Linear(8, 8), message
+
+    def forward(self, x):
+        if x.is_meta and self.message is not None:
+            raise ValueError(self.message)
+        return self.a(x) * x.abs().max().item()
+
+
+@pytest.mark.parametrize("message, error", [
+    (None, "RuntimeError: Tensor.item() cannot be called on meta tensors"),  # torch's own refusal
+    ("  no meta tensors\nsecond line", "ValueError: no meta tensors"), ("", "ValueError: ")])
+def test_an_eager_capture_that_fails_is_said_in_one_line(message, error):
+    from dtrlab.analysis.fit_knob import _instead_of_knob
+
+    assert _instead_of_knob(("module", MetaRefusing(message), ((torch.randn(4, 8),), None)), 1000) == {"error": error}
 
 
 LABELS = torch.arange(32) % 10  # no draw from the global generator at import
@@ -290,7 +396,7 @@ def _dtr_by_hand(model, x, labels, budget: int) -> dict:
         recording = record(meta_module(model), (torch.empty_like(x, device="meta"),),
                            loss_fn=lambda logits: F.cross_entropy(logits, meta_labels), cost="flops")
     trace = parse_lines((), source="by hand", name="mlp", records=list(enumerate(recording.lines, 1)))
-    found = {}
+    found = {"memory": "flat", "unbounded_peak": recording.peak_live_bytes}
     for policy in ("dtr", "monotone"):
         result = simulate(trace, policy, budget_bytes=budget, semantics=REFERENCE)
         found[policy] = {"status": result.status, "overhead": result.overhead if result.passed else None}
@@ -306,12 +412,27 @@ def test_what_would_fit_instead_for_a_loss_reading_live_labels(mlp):
     closed = fit_knob(model, (x,), lambda logits: F.cross_entropy(logits, labels), backend="aot_eager",
                       budget=budget, accounting="flat", cache=False)
     assert closed.knob is None and "error" not in closed.instead, closed.instead
-    assert {k: closed.instead[k] for k in ("dtr", "monotone")} == _dtr_by_hand(model, x, labels, budget)
+    assert closed.instead == _dtr_by_hand(model, x, labels, budget)
     assert closed.instead["dtr"]["status"] == "thrash" and not labels.is_meta
     by_global = fit_knob(model, (x,), _global_labels_loss, backend="aot_eager", budget=budget, accounting="flat",
                          cache=False)
-    assert {k: by_global.instead[k] for k in ("dtr", "monotone")} == _dtr_by_hand(model, x, LABELS, budget)
+    assert by_global.instead == _dtr_by_hand(model, x, LABELS, budget)
     assert not LABELS.is_meta
+
+
+def test_what_would_fit_instead_for_a_model_source_and_a_live_model():
+    """At a budget where DTR passes (0.9 x the eager step's 3,127,384 B), a model source (built by capture) and the
+    same model given live get the outcome of the step recorded by hand."""
+    from dtrlab.analysis.fit_knob import _instead_of_knob
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 10))
+    x, labels = torch.randn(512, 64), torch.randint(0, 10, (512,))
+    budget = 2_814_645
+    by_hand = _dtr_by_hand(model, x, labels, budget)
+    assert by_hand["dtr"]["status"] == by_hand["monotone"]["status"] == "pass"
+    assert _instead_of_knob(("module", model, ((x,), lambda logits: F.cross_entropy(logits, labels))), budget) == \
+        by_hand == _instead_of_knob(("source", "tests.test_partition:tiny_mlp", {"batch": 512}), budget)
 
 
 def test_cache_answers_again_and_recomputes_a_damaged_entry(mlp, tmp_path, monkeypatch):

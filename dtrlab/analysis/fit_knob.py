@@ -440,7 +440,7 @@ def _instead_of_knob(workload, budget: int) -> dict:
         trace = _eager_trace(workload)
     except Exception as exc:  # a step that runs under torch.compile may not run on meta tensors
         return {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"}
-    found = {"memory": "flat", "unbounded_peak": int(trace.meta.get("peak_live_bytes", 0)) or None}
+    found = {"memory": "flat", "unbounded_peak": int(trace.meta["peak_live_bytes"])}
     for policy in ("dtr", "monotone"):
         result = simulate(trace, policy, budget_bytes=budget, semantics=REFERENCE)
         found[policy] = {"status": result.status, "overhead": result.overhead if result.passed else None}
