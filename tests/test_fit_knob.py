@@ -69,6 +69,57 @@ def test_the_grid_knob_above_the_choice_does_not_fit_and_holes_below_are_found()
     assert planted_bug.holes == ()  # a scan coarser than the hole misses it: the stated limit
 
 
+def _brute_force(peaks: list, budget: int):
+    """The grid's answer by evaluating every knob: the largest fitting one, and below it the failing runs with a
+    fitting knob below them (holes) and the one from the grid's bottom (its last knob)."""
+    fitting = [i for i, peak in enumerate(peaks) if peak <= budget]
+    if not fitting:
+        return None, (), None
+    choice, runs, start = max(fitting), [], None
+    for i in range(choice + 1):
+        if peaks[i] > budget and start is None:
+            start = i
+        if peaks[i] <= budget and start is not None:
+            runs.append((start, i - 1))
+            start = None
+    holes = tuple((GRID[a], GRID[b]) for a, b in runs if a > 0)
+    return GRID[choice], holes, next((GRID[b] for a, b in runs if a == 0), None)
+
+
+def test_the_search_finds_what_evaluating_every_knob_finds_when_runs_are_wider_than_the_scan():
+    """400 planted curves: runs of fitting and failing knobs at least 21 grid steps wide (wider than the scan's
+    stride of 20), and the two top knobs (the cliff) drawn alone: the search's choice, holes and floor equal the
+    brute force over all 101 knobs, with a fraction of its evaluations."""
+    import random
+
+    generator = random.Random(45)
+    budget, most = 1000, 0
+    for _ in range(400):
+        fits, i = [], 0
+        while i < 99:
+            width = min(99 - i, generator.randint(21, 60))
+            width = 99 - i if 99 - i - width < 21 else width
+            fits += [generator.random() < 0.5] * width
+            i += width
+        fits += [generator.random() < 0.5, generator.random() < 0.5]  # 0.99 and 1.0
+        peaks = [budget - generator.randint(0, 50) if fit else budget + generator.randint(1, 50) for fit in fits]
+        evaluate = planted(lambda knob: peaks[GRID.index(knob)])
+        found = search_budget(evaluate, budget, "flat_peak", GRID)
+        assert (found.choice, found.holes, found.fails_below) == _brute_force(peaks, budget), fits
+        assert evaluate.calls[:2] == [0.99, 1.0] and len(set(evaluate.calls)) == len(evaluate.calls)
+        most = max(most, len(evaluate.calls))
+    assert most <= 22, most  # a fifth of the grid
+
+
+def test_the_top_but_one_knob_is_always_evaluated_on_any_grid():
+    """On a grid without 0.99 the cliff's lower side is the grid's last knob but one (0.9 here, which the scan's
+    stride of 2 steps skips)."""
+    grid = [round(0.1 * i, 1) for i in range(11)]
+    evaluate = planted(lambda knob: 100)
+    assert search_budget(evaluate, 100, "flat_peak", grid, scan_step=0.2).choice == 1.0
+    assert evaluate.calls == [0.9, 1.0, 0.0, 0.2, 0.4, 0.6, 0.8]
+
+
 def test_spread_budgets_stay_below_the_peak_at_1():
     probe = fit_from({0.0: 900, 0.5: 500, 0.99: 600, 1.0: 700})
     assert spread_budgets(probe) == (500, 599, 649)  # up to 699: 1.0 (700) is below the largest peak (900)
@@ -235,10 +286,38 @@ def test_budget_parsing():
     assert budget_bytes(123) == (123, False)
     assert budget_bytes("40GiB") == (40 << 30, False)
     assert budget_bytes("A100-80GB") == (80 << 30, True)
-    with pytest.raises(ValueError, match="^unknown budget 'A100-80G'.*did you mean 'A100-80GB'"):
-        budget_bytes("A100-80G")
-    with pytest.raises(ValueError, match="a budget is bytes"):
-        budget_bytes("1.25x")
+    assert budget_bytes("1073741824") == budget_bytes("1GiB") == (1 << 30, False)
+    help_text = ("give positive bytes (42949672960 or '40GiB'; units B, KiB, MiB, GiB, KB, MB, GB) or a GPU preset "
+                 "(V100-16GB, V100-32GB, A100-40GB, A100-80GB, H100-80GB, H200-141GB, RTX3090-24GB, RTX4090-24GB)")
+    for spec, head in (("A100-80G", "budget 'A100-80G' (did you mean 'A100-80GB'?): "), ("1.25x", "budget '1.25x': "),
+                       ("unlimited", "budget 'unlimited': "), (None, "budget None: "), (-5, "budget -5: "),
+                       (2.5, "budget 2.5: ")):
+        with pytest.raises(ValueError) as refused:  # what a device capacity takes besides bytes is not offered
+            budget_bytes(spec)
+        assert str(refused.value) == head + help_text
+
+
+def test_accounting_names_and_defaults():
+    from dtrlab.analysis.fit_knob import accounting_column
+
+    assert accounting_column(None, True) == "reserved_peak" and accounting_column(None, False) == "allocated_peak"
+    for name, column in (("flat", "flat_peak"), ("allocated", "allocated_peak"), ("reserved", "reserved_peak")):
+        assert accounting_column(name, True) == accounting_column(column, True) == column
+    with pytest.raises(ValueError) as refused:
+        accounting_column("reserve", False)
+    assert str(refused.value) == "unknown accounting 'reserve' (did you mean 'reserved'?); choose flat, allocated, " \
+                                 "reserved"
+
+
+def test_a_model_source_or_anything_else_is_refused_in_one_line():
+    """A source takes its build options as a dict and its own loss; a model is a module or a source."""
+    source = "tests.test_partition:tiny_mlp"
+    for model, inputs, loss in ((source, (1,), None), (source, [("batch", 4)], None), (source, {}, print)):
+        with pytest.raises(ValueError, match=r"^a model source takes its build options as a dict \(example_inputs="
+                                             r"\{'batch': 8\}\) and its own loss \(loss_fn=None\)$"):
+            fit_knob(model, inputs, loss, budget=1 << 30, cache=False)
+    with pytest.raises(ValueError, match="^model must be a torch.nn.Module or a dtrlab capture source, got int$"):
+        fit_knob(5, (), budget=1 << 30, cache=False)
 
 
 class DropoutMLP(nn.Module):

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..integrity import IntegrityError, atomic_write_json, quarantine, read_json
-from ..memory.device import GPU_PRESETS, PEAK_ACCOUNTINGS, device_capacity, human_bytes
+from ..memory.device import GPU_PRESETS, PEAK_ACCOUNTINGS, UNITS, device_capacity, human_bytes
 from ..suggest import did_you_mean
 from ..trace.partition import BACKENDS, RECORDING_VERSION
 from .knob_census import ACCOUNTINGS, KNOB_DECIMALS, KnobPlan
@@ -188,10 +188,12 @@ def budget_bytes(spec) -> tuple[int, bool]:
     and whether it named a preset. A one-line ValueError naming ``budget`` otherwise."""
     try:
         capacity = device_capacity(spec)
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("device capacity", "budget")) from None
-    if capacity.bytes is None:
-        raise ValueError(f"a budget is bytes (40GiB, 42949672960 or a GPU preset), got {spec!r}")
+    except ValueError:  # its help offers what a device capacity takes besides bytes
+        capacity = None
+    if capacity is None or capacity.bytes is None:
+        hint = did_you_mean(spec, GPU_PRESETS) if isinstance(spec, str) else ""
+        raise ValueError(f"budget {spec!r}{hint}: give positive bytes (42949672960 or '40GiB'; units "
+                         f"{', '.join(UNITS)}) or a GPU preset ({', '.join(GPU_PRESETS)})")
     return capacity.bytes, isinstance(spec, str) and spec in GPU_PRESETS
 
 
@@ -351,10 +353,10 @@ def _trace(model, example_inputs, loss_fn, device, backend: str):
     from ..trace.partition import fake_module, trace_joint, trace_step
 
     if isinstance(model, str):
-        options = dict(example_inputs or {})
         if not isinstance(example_inputs or {}, dict) or loss_fn is not None:
             raise ValueError("a model source takes its build options as a dict (example_inputs={'batch': 8}) and "
                              "its own loss (loss_fn=None)")
+        options = dict(example_inputs or {})
         return trace_joint(model, device=device or "cpu", backend=backend, **options), ("source", model, options)
     import torch
 
