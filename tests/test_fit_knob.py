@@ -297,6 +297,56 @@ def test_budget_parsing():
         assert str(refused.value) == head + help_text
 
 
+def test_the_cache_key_holds_every_setting_of_the_search(monkeypatch):
+    """By hand: the record's format, the recording rules, the accounting, backend, solver, estimator, budget, the
+    census grid (0 to 1 in 101 knobs) and the scan's step."""
+    from dtrlab.analysis import fit_knob as module
+    from dtrlab.trace.partition import RECORDING_VERSION
+
+    settings = dict(budget=7, column="flat_peak", backend="aot_eager", solver="greedy", runtime_estimator="flops")
+    assert module.search_settings(**settings) == {
+        "format": "dtrlab-fit-knob-2", "recording": RECORDING_VERSION, "accounting": "flat_peak",
+        "backend": "aot_eager", "solver": "greedy", "runtime_estimator": "flops", "budget": 7,
+        "grid": [0.0, 1.0, 101], "scan_step": 0.2}
+    monkeypatch.setattr(module, "SCAN_STEP", 0.1)
+    assert module.search_settings(**settings)["scan_step"] == 0.1
+
+
+def test_the_step_is_traced_where_it_is_asked(mlp, monkeypatch):
+    """The live model and inputs on their own device (none given, or theirs), a fake copy on another; a source
+    built on the CPU unless told, with its options; the backend and the model's name passed on (trace stubbed)."""
+    import dtrlab.trace.partition as partition
+
+    model, x = mlp
+    traced = []
+
+    class Traced(Exception):
+        """Raised by the stubs: the trace's arguments are what this test is about."""
+
+    def trace_step(step, inputs, loss_fn=None, **kwargs):
+        traced.append((step is model, inputs[0].device.type, inputs[0] is x, loss_fn, kwargs))
+        raise Traced
+
+    def trace_joint(source, **options):
+        traced.append((source, options))
+        raise Traced
+
+    monkeypatch.setattr(partition, "trace_step", trace_step)
+    monkeypatch.setattr(partition, "trace_joint", trace_joint)
+    loss = lambda out: out.sum()  # noqa: E731
+    for device, inputs in ((None, (x,)), ("cpu", x), ("cuda", (x,))):
+        with pytest.raises(Traced):
+            fit_knob(model, inputs, loss, budget=1 << 30, device=device, backend="aot_eager", cache=False)
+    for device in (None, "meta"):
+        with pytest.raises(Traced):
+            fit_knob("tests.test_partition:tiny_mlp", {"batch": 4}, budget=1 << 30, device=device, cache=False)
+    named = {"source": "DropoutMLP", "backend": "aot_eager"}
+    assert traced == [(True, "cpu", True, loss, named), (True, "cpu", True, loss, named),
+                      (False, "cuda", False, loss, named),
+                      ("tests.test_partition:tiny_mlp", {"device": "cpu", "backend": "inductor", "batch": 4}),
+                      ("tests.test_partition:tiny_mlp", {"device": "meta", "backend": "inductor", "batch": 4})]
+
+
 def test_accounting_names_and_defaults():
     from dtrlab.analysis.fit_knob import accounting_column
 
@@ -432,6 +482,31 @@ def test_budget_below_every_peak_says_what_would_fit(mlp):
     assert "no knob fits" in fit.warnings()[0] and "dtr" in fit.warnings()[0]
 
 
+def test_which_recomputed_operators_are_random(monkeypatch):
+    """torch's own test where this torch has it (attention with dropout 0 is not random), the tag alone where it
+    lacks it; names the partition recomputes twice, or the joint graph lacks, counted once or not at all."""
+    from types import SimpleNamespace
+
+    from torch._functorch import partitioners
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dtrlab.analysis.fit_knob import _is_random, _random_operators
+
+    def step(x, q):
+        dropped = torch.ops.aten.native_dropout(x, 0.5, True)[0] + 1
+        return dropped, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, q, q, 0.0)[0]
+
+    graph_module = make_fx(step)(torch.randn(4, 4), torch.randn(1, 2, 4, 8))
+    nodes = {node.name: node for node in graph_module.graph.nodes}
+    attention = "_scaled_dot_product_flash_attention_for_cpu"
+    assert {name for name, node in nodes.items() if _is_random(node)} == {"native_dropout"}
+    assert not _is_random(None)
+    recomputed = SimpleNamespace(recomputed=["add", "native_dropout", attention, "native_dropout", "gone"])
+    assert _random_operators(SimpleNamespace(graph_module=graph_module), recomputed) == ("native_dropout",)
+    monkeypatch.delattr(partitioners, "is_rng_op")
+    assert {name for name, node in nodes.items() if _is_random(node)} == {"native_dropout", attention}
+
+
 class MetaRefusing(nn.Module):
     """A model whose forward refuses meta tensors with ``message`` (DTR's eager capture runs on meta copies)."""
 
@@ -517,8 +592,14 @@ def test_what_would_fit_instead_for_a_model_source_and_a_live_model():
 def test_cache_answers_again_and_recomputes_a_damaged_entry(mlp, tmp_path, monkeypatch):
     model, x = mlp
     first = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
-    second = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
-    assert second.from_cache and not first.from_cache
+    from types import SimpleNamespace
+
+    from dtrlab.analysis import fit_knob as module
+
+    with monkeypatch.context() as patch:  # a clock a second apart at each reading: the read's time is one reading
+        patch.setattr(module, "time", SimpleNamespace(perf_counter=iter(range(100)).__next__))
+        second = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
+    assert second.from_cache == "graph" and first.from_cache is None and second.seconds == 1
     assert second.to_dict() | {"seconds": 0} == first.to_dict() | {"seconds": 0}
     other = fit_knob(model, (x,), backend="aot_eager", budget=(1 << 30) - 1, accounting="flat", cache=tmp_path)
     assert not other.from_cache  # the budget is in the key
