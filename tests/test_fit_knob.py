@@ -109,6 +109,9 @@ def test_the_search_finds_what_evaluating_every_knob_finds_when_runs_are_wider_t
         assert evaluate.calls[:2] == [0.99, 1.0] and len(set(evaluate.calls)) == len(evaluate.calls)
         most = max(most, len(evaluate.calls))
     assert most <= 22, most  # a fifth of the grid
+    narrow = [1000 - (50 <= i <= 60) for i in range(101)]  # one scanned knob fits, at the run's top: its edge below
+    found = search_budget(planted(lambda knob: narrow[GRID.index(knob)]), 999, "flat_peak", GRID)
+    assert (found.choice, found.holes, found.fails_below) == _brute_force(narrow, 999) == (0.6, (), 0.49)
 
 
 def test_the_top_but_one_knob_is_always_evaluated_on_any_grid():
@@ -269,17 +272,22 @@ def test_cache_entries_are_verified_on_read(tmp_path, monkeypatch):
     assert from_dict(json.loads(path.read_text())["record"]) == fit
     assert read_entry(path, key)["record"] == json.loads(json.dumps(fit.to_dict()))
     whole = path.read_text()
-    damaged = {"another key": lambda: path.write_text(whole.replace('"budget": 5', '"budget": 6')),
-               "a changed record": lambda: path.write_text(whole.replace('"knob": 1.0', '"knob": 0.5')),
-               "no holes": lambda: write_entry(path, {"key": key, "record": {"knob": 1.0}}),
-               "a missing field": lambda: write_entry(path, {"key": key, "record": {
-                   k: v for k, v in fit.to_dict().items() if k != "knob"}}),
-               "a list": lambda: path.write_text("[]"), "not JSON": lambda: path.write_text(whole[:-2])}
-    for what, damage in damaged.items():
+    mismatch = "its key or record do not match its sha256"
+    damaged = {"another key": (lambda: path.write_text(whole.replace('"budget": 5', '"budget": 6')), mismatch),
+               "a changed record": (lambda: path.write_text(whole.replace('"knob": 1.0', '"knob": 0.5')), mismatch),
+               "no holes": (lambda: write_entry(path, {"key": key, "record": {"knob": 1.0}}), "'holes'"),
+               "a missing field": (lambda: write_entry(path, {"key": key, "record": {
+                   k: v for k, v in fit.to_dict().items() if k != "knob"}}), "missing 1 required positional argument"),
+               "a list": (lambda: path.write_text("[]"), mismatch),
+               "not JSON": (lambda: path.write_text(whole[:-2]), "not valid JSON")}
+    for what, (damage, reason) in damaged.items():
         damage()
-        with pytest.warns(UserWarning, match=f"ignoring damaged cache file {re.escape(str(path))}"):
+        with pytest.warns(UserWarning, match=f"ignoring damaged cache file {re.escape(str(path))} \\(.*{reason}"):
             assert read_entry(path, key) is None, what
         assert not path.exists() and path.with_name(path.name + ".damaged").exists(), what
+    write_entry(path, {"key": key, "record": fit.to_dict(), "compiled": ["g"]})  # its checksum: the record only
+    with pytest.warns(UserWarning, match="its key or record, compiled do not match its sha256"):
+        assert read_entry(path, key, ("record", "compiled")) is None
 
 
 def test_budget_parsing():
@@ -397,6 +405,20 @@ def test_fit_knob_on_a_live_module(mlp, tmp_path):
     assert tight.evaluations < len(GRID) / 4
     lines = tight.describe().splitlines()
     assert lines[0].startswith("DropoutMLP: budget") and any("margin" in line for line in lines)
+
+
+def test_what_the_choice_recomputes_is_the_chosen_partitions():
+    """Below the cliff (a batch whose activations move the peak), the FLOPs and random operators reported are
+    those of torch's partition at the chosen knob."""
+    from dtrlab.trace.partition import partition, trace_step
+
+    torch.manual_seed(0)
+    model, x = DropoutMLP(0.0), torch.randn(1024, 64)
+    loose = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=False)
+    tight = fit_knob(model, (x,), backend="aot_eager", budget=loose.min_peak, accounting="flat", cache=False)
+    chosen = partition(trace_step(model, (x,), source="mlp"), tight.knob)
+    assert 0 < tight.knob < 1 and tight.recompute_flops == chosen.recompute_flops > 0
+    assert tight.recomputed_random == tuple(name for name in dict.fromkeys(chosen.recomputed) if "dropout" in name)
 
 
 def test_fit_knob_takes_inductors_accounting_by_default(mlp):
