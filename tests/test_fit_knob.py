@@ -637,6 +637,22 @@ def test_cache_answers_again_and_recomputes_a_damaged_entry(mlp, tmp_path, monke
     assert not fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path).from_cache
 
 
+def test_the_record_names_the_solver_and_estimator_it_ran_with_and_torch_keys_the_cache(mlp, tmp_path,
+                                                                                     monkeypatch):
+    """The record names the solver and runtime estimator torch's partitioner ran with (read from its rows), the
+    asked ones; an answer cached under another torch version is not served."""
+    model, x = mlp
+    asked = dict(backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
+    fit = fit_knob(model, (x,), solver="greedy", runtime_estimator="testing", **asked)
+    assert (fit.solver, fit.runtime_estimator) == ("greedy", "testing")
+    default = fit_knob(model, (x,), **asked)
+    assert (default.solver, default.runtime_estimator) != ("greedy", "testing") and default.from_cache is None
+    assert fit_knob(model, (x,), **asked).from_cache == "graph"
+    monkeypatch.setattr(torch, "__version__", torch.__version__ + ".planted")
+    again = fit_knob(model, (x,), **asked)
+    assert again.from_cache is None and again.torch_version.endswith(".planted")
+
+
 def test_bad_arguments(mlp):
     model, x = mlp
     with pytest.raises(ValueError, match="unknown accounting 'reserve'.*did you mean 'reserved'"):
