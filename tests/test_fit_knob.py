@@ -112,6 +112,9 @@ def test_the_search_finds_what_evaluating_every_knob_finds_when_runs_are_wider_t
     narrow = [1000 - (50 <= i <= 60) for i in range(101)]  # one scanned knob fits, at the run's top: its edge below
     found = search_budget(planted(lambda knob: narrow[GRID.index(knob)]), 999, "flat_peak", GRID)
     assert (found.choice, found.holes, found.fails_below) == _brute_force(narrow, 999) == (0.6, (), 0.49)
+    bottom = [1000 - (i == 0 or i > 40) for i in range(101)]  # only the bottom knob fits below a failing run
+    found = search_budget(planted(lambda knob: bottom[GRID.index(knob)]), 999, "flat_peak", GRID)
+    assert (found.choice, found.holes, found.fails_below) == _brute_force(bottom, 999) == (1.0, ((0.01, 0.4),), None)
 
 
 def test_the_top_but_one_knob_is_always_evaluated_on_any_grid():
@@ -407,7 +410,7 @@ def test_fit_knob_on_a_live_module(mlp, tmp_path):
     assert lines[0].startswith("DropoutMLP: budget") and any("margin" in line for line in lines)
 
 
-def test_what_the_choice_recomputes_is_the_chosen_partitions():
+def test_what_the_choice_recomputes_is_the_chosen_partitions(monkeypatch):
     """Below the cliff (a batch whose activations move the peak), the FLOPs and random operators reported are
     those of torch's partition at the chosen knob."""
     from dtrlab.trace.partition import partition, trace_step
@@ -419,6 +422,13 @@ def test_what_the_choice_recomputes_is_the_chosen_partitions():
     chosen = partition(trace_step(model, (x,), source="mlp"), tight.knob)
     assert 0 < tight.knob < 1 and tight.recompute_flops == chosen.recompute_flops > 0
     assert tight.recomputed_random == tuple(name for name in dict.fromkeys(chosen.recomputed) if "dropout" in name)
+    from dtrlab.analysis import fit_knob as module
+
+    asked, random_operators = [], module._random_operators  # this model's dropout is 0: asked, found none
+    monkeypatch.setattr(module, "_random_operators", lambda joint, step: asked.append(step.recompute_flops) or
+                        random_operators(joint, step) + ("planted",))
+    again = fit_knob(model, (x,), backend="aot_eager", budget=loose.min_peak, accounting="flat", cache=False)
+    assert asked == [chosen.recompute_flops] and again.recomputed_random == tight.recomputed_random + ("planted",)
 
 
 def test_fit_knob_takes_inductors_accounting_by_default(mlp):
@@ -496,9 +506,19 @@ def test_recomputed_dropout_is_named(mlp):
     assert "native_dropout" in warned.warnings()[0] and "pytorch/pytorch#190758" in warned.warnings()[0]
 
 
-def test_budget_below_every_peak_says_what_would_fit(mlp):
+def test_budget_below_every_peak_says_what_would_fit(mlp, monkeypatch):
+    """No knob fits: what would instead, in words; the search's time from a clock a second apart at each reading
+    (read once after the search, once more after what would fit instead; a pick, once)."""
+    from types import SimpleNamespace
+
+    from dtrlab.analysis import fit_knob as module
+
     model, x = mlp
+    monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=iter(range(100)).__next__))
     fit = fit_knob(model, (x,), backend="aot_eager", budget=1000, accounting="flat", cache=False)
+    assert fit.seconds == 2
+    monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=iter(range(100)).__next__))
+    assert fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=False).seconds == 1
     assert fit.knob is None and fit.peak is None
     assert set(fit.instead) >= {"dtr", "monotone"} and fit.instead["dtr"]["status"] in ("oom", "thrash")
     assert "no knob fits" in fit.warnings()[0] and "dtr" in fit.warnings()[0]
@@ -643,8 +663,13 @@ def test_the_record_names_the_solver_and_estimator_it_ran_with_and_torch_keys_th
     asked ones; an answer cached under another torch version is not served."""
     model, x = mlp
     asked = dict(backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
-    fit = fit_knob(model, (x,), solver="greedy", runtime_estimator="testing", **asked)
-    assert (fit.solver, fit.runtime_estimator) == ("greedy", "testing")
+    solvers, partition = [], dtrlab.trace.partition.partition
+    with monkeypatch.context() as patch:  # the chosen partition's too (what it recomputes)
+        patch.setattr(dtrlab.trace.partition, "partition",
+                      lambda *args, solver=None, **kwargs: solvers.append(solver) or partition(*args, solver=solver,
+                                                                                             **kwargs))
+        fit = fit_knob(model, (x,), solver="greedy", runtime_estimator="testing", **asked)
+    assert (fit.solver, fit.runtime_estimator) == ("greedy", "testing") and set(solvers) == {"greedy"}
     default = fit_knob(model, (x,), **asked)
     assert (default.solver, default.runtime_estimator) != ("greedy", "testing") and default.from_cache is None
     assert fit_knob(model, (x,), **asked).from_cache == "graph"

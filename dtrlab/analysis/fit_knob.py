@@ -324,7 +324,7 @@ def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solve
         return dataclasses.replace(from_dict(cached["record"]), seconds=time.perf_counter() - started,
                                    from_cache="graph")
     with partitioner_config(None, runtime_estimator=runtime_estimator):
-        search = search_budget(_evaluator(joint, solver, backend), budget, column, KnobPlan().grid(), SCAN_STEP)
+        search = search_budget(_evaluator(joint, solver), budget, column, KnobPlan().grid(), SCAN_STEP)
         # The chosen partition's graphs run node by node: its recomputed operators by name and their FLOPs
         # (capture's FLOP model; Inductor's fused kernels have no per-operator count, the partition is the same).
         chosen = _partitioned(joint, search.choice, solver) if search.choice is not None else None
@@ -374,10 +374,11 @@ def _trace(model, example_inputs, loss_fn, device, backend: str):
     return joint, ("module", model, (inputs, loss_fn))
 
 
-def _evaluator(joint, solver, backend) -> Callable[[float], dict]:
+def _evaluator(joint, solver) -> Callable[[float], dict]:
+    """knob -> the peaks of the step under the accounting of the backend ``joint`` was traced for."""
     from ..memory.partitioned import knob_peaks
 
-    return lambda knob: knob_peaks(joint, round(knob, KNOB_DECIMALS), solver=solver, backend=backend)
+    return lambda knob: knob_peaks(joint, round(knob, KNOB_DECIMALS), solver=solver)
 
 
 def recomputed_random(joint, knob: float, solver: str | None = None) -> tuple[str, ...]:
@@ -416,7 +417,7 @@ def _record(joint, search: BudgetSearch, random: tuple, key: dict, seconds: floa
     column, rows = key["accounting"], search.rows
     knobs = sorted(rows)
     minimum = min(knobs, key=lambda k: (rows[k][column], -k))
-    row = rows.get(search.choice) if search.choice is not None else None
+    row = rows.get(search.choice)  # None when no knob fits
     any_row = rows[knobs[-1]]
     return KnobFit(
         source=joint.source, budget=key["budget"], accounting=column, backend=key["backend"],
