@@ -124,6 +124,17 @@ def test_the_top_but_one_knob_is_always_evaluated_on_any_grid():
     evaluate = planted(lambda knob: 100)
     assert search_budget(evaluate, 100, "flat_peak", grid, scan_step=0.2).choice == 1.0
     assert evaluate.calls == [0.9, 1.0, 0.0, 0.2, 0.4, 0.6, 0.8]
+    evaluate = planted(lambda knob: 100)  # a scan as fine as the grid: every knob
+    search_budget(evaluate, 100, "flat_peak", grid, scan_step=0.1)
+    assert evaluate.calls == [0.9, 1.0, *grid[:-2]]
+    evaluate = planted(lambda knob: 100)  # the stride from the grid's spacing, wherever it starts
+    search_budget(evaluate, 100, "flat_peak", grid[5:], scan_step=0.2)
+    assert evaluate.calls == [0.9, 1.0, 0.5, 0.7]
+    fine = [i / 1000 for i in range(1001)]  # 0.99 in the grid: the cliff's lower side, not the knob below 1.0
+    evaluate = planted(lambda knob: 100)
+    search_budget(evaluate, 100, "flat_peak", fine)
+    assert evaluate.calls[:2] == [0.99, 1.0]
+    assert search_budget(planted(lambda knob: 100), 100, "flat_peak", [1.0]).choice == 1.0  # a grid of one knob
 
 
 def test_spread_budgets_stay_below_the_peak_at_1():
@@ -348,12 +359,15 @@ def test_the_step_is_traced_where_it_is_asked(mlp, monkeypatch):
     for device, inputs in ((None, (x,)), ("cpu", x), ("cuda", (x,))):
         with pytest.raises(Traced):
             fit_knob(model, inputs, loss, budget=1 << 30, device=device, backend="aot_eager", cache=False)
+    model = nn.GELU()  # no parameters: on the CPU
+    with pytest.raises(Traced):
+        fit_knob(model, (x,), loss, budget=1 << 30, device="cpu", backend="aot_eager", cache=False)
     for device in (None, "meta"):
         with pytest.raises(Traced):
             fit_knob("tests.test_partition:tiny_mlp", {"batch": 4}, budget=1 << 30, device=device, cache=False)
     named = {"source": "DropoutMLP", "backend": "aot_eager"}
     assert traced == [(True, "cpu", True, loss, named), (True, "cpu", True, loss, named),
-                      (False, "cuda", False, loss, named),
+                      (False, "cuda", False, loss, named), (True, "cpu", True, loss, {**named, "source": "GELU"}),
                       ("tests.test_partition:tiny_mlp", {"device": "cpu", "backend": "inductor", "batch": 4}),
                       ("tests.test_partition:tiny_mlp", {"device": "meta", "backend": "inductor", "batch": 4})]
 
@@ -629,32 +643,39 @@ def test_what_would_fit_instead_for_a_model_source_and_a_live_model():
     assert by_hand["dtr"]["status"] == by_hand["monotone"]["status"] == "pass"
     assert _instead_of_knob(("module", model, ((x,), lambda logits: F.cross_entropy(logits, labels))), budget) == \
         by_hand == _instead_of_knob(("source", "tests.test_partition:tiny_mlp", {"batch": 512}), budget)
+    fit = fit_knob("tests.test_partition:tiny_mlp", {"batch": 512}, budget=budget, backend="aot_eager",
+                   accounting="flat", cache=False)
+    assert fit.knob is None and fit.instead == by_hand  # below every knob's peak: what would fit, by the source
 
 
 def test_cache_answers_again_and_recomputes_a_damaged_entry(mlp, tmp_path, monkeypatch):
-    model, x = mlp
-    first = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
+    """The first answer cached by default under $DTRLAB_CACHE/fit_knob, read from there when it is named."""
     from types import SimpleNamespace
 
     from dtrlab.analysis import fit_knob as module
 
+    model, x = mlp
+    monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path))
+    first = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat")
+    cache = tmp_path / "fit_knob"
+
     with monkeypatch.context() as patch:  # a clock a second apart at each reading: the read's time is one reading
         patch.setattr(module, "time", SimpleNamespace(perf_counter=iter(range(100)).__next__))
-        second = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
+        second = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=cache)
     assert second.from_cache == "graph" and first.from_cache is None and second.seconds == 1
     assert second.to_dict() | {"seconds": 0} == first.to_dict() | {"seconds": 0}
-    other = fit_knob(model, (x,), backend="aot_eager", budget=(1 << 30) - 1, accounting="flat", cache=tmp_path)
+    other = fit_knob(model, (x,), backend="aot_eager", budget=(1 << 30) - 1, accounting="flat", cache=cache)
     assert not other.from_cache  # the budget is in the key
-    (entry,) = [p for p in tmp_path.glob("*.json") if json.loads(p.read_text())["key"]["budget"] == 1 << 30]
+    (entry,) = [p for p in cache.glob("*.json") if json.loads(p.read_text())["key"]["budget"] == 1 << 30]
     document = json.loads(entry.read_text())
     document["record"]["knob"] = 0.5  # a planted corruption: the record no longer matches its sha256
     entry.write_text(json.dumps(document))
     with pytest.warns(UserWarning, match="ignoring damaged cache file"):
-        again = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
+        again = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=cache)
     assert not again.from_cache and again.knob == first.knob
     # An answer cached under other rules for recording a partitioned step (its peaks may differ) is not served.
     monkeypatch.setattr("dtrlab.analysis.fit_knob.RECORDING_VERSION", 1)
-    assert not fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path).from_cache
+    assert not fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=cache).from_cache
 
 
 def test_the_record_names_the_solver_and_estimator_it_ran_with_and_torch_keys_the_cache(mlp, tmp_path,
@@ -682,7 +703,8 @@ def test_bad_arguments(mlp):
     model, x = mlp
     with pytest.raises(ValueError, match="unknown accounting 'reserve'.*did you mean 'reserved'"):
         fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="reserve")
-    with pytest.raises(ValueError, match="unknown backend 'aot_eagr'.*did you mean 'aot_eager'"):
+    with pytest.raises(ValueError, match=re.escape("unknown backend 'aot_eagr' (did you mean 'aot_eager'?); the peak "
+                                                   "is replayed for inductor, aot_eager")):
         fit_knob(model, (x,), budget=1 << 30, backend="aot_eagr")
     with pytest.raises(ValueError, match="^dtrlab.compile needs example_inputs: the knob is chosen before the first "
                                          "call$"):

@@ -191,9 +191,8 @@ def budget_bytes(spec) -> tuple[int, bool]:
     except ValueError:  # its help offers what a device capacity takes besides bytes
         capacity = None
     if capacity is None or capacity.bytes is None:
-        hint = did_you_mean(spec, GPU_PRESETS) if isinstance(spec, str) else ""
-        raise ValueError(f"budget {spec!r}{hint}: give positive bytes (42949672960 or '40GiB'; units "
-                         f"{', '.join(UNITS)}) or a GPU preset ({', '.join(GPU_PRESETS)})")
+        raise ValueError(f"budget {spec!r}{did_you_mean(spec, GPU_PRESETS)}: give positive bytes (42949672960 or "
+                         f"'40GiB'; units {', '.join(UNITS)}) or a GPU preset ({', '.join(GPU_PRESETS)})")
     return capacity.bytes, isinstance(spec, str) and spec in GPU_PRESETS
 
 
