@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import re
 import warnings
@@ -528,10 +529,10 @@ def test_budget_below_every_peak_says_what_would_fit(mlp, monkeypatch):
     from dtrlab.analysis import fit_knob as module
 
     model, x = mlp
-    monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=iter(range(100)).__next__))
+    monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=itertools.count(10).__next__))
     fit = fit_knob(model, (x,), backend="aot_eager", budget=1000, accounting="flat", cache=False)
     assert fit.seconds == 2
-    monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=iter(range(100)).__next__))
+    monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=itertools.count(10).__next__))
     assert fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=False).seconds == 1
     assert fit.knob is None and fit.peak is None
     assert set(fit.instead) >= {"dtr", "monotone"} and fit.instead["dtr"]["status"] in ("oom", "thrash")
@@ -660,7 +661,7 @@ def test_cache_answers_again_and_recomputes_a_damaged_entry(mlp, tmp_path, monke
     cache = tmp_path / "fit_knob"
 
     with monkeypatch.context() as patch:  # a clock a second apart at each reading: the read's time is one reading
-        patch.setattr(module, "time", SimpleNamespace(perf_counter=iter(range(100)).__next__))
+        patch.setattr(module, "time", SimpleNamespace(perf_counter=itertools.count(10).__next__))
         second = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=cache)
     assert second.from_cache == "graph" and first.from_cache is None and second.seconds == 1
     assert second.to_dict() | {"seconds": 0} == first.to_dict() | {"seconds": 0}
@@ -691,8 +692,9 @@ def test_the_record_names_the_solver_and_estimator_it_ran_with_and_torch_keys_th
                                                                                              **kwargs))
         fit = fit_knob(model, (x,), solver="greedy", runtime_estimator="testing", **asked)
     assert (fit.solver, fit.runtime_estimator) == ("greedy", "testing") and set(solvers) == {"greedy"}
-    default = fit_knob(model, (x,), **asked)
-    assert (default.solver, default.runtime_estimator) != ("greedy", "testing") and default.from_cache is None
+    for solver, estimator in (("greedy", None), (None, "testing"), (None, None)):  # each its own entry
+        other = fit_knob(model, (x,), solver=solver, runtime_estimator=estimator, **asked)
+        assert other.from_cache is None and (other.solver, other.runtime_estimator) != ("greedy", "testing")
     assert fit_knob(model, (x,), **asked).from_cache == "graph"
     monkeypatch.setattr(torch, "__version__", torch.__version__ + ".planted")
     again = fit_knob(model, (x,), **asked)
