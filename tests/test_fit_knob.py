@@ -226,8 +226,8 @@ def test_describe_and_warnings_word_for_word():
 
 
 def test_the_record_of_a_search_field_by_field():
-    """:func:`_record` on a planted search (the GPT-2-like curve of the test above at budget 650, a hole at
-    0.40-0.44, a floor below 0.2, two knobs sharing the smallest peak): every field from the planted rows."""
+    """:func:`_record` on a planted search (the GPT-2-like curve of the hole test, at budget 650: a hole at
+    0.40-0.44, a floor below 0.2, three knobs sharing the smallest peak): every field from the planted rows."""
     from types import SimpleNamespace
 
     from dtrlab.analysis.fit_knob import KnobFit, _record
@@ -428,6 +428,7 @@ def test_fit_knob_on_a_live_module(mlp, tmp_path):
 def test_what_the_choice_recomputes_is_the_chosen_partitions(monkeypatch):
     """Below the cliff (a batch whose activations move the peak), the FLOPs and random operators reported are
     those of torch's partition at the chosen knob."""
+    from dtrlab.analysis import fit_knob as module
     from dtrlab.trace.partition import partition, trace_step
 
     torch.manual_seed(0)
@@ -437,8 +438,6 @@ def test_what_the_choice_recomputes_is_the_chosen_partitions(monkeypatch):
     chosen = partition(trace_step(model, (x,), source="mlp"), tight.knob)
     assert 0 < tight.knob < 1 and tight.recompute_flops == chosen.recompute_flops > 0
     assert tight.recomputed_random == tuple(name for name in dict.fromkeys(chosen.recomputed) if "dropout" in name)
-    from dtrlab.analysis import fit_knob as module
-
     asked, random_operators = [], module._random_operators  # this model's dropout is 0: asked, found none
     monkeypatch.setattr(module, "_random_operators", lambda joint, step: asked.append(step.recompute_flops) or
                         random_operators(joint, step) + ("planted",))
