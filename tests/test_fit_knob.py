@@ -36,17 +36,12 @@ def planted(curve):
     return evaluate
 
 
-def _brute_largest(curve, budget):
-    fitting = [k for k in GRID if curve(k) <= budget]
-    return max(fitting) if fitting else None
-
-
 def test_bisection_finds_the_largest_knob_on_a_monotone_curve():
     curve = lambda k: 100 + int(1000 * k)  # noqa: E731
     for budget in (100, 350, 777, 1089, 1100, 5000):
         evaluate = planted(curve)
         found = search_budget(evaluate, budget, "flat_peak", GRID)
-        assert found.choice == _brute_largest(curve, budget)
+        assert found.choice == _brute_force([curve(k) for k in GRID], budget)[0]
         assert found.holes == () and found.fails_below is None
         assert len(evaluate.calls) <= 22  # a tenth of a grid census and its refinement, not the grid
     assert search_budget(planted(curve), 99, "flat_peak", GRID).choice is None
