@@ -176,6 +176,30 @@ def data_dependent_model(batch: int = 2):
     return _DataDependent(), torch.randn(batch, 4), None
 
 
+def test_a_user_module_is_imported_before_the_model_is_built_on_meta_or_fake_tensors(tmp_path, monkeypatch):
+    """A tensor the user's module makes at import (a global constant) stays a real CPU tensor when dtrlab first
+    imports the module to build its model on the meta device or on fake tensors: sys.modules keeps the module, and
+    the user's own real step with the model reads it next."""
+    import sys
+
+    from dtrlab.trace.models import fake_workload
+
+    monkeypatch.syspath_prepend(tmp_path)
+    builds = {"dtrlab_test_meta_build": lambda source: build(source),
+              "dtrlab_test_fake_build": lambda source: fake_workload(source).__enter__()}
+    try:
+        for name, built in builds.items():
+            (tmp_path / f"{name}.py").write_text(
+                "import torch\nfrom torch import nn\nSCALE = torch.arange(4.0)\n\n\n"
+                "def model(batch: int = 2):\n    return nn.Linear(4, 4), torch.randn(batch, 4), None\n")
+            built(f"{name}:model")
+            scale = sys.modules[name].SCALE
+            assert type(scale) is torch.Tensor and scale.device.type == "cpu" and scale.tolist() == [0, 1, 2, 3], name
+    finally:
+        for name in builds:
+            sys.modules.pop(name, None)
+
+
 def test_user_function_source_and_a_forward_that_needs_data():
     real = capture("test_capture:data_dependent_model", batch=3, real=True)
     assert real.meta["batch"] == 3 and real.op_count > 0

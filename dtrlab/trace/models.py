@@ -144,6 +144,7 @@ def build(source: str, *, batch: int | None = None, seq: int | None = None, imag
         raise ModelSourceError(f"{source}: {SIXTEEN_BIT_ONLY[source]}")
     if sizes and scheme != "hf":
         raise ModelSourceError(f"{source}: {', '.join(sorted(sizes))} apply to hf: models only")
+    user_function = _user_function(source)
     torch.manual_seed(seed)
     with torch.device(device), (fake_build() if fake else contextlib.nullcontext()):
         if not name:
@@ -157,7 +158,7 @@ def build(source: str, *, batch: int | None = None, seq: int | None = None, imag
         elif scheme == "diffusers":
             workload = _diffusers(name, batch)
         else:
-            workload = _user_function(source, batch, seq)
+            workload = _user_workload(source, user_function, batch, seq)
         if dtype is not None:
             cast_floating(workload.module, dtype)
             workload.inputs = tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
@@ -174,6 +175,7 @@ def fake_workload(source: str, *, device: str = "cpu", **options) -> Iterator[Wo
     """``source`` built on fake tensors claiming ``device`` (no data, no memory), inside the fake mode."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    _user_function(source)  # imported outside the fake mode
     with FakeTensorMode(allow_non_fake_inputs=True):
         workload = build(source, device=device, fake=True, **options)
         if any(t.is_meta for t in (*workload.module.parameters(), *workload.module.buffers())):
@@ -550,13 +552,22 @@ def _dit_xl_2(diffusers, batch: int | None) -> Workload:
                     "init, 256px images (32x32x4 latents, 256 tokens), loss on the noise prediction only")
 
 
-def _user_function(source: str, batch: int | None, seq: int | None) -> Workload:
+def _user_function(source: str) -> Callable | None:
+    """``package.module:function``'s function (None for the zoo's and the libraries' sources), imported before
+    :func:`build` and :func:`fake_workload` enter their device and fake-tensor contexts: a tensor the module makes
+    at import (a global constant) made inside them would be meta or fake, and stay so in ``sys.modules``, breaking
+    the caller's own steps with the model afterwards."""
     module_name, _, function_name = source.partition(":")
+    if not function_name or module_name in ("torchvision", "hf", "diffusers"):
+        return None
     try:
-        function = getattr(importlib.import_module(module_name), function_name)
+        return getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as exc:
         raise ModelSourceError(f"unknown model {source!r}: {type(exc).__name__}: {exc}; sources: "
                                f"{describe_sources()}") from None
+
+
+def _user_workload(source: str, function: Callable, batch: int | None, seq: int | None) -> Workload:
     accepted = inspect.signature(function).parameters
     kwargs = {key: value for key, value in (("batch", batch), ("seq", seq)) if value is not None}
     ignored = [key for key in kwargs if key not in accepted]
