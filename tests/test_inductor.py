@@ -3,11 +3,14 @@ real ``torch.compile(backend="inductor")`` steps on the CPU with two instruments
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
 
 from dtrlab.memory.partitioned import knob_peaks, step_peaks, step_record  # noqa: E402
 from dtrlab.trace.inductor import partition_lowered  # noqa: E402
@@ -15,6 +18,7 @@ from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
 from tests.compiled_steps import measure_compiled_run, rss_peak  # noqa: E402
 
 MLP = "tests.test_partition:tiny_mlp"
+CNN = "tests.test_inductor:tiny_cnn"
 #: The real-step check: one small model per family (by a name: source and build options), six knob values each.
 #: Batches large enough that the step's largest tensor (the RSS tolerance) is above RSS's noise (Python's and
 #: autograd's own objects, tens of kB), small enough to compile and run in seconds. ResNet-18 twice: at its
@@ -30,6 +34,15 @@ FAMILIES = {
 KNOBS = (1.0, 0.7, 0.5, 0.3, 0.1, 0.0)
 
 
+def tiny_cnn(batch: int = 4):
+    """A convolution, a ReLU and a linear layer. CPU Inductor lays the convolution's weight and input out
+    channels-last, so the backward is compiled for other strides than the traced graph's."""
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 8 * 8, 10))
+    x = torch.randn(batch, 3, 8, 8)
+    labels = torch.randint(0, 10, (batch,))
+    return model, x, lambda logits: F.cross_entropy(logits, labels)
+
+
 def _trace(source: str, **options):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -39,6 +52,12 @@ def _trace(source: str, **options):
 @pytest.fixture(scope="module")
 def mlp_joint():
     return _trace(MLP)
+
+
+@pytest.fixture(scope="module")
+def cnn_joint():
+    """The CNN's joint graph, lowered at knob 0.5 only (the tests below read its one lowered pair)."""
+    return _trace(CNN)
 
 
 def _prediction(step) -> tuple[int, int]:
@@ -75,12 +94,175 @@ def test_inductor_row_passes_the_solver_and_forcing_on(mlp_joint):
     assert name in step.recomputed and row["recomputed_count"] > knob_peaks(mlp_joint, 0.5)["recomputed_count"]
 
 
-def test_aot_eager_joint_refuses_the_inductor_accounting():
+def test_the_lowering_is_the_wrapper_a_real_inductor_compile_generates(cnn_joint):
+    """The oracle is torch.compile(backend="inductor") itself: at the same knob, the forward's and the backward's
+    wrapper code it generates (torch._inductor.utils.run_and_get_code) is the lowering's, line for line but the
+    AOT ID comment that names the real compile's graphs. The CNN has what only the compile's own context gives:
+    forward outputs laid out channels-last (the backward compiled for their strides, not the traced ones), and
+    a saved tensor donated to the backward (``buf1 = addmm; del addmm  # reuse``). Inductor's FX graph cache is
+    neither read nor written (its own counters): a hit would return a compiled graph without generating its code."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import run_and_get_code
+
+    from dtrlab.trace.models import build
+    from dtrlab.trace.partition import LossStep
+
+    with torch._functorch.config.patch(activation_memory_budget=0.5):
+        workload = build(CNN, device="cpu")
+        step = LossStep(workload.module, workload.loss_fn)
+        torch._dynamo.reset()
+        try:
+            compiled = torch.compile(step, backend="inductor", fullgraph=True, dynamic=False)
+            _, real = run_and_get_code(lambda: compiled(*workload.inputs).backward())
+        finally:
+            torch._dynamo.reset()
+    def cache_counts():
+        return {key: count for key, count in counters["inductor"].items() if key.startswith("fxgraph_cache")}
+
+    cnn_joint.lowerings.clear()
+    cnn_joint.lowered_records.clear()
+    before = cache_counts()
+    partition_lowered(cnn_joint, 0.5)
+    assert cache_counts() == before
+    (forward, backward), = cnn_joint.lowerings.values()
+    real = [[line for line in code.splitlines() if not line.startswith("# AOT ID:")] for code in real]
+    assert [forward[0].splitlines(), backward[0].splitlines()] == real
+    assert (27, 1, 9, 3) in forward[2] and "buf1 = addmm; del addmm  # reuse" in backward[0]
+
+
+_ALLOCATION = re.compile(r"empty_strided_cpu\(\(([\d, ]*)\), \(([\d, ]*)\), torch\.(\w+)\)")
+
+
+def _allocated_bytes(sizes: str, strides: str, dtype: str) -> int:
+    """An ``empty_strided_cpu`` line's storage in bytes: the element past the largest offset, times the item size."""
+    sizes, strides = ([int(n) for n in text.split(",") if n.strip()] for text in (sizes, strides))
+    extent = 0 if 0 in sizes else 1 + sum((size - 1) * stride for size, stride in zip(sizes, strides))
+    return extent * getattr(torch, dtype).itemsize
+
+
+def test_the_wrappers_run_allocate_and_view_what_their_source_says(cnn_joint):
+    """Run on meta, the wrappers allocate what their source says, in its order: each ``empty_strided_cpu(size,
+    stride, dtype)`` a storage of those bytes (the loss's int64 scalar 8 bytes, a float32 one 4), each
+    ``reinterpret_tensor`` a view. The source is Inductor's own (the test above); the CNN's convolution output
+    asserts a channels-last layout the meta kernel does not give, so the run also needs the checks skipped."""
+    step = partition_lowered(cnn_joint, 0.5)
+    (forward, backward), = cnn_joint.lowerings.values()
+    body = [line for code in (forward[0], backward[0]) for line in code.splitlines() if line.startswith("    ")]
+    expected = [_allocated_bytes(*match) for line in body for match in _ALLOCATION.findall(line)]
+    operators = [op for op in step.trace.operators if not op.is_constant]
+    assert [op.sizes[0] for op in operators if op.name == "empty_strided"] == expected
+    assert 8 in expected and 4 in expected
+    assert sum(op.name == "as_strided" for op in operators) == sum(line.count("reinterpret_tensor(") for line in body)
+    assert all(alias == -1 for op in operators if op.name == "empty_strided" for alias in op.aliases)
+    assert all(alias != -1 for op in operators if op.name == "as_strided" for alias in op.aliases)
+
+
+def test_the_wrapper_helpers_allocate_and_view_as_inductors_do():
+    """Hand-derived: ``reinterpret_tensor``'s offset adds to its base's own (torch/csrc/inductor/inductor_ops.cpp);
+    an allocation keeps its dtype and lands on meta; a constant becomes a meta tensor of its shape, strides and
+    dtype; a placeholder's fake value is restrided only where the strides differ."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from dtrlab.trace.inductor import (_dispatched_empty_strided, _dispatched_reinterpret, _meta_like, _MetaDevices,
+                                       _restrided)
+
+    base = torch.empty(12, device="meta")
+    for view, offset, storage_offset in ((base, 4, 4), (base[6:], 0, 6), (base[6:], 2, 8)):
+        reinterpreted = _dispatched_reinterpret(view, (2, 2), (2, 1), offset)
+        assert (reinterpreted.shape, reinterpreted.stride()) == ((2, 2), (2, 1))
+        assert reinterpreted.storage_offset() == storage_offset and reinterpreted.untyped_storage() is not None
+        assert reinterpreted.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    with _MetaDevices():
+        mask = _dispatched_empty_strided((4, 3), (1, 4), torch.bool, "ignored", device="cpu")
+    assert (mask.device.type, mask.dtype, mask.shape, mask.stride()) == ("meta", torch.bool, (4, 3), (1, 4))
+    constant = _meta_like(torch.zeros(2, 3, dtype=torch.int64).t())
+    assert (constant.device.type, constant.dtype, constant.shape, constant.stride()) == ("meta", torch.int64,
+                                                                                         (3, 2), (1, 3))
+    assert _meta_like(7) == 7
+    mode = FakeTensorMode()
+    with mode:
+        value = torch.empty(2, 3)
+    assert _restrided(value, None, mode) is value and _restrided(value, (3, 1), mode) is value
+    assert _restrided(5, (1,), mode) == 5
+    restrided = _restrided(value, (1, 2), mode)
+    assert (restrided.shape, restrided.stride()) == ((2, 3), (1, 2))
+
+
+def test_graph_key_tells_graphs_apart_by_every_node_field():
+    """Equal graphs, equal keys; a graph differing in one node's operation, name, target, arguments or keyword
+    arguments, another key (a pair's key decides whether a partition is lowered again)."""
+    from torch import fx
+
+    from dtrlab.trace.inductor import graph_key
+
+    def graph(target=torch.add, name="out", alpha=1, other=2.0, op="call_function"):
+        g = fx.Graph()
+        x = g.placeholder("x")
+        node = g.create_node(op, target, (x, other), {"alpha": alpha} if op == "call_function" else {}, name=name)
+        g.output(node)
+        return fx.GraphModule(torch.nn.Module(), g)
+
+    key = graph_key(graph())
+    assert graph_key(graph()) == key
+    others = [graph(target=torch.sub), graph(name="renamed"), graph(other=3.0), graph(alpha=2),
+              graph(target="add", op="call_method")]
+    assert len({key, *map(graph_key, others)}) == 1 + len(others)
+
+
+def test_a_changed_inductor_configuration_lowers_the_partition_again(mlp_joint, monkeypatch):
+    """Lowered partitions are remembered by content and Inductor's configuration: another configuration lowers the
+    same partition again (its code may differ), and the configuration put back finds it remembered."""
+    import dtrlab.trace.inductor as module
+
+    lowered = []
+    lower = module.lower
+    monkeypatch.setattr(module, "lower", lambda *args, **kwargs: lowered.append(1) or lower(*args, **kwargs))
+    partition_lowered(mlp_joint, 0.5)
+    before = len(lowered)
+    with torch._inductor.config.patch(reorder_for_peak_memory=not torch._inductor.config.reorder_for_peak_memory):
+        partition_lowered(mlp_joint, 0.5)
+    assert len(lowered) == before + 2
+    partition_lowered(mlp_joint, 0.5)
+    assert len(lowered) == before + 2
+
+
+def test_a_graph_inductor_cannot_lower_is_named_in_one_line(mlp_joint, monkeypatch):
+    """Inductor's failure, forward or backward, as one line naming the step, the graph and the cause's first line."""
+    from torch._inductor import compile_fx
+
+    from dtrlab.trace.inductor import InductorLoweringError
+
+    def failing(message):
+        def compile_graph(*args, **kwargs):
+            raise RuntimeError(message)
+        return compile_graph
+
+    mlp_joint.lowerings.clear()
+    mlp_joint.lowered_records.clear()
+    monkeypatch.setattr(compile_fx, "compile_fx_forward", failing("  no kernel for this\nsecond line  "))
+    with pytest.raises(InductorLoweringError) as raised:
+        partition_lowered(mlp_joint, 0.5)
+    assert str(raised.value) == f"{MLP}: Inductor cannot lower the forward graph: RuntimeError: no kernel for this"
+    monkeypatch.undo()
+    monkeypatch.setattr(compile_fx, "compile_fx_backward", failing(""))
+    with pytest.raises(InductorLoweringError) as raised:
+        partition_lowered(mlp_joint, 0.5)
+    assert str(raised.value) == f"{MLP}: Inductor cannot lower the backward graph: RuntimeError: "
+
+
+def test_aot_eager_joint_refuses_the_inductor_accounting(mlp_joint):
+    """A joint traced for aot_eager, or one for Inductor whose graph lacks Inductor's capture, is refused."""
+    import dataclasses
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         joint = trace_joint(MLP)
-    with pytest.raises(ValueError, match="trace it with backend='inductor'"):
+    refusal = (f"^{re.escape(MLP)}: the Inductor accounting needs the joint graph Inductor partitions: "
+               "trace it with backend='inductor'$")
+    with pytest.raises(ValueError, match=refusal):
         knob_peaks(joint, 0.5, backend="inductor")
+    with pytest.raises(ValueError, match=refusal):
+        partition_lowered(dataclasses.replace(mlp_joint, inductor=None), 0.5)
 
 
 def test_each_distinct_partition_is_lowered_once(mlp_joint, monkeypatch):
@@ -91,9 +273,13 @@ def test_each_distinct_partition_is_lowered_once(mlp_joint, monkeypatch):
     monkeypatch.setattr(module, "lower", lambda *args, **kwargs: lowered.append(1) or lower(*args, **kwargs))
     mlp_joint.lowerings.clear()
     mlp_joint.lowered_records.clear()
-    steps = [partition_lowered(mlp_joint, knob) for knob in (1.0, 0.9, 0.8, 0.0)]
-    distinct = {(s.saved, s.recomputed) for s in steps}
-    assert len(lowered) == 2 * len(distinct) < 2 * len(steps)
+    knobs = (1.0, 0.9, 0.8, 0.0)
+    steps = [partition_lowered(mlp_joint, knob) for knob in knobs]
+    # Distinct by the graphs' own code (fx's), not by the key under test.
+    distinct = {(forward.code, backward.code) for knob in knobs
+                for forward, backward in partition(mlp_joint, knob, keep_graphs=True).graphs}
+    assert len(lowered) == 2 * len(distinct) and 1 < len(distinct) < len(steps)
+    assert len({step.trace.content_hash for step in steps}) == len(distinct)
     # The same partition gives the same trace whether lowered now or remembered.
     again = partition_lowered(mlp_joint, 0.9)
     assert again.trace.content_hash == steps[1].trace.content_hash

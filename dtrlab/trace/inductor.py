@@ -24,12 +24,12 @@ Method, per knob value (:func:`partition_lowered`):
    kernels through ``AsyncCompile``), the wrapper's source is taken instead: no kernel is
    compiled, no FX graph cache is read or written.
 3. The wrapper module is executed with an ``AsyncCompile`` stand-in whose kernels do
-   nothing, and its allocation helpers (codegen/wrapper.py:1638-1645:
-   ``empty_strided_cpu``, ``empty_strided_cuda``, ``reinterpret_tensor``) made to allocate
-   and view on the meta device through the dispatcher; its stride checks
-   (``assert_size_stride``, ``assert_tensor_metadata``) are skipped: a meta kernel may pick another memory format than
-   the CPU kernel (convolution's channels-last output), same sizes and bytes. Its ``call`` then runs the forward,
-   then the backward on the forward's saved outputs (boxed: ``call`` clears its argument
+   nothing, and its allocation helpers (codegen/wrapper.py:1638-1643: every
+   ``empty_strided_<device>`` and ``reinterpret_tensor``, which allocate and view in C++, past the
+   dispatcher) made to allocate and view through it, on the meta device; its checks (every ``assert_*``:
+   ``assert_size_stride``, ``assert_tensor_metadata``, ...) are skipped: a meta kernel may pick another memory
+   format than the CPU kernel (convolution's channels-last output), same sizes and bytes. Its ``call`` then runs
+   the forward, then the backward on the forward's saved outputs (boxed: ``call`` clears its argument
    list, as AOT autograd's runtime calls it), under the capture's recorder
    (:func:`dtrlab.trace.partition.record_partitioned`). What comes out is Inductor's allocation
    sequence exactly as its wrapper executes it: a buffer lives from its ``empty_strided``
@@ -247,18 +247,23 @@ class _NoKernels:
         pass
 
 
-def _meta_empty_strided(size, stride, dtype=None, *args, **kwargs) -> torch.Tensor:
-    return torch.empty_strided(size, stride, dtype=dtype if dtype is not None else kwargs.get("dtype"),
-                               device="meta")
+def _dispatched_empty_strided(size, stride, dtype=None, *_, **__) -> torch.Tensor:
+    """A wrapper's allocation (``empty_strided_cpu(size, stride, dtype)``, ``empty_strided_cuda``, ...) through the
+    dispatcher, where the recorder sees it and :class:`_MetaDevices` moves it to meta: Inductor's own helpers
+    allocate in C++, past both (codegen/wrapper.py:1638-1642). Their device arguments are left to that move."""
+    return torch.empty_strided(size, stride, dtype=dtype)
 
 
-def _meta_reinterpret(base: torch.Tensor, size, stride, offset=0) -> torch.Tensor:
-    """``reinterpret_tensor`` through the dispatcher (``as_strided``), so the recorder sees the view of ``base``."""
-    return torch.as_strided(base, size, stride, offset)
+def _dispatched_reinterpret(base: torch.Tensor, size, stride, offset_increment) -> torch.Tensor:
+    """``reinterpret_tensor`` through the dispatcher (``as_strided``), so the recorder sees the view of ``base``.
+    Inductor's offset adds to ``base``'s own (``_reinterpret_tensor``, torch/csrc/inductor/inductor_ops.cpp)."""
+    return torch.as_strided(base, size, stride, base.storage_offset() + offset_increment)
 
 
 def _wrapper_call(lowered: tuple[str, dict, list]):
-    """The wrapper module's ``call``, loaded with no kernels and meta-device allocations (module docstring, 3)."""
+    """The wrapper module's ``call``, loaded with no kernels and meta-device allocations (module docstring, 3):
+    every allocation helper it defines (``empty_strided_<device>``) allocates through the dispatcher, every check
+    (``assert_size_stride``, ``assert_tensor_metadata``, ...) is skipped."""
     from torch._inductor import async_compile
 
     source, constants, _ = lowered
@@ -266,11 +271,9 @@ def _wrapper_call(lowered: tuple[str, dict, list]):
     with _patched(async_compile, "AsyncCompile", _NoKernels):
         exec(compile(source, "<inductor wrapper>", "exec"), namespace)  # noqa: S102 - Inductor's generated code
     namespace.update({name: _meta_like(value) for name, value in constants.items()})
-    namespace.update(empty_strided=_meta_empty_strided, empty_strided_cpu=_meta_empty_strided,
-                     empty_strided_cuda=_meta_empty_strided, empty_strided_cpu_pinned=_meta_empty_strided,
-                     reinterpret_tensor=_meta_reinterpret, assert_size_stride=_no_kernel,
-                     assert_size_stride_grouped=_no_kernel, assert_tensor_metadata=_no_kernel,
-                     assert_alignment=_no_kernel)
+    namespace.update({name: _dispatched_empty_strided for name in namespace if name.startswith("empty_strided")})
+    namespace.update({name: _no_kernel for name in namespace if name.startswith("assert_")})
+    namespace["reinterpret_tensor"] = _dispatched_reinterpret
     call = namespace["call"]
 
     def run(arguments: list) -> tuple:
