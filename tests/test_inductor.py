@@ -145,6 +145,7 @@ def test_the_wrappers_run_allocate_and_view_what_their_source_says(cnn_joint):
     stride, dtype)`` a storage of those bytes (the loss's int64 scalar 8 bytes, a float32 one 4), each
     ``reinterpret_tensor`` a view. The source is Inductor's own (the test above); the CNN's convolution output
     asserts a channels-last layout the meta kernel does not give, so the run also needs the checks skipped."""
+    cnn_joint.lowered_records.clear()  # the wrappers run here, their code remembered or lowered now
     step = partition_lowered(cnn_joint, 0.5)
     (forward, backward), = cnn_joint.lowerings.values()
     body = [line for code in (forward[0], backward[0]) for line in code.splitlines() if line.startswith("    ")]
@@ -186,6 +187,71 @@ def test_the_wrapper_helpers_allocate_and_view_as_inductors_do():
     assert _restrided(5, (1,), mode) == 5
     restrided = _restrided(value, (1, 2), mode)
     assert (restrided.shape, restrided.stride()) == ((2, 3), (1, 2))
+
+
+#: A wrapper written by hand in the shape of Inductor's (codegen/wrapper.py's header, a ``call`` taking its boxed
+#: arguments): its C++ helpers, a check that fails on any tensor, a constant read by a dispatched operator.
+_HAND_WRAPPER = """
+import torch
+empty_strided_cpu = torch._C._dynamo.guards._empty_strided_cpu
+empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda
+reinterpret_tensor = torch._C._dynamo.guards._reinterpret_tensor
+assert_size_stride = torch._C._dynamo.guards.assert_size_stride
+
+def call(args):
+    x, = args
+    args.clear()
+    assert_size_stride(x, (9, 9), (9, 1))
+    buf0 = empty_strided_cpu((4, 2), (2, 1), torch.int64)
+    buf1 = empty_strided_cuda((3,), (1,), torch.float16)
+    torch.ops.aten.mm.out(x, _tensor_constant0, out=reinterpret_tensor(buf2, (4, 2), (2, 1), 0))
+    return (buf0, reinterpret_tensor(buf0, (2, 2), (2, 1), 4), buf1, torch.ops.aten.mm(x, _tensor_constant0))
+
+buf2 = torch.empty(8, device="meta")
+if __name__ == "__main__":
+    raise SystemExit("the wrapper's benchmark harness ran")
+"""
+
+
+def test_a_wrapper_runs_through_the_dispatcher_on_meta_with_its_constants():
+    """The hand-written wrapper's call, loaded as an Inductor wrapper is: its allocations and views go through the
+    dispatcher (where the recorder sees them) and land on meta whatever device they name, its check is skipped,
+    its constant is a meta copy an operator can read, its benchmark harness does not run."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from dtrlab.trace.inductor import _wrapper_call
+
+    class Dispatched(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    call = _wrapper_call((_HAND_WRAPPER, {"_tensor_constant0": torch.ones(3, 2)}, []))
+    arguments = [torch.empty(4, 3, device="meta")]
+    with Dispatched() as dispatched:
+        index, view, half, product = call(arguments)
+    assert arguments == []
+    assert [(t.device.type, t.dtype, tuple(t.shape)) for t in (index, view, half, product)] == [
+        ("meta", torch.int64, (4, 2)), ("meta", torch.int64, (2, 2)), ("meta", torch.float16, (3,)),
+        ("meta", torch.float32, (4, 2))]
+    assert view.storage_offset() == 4
+    assert dispatched.names.count("empty_strided") == 2 and dispatched.names.count("as_strided") == 2
+
+
+def test_lowering_leaves_the_partitioned_graph_as_it_was(mlp_joint):
+    """Inductor's post-grad passes rewrite the graph they lower: the partition's own graphs, remembered and keyed
+    by their content, must not change (fx's printout of them, before and after)."""
+    from dtrlab.trace.inductor import lower
+
+    (forward, backward), = partition(mlp_joint, 0.0, keep_graphs=True).graphs
+    before = str(forward.graph), str(backward.graph)
+    lower(forward, mlp_joint, backward=False)
+    lower(backward, mlp_joint, backward=True)
+    assert (str(forward.graph), str(backward.graph)) == before
 
 
 def test_graph_key_tells_graphs_apart_by_every_node_field():
