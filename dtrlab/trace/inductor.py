@@ -171,7 +171,6 @@ def lower(graph_module: fx.GraphModule, joint: JointGraph, *, backward: bool,
     """
     from torch._inductor import compile_fx, config
     from torch._inductor.graph import GraphLowering
-    from torch._inductor.virtualized import V
 
     capture = joint.inductor
     graph_module = copy.deepcopy(graph_module)  # Inductor's post-grad passes rewrite the graph in place
@@ -189,9 +188,11 @@ def lower(graph_module: fx.GraphModule, joint: JointGraph, *, backward: bool,
                        strides=strides)
         raise _Lowered
 
+    # Inductor takes its fake mode from the tracing context (torch/_guards.py's detect_fake_mode). The real compile
+    # shares one CompilerConfigExtra between forward and backward; what its boxes carry across is CUDA graphs'.
     extra = compile_fx.create_compiler_config_extra(capture.dynamo_graph)
     with config.patch(fx_graph_cache=False), _patched(GraphLowering, "compile_to_module", source_only), \
-            torch._guards.tracing(capture.tracing_context), V.set_fake_mode(capture.fake_mode), \
+            torch._guards.tracing(capture.tracing_context), \
             _patched(capture.tracing_context, "fw_metadata", capture.fw_metadata):
         try:
             if backward:
