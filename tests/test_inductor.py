@@ -60,6 +60,22 @@ def cnn_joint():
     return _trace(CNN)
 
 
+def _count_lowerings(monkeypatch) -> list:
+    """A list that grows by one at each graph dtrlab.trace.inductor lowers."""
+    import dtrlab.trace.inductor as module
+
+    lowered = []
+    lower = module.lower
+    monkeypatch.setattr(module, "lower", lambda *args, **kwargs: lowered.append(1) or lower(*args, **kwargs))
+    return lowered
+
+
+def _forget_lowerings(joint) -> None:
+    """Drop what the joint remembers of its lowered partitions: the next one is lowered and run afresh."""
+    joint.lowerings.clear()
+    joint.lowered_records.clear()
+
+
 def _prediction(step) -> tuple[int, int]:
     """The step's flat peak above the bytes live before it, and the largest tensor of the step.
 
@@ -120,8 +136,7 @@ def test_the_lowering_is_the_wrapper_a_real_inductor_compile_generates(cnn_joint
     def cache_counts():
         return {key: count for key, count in counters["inductor"].items() if key.startswith("fxgraph_cache")}
 
-    cnn_joint.lowerings.clear()
-    cnn_joint.lowered_records.clear()
+    _forget_lowerings(cnn_joint)
     before = cache_counts()
     partition_lowered(cnn_joint, 0.5)
     assert cache_counts() == before
@@ -279,11 +294,7 @@ def test_graph_key_tells_graphs_apart_by_every_node_field():
 def test_a_changed_inductor_configuration_lowers_the_partition_again(mlp_joint, monkeypatch):
     """Lowered partitions are remembered by content and Inductor's configuration: another configuration lowers the
     same partition again (its code may differ), and the configuration put back finds it remembered."""
-    import dtrlab.trace.inductor as module
-
-    lowered = []
-    lower = module.lower
-    monkeypatch.setattr(module, "lower", lambda *args, **kwargs: lowered.append(1) or lower(*args, **kwargs))
+    lowered = _count_lowerings(monkeypatch)
     partition_lowered(mlp_joint, 0.5)
     before = len(lowered)
     with torch._inductor.config.patch(reorder_for_peak_memory=not torch._inductor.config.reorder_for_peak_memory):
@@ -304,8 +315,7 @@ def test_a_graph_inductor_cannot_lower_is_named_in_one_line(mlp_joint, monkeypat
             raise RuntimeError(message)
         return compile_graph
 
-    mlp_joint.lowerings.clear()
-    mlp_joint.lowered_records.clear()
+    _forget_lowerings(mlp_joint)
     monkeypatch.setattr(compile_fx, "compile_fx_forward", failing("  no kernel for this\nsecond line  "))
     with pytest.raises(InductorLoweringError) as raised:
         partition_lowered(mlp_joint, 0.5)
@@ -333,13 +343,8 @@ def test_aot_eager_joint_refuses_the_inductor_accounting(mlp_joint):
 
 
 def test_each_distinct_partition_is_lowered_once(mlp_joint, monkeypatch):
-    import dtrlab.trace.inductor as module
-
-    lowered = []
-    lower = module.lower
-    monkeypatch.setattr(module, "lower", lambda *args, **kwargs: lowered.append(1) or lower(*args, **kwargs))
-    mlp_joint.lowerings.clear()
-    mlp_joint.lowered_records.clear()
+    lowered = _count_lowerings(monkeypatch)
+    _forget_lowerings(mlp_joint)
     knobs = (1.0, 0.9, 0.8, 0.0)
     steps = [partition_lowered(mlp_joint, knob) for knob in knobs]
     # Distinct by the graphs' own code (fx's), not by the key under test.
@@ -357,16 +362,13 @@ def test_a_step_with_graph_breaks_is_lowered_graph_by_graph(monkeypatch):
     pair of each graph is lowered once; the wrappers run graph by graph give the real Inductor step's peak
     (measured by the profiler in tests/test_user_corpus.py's slow test: 534,576 B above the constants at knob
     1.0, 469,040 B at 0.0)."""
-    import dtrlab.trace.inductor as module
     from dtrlab.trace.inductor import graph_key
 
     joint = _trace("tests.user_corpus:graph_break")
     assert len(joint.parts) == 3 and all(part.backend == "inductor" and part.inductor is not None
                                          for part in joint.parts)
     assert len({id(part.inductor.fake_mode) for part in joint.parts}) == 3  # a fake mode per dynamo compile
-    lowered = []
-    lower = module.lower
-    monkeypatch.setattr(module, "lower", lambda *args, **kwargs: lowered.append(1) or lower(*args, **kwargs))
+    lowered = _count_lowerings(monkeypatch)
     knobs = (1.0, 0.5, 0.0)
     steps = [partition_lowered(joint, knob) for knob in knobs]
     predicted = [_prediction(step)[0] for step in steps]

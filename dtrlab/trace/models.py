@@ -558,7 +558,7 @@ def _user_function(source: str) -> Callable | None:
     at import (a global constant) made inside them would be meta or fake, and stay so in ``sys.modules``, breaking
     the caller's own steps with the model afterwards."""
     module_name, _, function_name = source.partition(":")
-    if not function_name or module_name in ("torchvision", "hf", "diffusers"):
+    if not function_name or module_name in SCHEMES:
         return None
     try:
         return getattr(importlib.import_module(module_name), function_name)
