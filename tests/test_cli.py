@@ -34,7 +34,7 @@ def test_bad_input_gets_a_clear_message(tmp_path, capsys):
     error = capsys.readouterr().err
     assert "unknown policy 'nope'; available: " in error and " dtr, " in error and "twophase" in error
     assert main(["run", str(path), "--ratio", "-1"]) == 2
-    assert "argument --ratio: must be > 0, got '-1'" in capsys.readouterr().err
+    assert "argument --ratio: must be positive, got '-1'" in capsys.readouterr().err
     broken = tmp_path / "broken.log"
     broken.write_text('{"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"}\n{"INSTRUCTION":"COPY","DST":"a","SRC":"b"}\n')
     assert main(["info", str(broken)]) == 2

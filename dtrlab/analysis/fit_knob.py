@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..integrity import IntegrityError, atomic_write_json, quarantine, read_json
-from ..memory.device import GPU_PRESETS, PEAK_ACCOUNTINGS, UNITS, device_capacity, human_bytes
+from ..memory.device import PEAK_ACCOUNTINGS, budget_bytes, human_bytes
 from ..suggest import did_you_mean
 from ..trace.partition import BACKENDS, RECORDING_VERSION
 from .knob_census import ACCOUNTINGS, KNOB_DECIMALS, KnobPlan
@@ -181,19 +181,6 @@ def spread_budgets(probe: KnobFit) -> tuple[int, int, int]:
         raise ValueError(f"{probe.source}: the knob does not move this step's peak ({human_bytes(low)} at every knob "
                          "evaluated): there is no budget between the smallest and the largest peak")
     return low, (low + high) // 2, (low + 3 * high) // 4
-
-
-def budget_bytes(spec) -> tuple[int, bool]:
-    """``spec`` (int bytes, a size such as ``"40GiB"``, or a GPU preset such as ``"A100-80GB"``) in bytes,
-    and whether it named a preset. A one-line ValueError naming ``budget`` otherwise."""
-    try:
-        capacity = device_capacity(spec)
-    except ValueError:  # its help offers what a device capacity takes besides bytes
-        capacity = None
-    if capacity is None or capacity.bytes is None:
-        raise ValueError(f"budget {spec!r}{did_you_mean(spec, GPU_PRESETS)}: give positive bytes (42949672960 or "
-                         f"'40GiB'; units {', '.join(UNITS)}) or a GPU preset ({', '.join(GPU_PRESETS)})")
-    return capacity.bytes, isinstance(spec, str) and spec in GPU_PRESETS
 
 
 def accounting_column(accounting: str | None, preset: bool) -> str:

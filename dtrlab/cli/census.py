@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from ..trace import load
-from .common import add_policy_arguments, check_no_limit, nonnegative_int, policy_params, positive_int, print_table
+from .common import add_policy_arguments, byte_count, check_no_limit, nonnegative_int, policy_params, print_table
 from .sweep import add_sweep_arguments, sweep_options
 
 SHARED_LOGS = Path("../shared/dtr-logs")
@@ -23,7 +23,7 @@ def register(subparsers) -> None:
     add_policy_arguments(parser, unlimited=True)
     add_sweep_arguments(parser)
     parser.add_argument("--out", default="results/census", help="output directory (default results/census)")
-    parser.add_argument("--resolution", type=positive_int, metavar="BYTES",
+    parser.add_argument("--resolution", type=byte_count, metavar="BYTES",
                         help="bisect hole edges down to this many bytes (default: 1 MiB, or "
                              "1/10000 of the trace's baseline peak when finer)")
     parser.add_argument("--delta", type=delta_argument, metavar="DELTA",

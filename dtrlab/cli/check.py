@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 from .capture import add_model_size_arguments
-from .common import (check_no_limit, execution_argument, jobs_count, load_single_trace, overhead_limit_or_none, positive_float,
-                     positive_int)
+from .common import (byte_count, check_no_limit, execution_argument, jobs_count, load_single_trace, overhead_limit_or_none,
+                     positive_float, positive_size)
 from .knob import add_backend_argument
 
 
@@ -24,9 +24,9 @@ def register(subparsers) -> None:
                         help="a trace or log file (.log, .jsonl, .jsonl.gz), or a model source to capture first "
                              "as dtrlab capture does: a zoo name, torchvision:NAME, hf:NAME, diffusers:NAME or "
                              "module:function (needs dtrlab[torch,models])")
-    parser.add_argument("--device", required=True, metavar="GPU",
+    parser.add_argument("--device", required=True, type=positive_size, metavar="GPU",
                         help="the device: a preset such as A100-80GB or H100-80GB, bytes, or a size such as 80GiB")
-    parser.add_argument("--budget", required=True, metavar="BUDGET",
+    parser.add_argument("--budget", required=True, type=positive_size, metavar="BUDGET",
                         help="the DTR budget: bytes, a size such as 40GiB, or a ratio of the unbounded peak such "
                              "as 0.17 or 17%%")
     parser.add_argument("--policies", nargs="+", metavar="POLICY", default=None,
@@ -37,7 +37,7 @@ def register(subparsers) -> None:
     parser.add_argument("--delta", type=positive_float, default=0.002,
                         help="census step, a fraction of the peak: every hole at least this wide in the window is "
                              "found (default 0.002)")
-    parser.add_argument("--resolution", type=positive_int, metavar="BYTES",
+    parser.add_argument("--resolution", type=byte_count, metavar="BYTES",
                         help="bisect hole edges to this many bytes (default: 1 MiB or 1/10000 of the peak)")
     parser.add_argument("--no-monotone", action="store_true", help="do not run monotone(dtr) at the budget")
     parser.add_argument("--knob", nargs="?", const="", default=None, metavar="CENSUS.json",

@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -17,6 +18,13 @@ from ..trace import Trace, load
 
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors and a suggestion for a mistyped choice."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # A word that starts with a minus and a digit (-1GiB, -0.5:1:0.1) is a value, refused by its option's own
+        # check: argparse's pattern takes plain numbers alone, and read the rest as an unknown option, leaving the
+        # option before it with "expected one argument". No option of ours looks like a number.
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -56,8 +64,20 @@ def positive_float(text: str) -> float:
     """A finite number > 0 (ratios, seconds)."""
     value = finite_float(text)
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
     return value
+
+
+_LEADING_NUMBER = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+))")
+
+
+def positive_size(text: str) -> str:
+    """A budget, size or device whose number is > 0 (``-1GiB``, ``0``, ``-0.5`` and ``0%`` are refused now; the
+    rest of the spec, which may need the trace, is read where it is used)."""
+    number = _LEADING_NUMBER.match(text)
+    if number and not float(number.group(1)) > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return text
 
 
 def overhead_limit(text: str) -> float:
@@ -94,8 +114,13 @@ def check_no_limit(limit: float, policy: str, params: dict | None = None) -> Non
 
 
 def positive_int(text: str) -> int:
-    """A whole number >= 1 (counts, sizes)."""
+    """A whole number >= 1 (counts, sizes, bytes)."""
     return _int_at_least(text, 1)
+
+
+def byte_count(text: str) -> int:
+    """A whole number of bytes >= 1 (``-1GiB`` is refused as not positive, ``1GiB`` as not a whole number)."""
+    return positive_int(positive_size(text))
 
 
 def nonnegative_int(text: str) -> int:
@@ -117,7 +142,7 @@ def _int_at_least(text: str, minimum: int) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < minimum:
-        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be {'positive' if minimum == 1 else f'>= {minimum}'}, got {text!r}")
     return value
 
 
@@ -184,7 +209,7 @@ def add_single_run_arguments(parser: argparse.ArgumentParser, unlimited: bool = 
     budget = parser.add_mutually_exclusive_group(required=True)
     budget.add_argument("--ratio", type=positive_float,
                         help="budget as a fraction of the unbounded peak (simrd's int(peak*ratio))")
-    budget.add_argument("--budget", type=nonnegative_int, metavar="BYTES", help="budget in bytes")
+    budget.add_argument("--budget", type=byte_count, metavar="BYTES", help="budget in bytes")
     add_policy_arguments(parser, unlimited)
 
 
@@ -217,7 +242,7 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--enforce", default="reserved", choices=("reserved", "allocated"),
                         help="what the budget limits under a memory model: reserved (default; evict until a block "
                              "is placed) or allocated (the DTR prototype; see docs/memory.md)")
-    parser.add_argument("--device-capacity", metavar="SPEC",
+    parser.add_argument("--device-capacity", type=positive_size, metavar="SPEC",
                         help="with --enforce allocated: the device memory (bytes, 80GiB, 1.25x the budget, a GPU "
                              "preset such as A100-80GB; default unlimited)")
 

@@ -7,7 +7,7 @@ import sys
 
 from ..trace.sizes import SIZE_KEYS
 from .capture import add_model_size_arguments
-from .common import add_policy_arguments, nonnegative_int, policy_params, positive_float, semantics_argument
+from .common import add_policy_arguments, byte_count, policy_params, positive_float, semantics_argument
 
 
 def register(subparsers) -> None:
@@ -22,7 +22,7 @@ def register(subparsers) -> None:
     budget = parser.add_mutually_exclusive_group(required=True)
     budget.add_argument("--ratio", type=positive_float,
                         help="budget as a fraction of the captured step's unbounded peak (int(peak*ratio))")
-    budget.add_argument("--budget", type=nonnegative_int, metavar="BYTES", help="budget in bytes")
+    budget.add_argument("--budget", type=byte_count, metavar="BYTES", help="budget in bytes")
     add_policy_arguments(parser)
     parser.add_argument("--cost", default="flops", metavar="MODEL",
                         help="cost model of the capture: flops (default) or roofline:GPU (e.g. roofline:A100)")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..memory.device import PEAK_ACCOUNTINGS, human_bytes
 from .capture import add_model_size_arguments, add_precision_arguments, precision_options
-from .common import jobs_count, positive_float, print_table
+from .common import jobs_count, positive_float, positive_size, print_table
 
 
 def knob_range(text: str) -> dict:
@@ -32,10 +32,10 @@ def knob_range(text: str) -> dict:
 
 def byte_budget(text: str) -> int:
     """``--budget``: bytes, a size such as ``40GiB`` or a GPU preset such as ``A100-80GB``."""
-    from ..analysis.fit_knob import budget_bytes
+    from ..memory.device import budget_bytes
 
     try:
-        return budget_bytes(text)[0]
+        return budget_bytes(positive_size(text))[0]
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -9,7 +9,8 @@ capacity limits reserved memory (see docs/memory.md). It is given as
 * ``None`` or ``"unlimited"``: no device limit (the run reports the reserved memory it needed).
 
 :func:`device_capacity` normalizes a spec into a :class:`DeviceCapacity`, whose ``label``
-keys caches and tables (a preset and its byte count share a label).
+keys caches and tables (a preset and its byte count share a label). :func:`budget_bytes` reads a byte budget
+in the same terms (here, free of torch: ``dtrlab knob CENSUS.json --budget`` parses it without importing it).
 """
 
 from __future__ import annotations
@@ -98,3 +99,16 @@ def device_capacity(spec) -> DeviceCapacity:
     raise ValueError(f"unknown device capacity {spec!r}{hint}; give bytes (85899345920 or '80GiB'; units "
                      f"{', '.join(UNITS)}), a multiple of the budget ('1.25x'), 'unlimited' or a GPU preset: "
                      f"{', '.join(GPU_PRESETS)}")
+
+
+def budget_bytes(spec) -> tuple[int, bool]:
+    """``spec`` (int bytes, a size such as ``"40GiB"``, or a GPU preset such as ``"A100-80GB"``) in bytes,
+    and whether it named a preset. A one-line ValueError naming ``budget`` otherwise."""
+    try:
+        capacity = device_capacity(spec)
+    except ValueError:  # its help offers what a device capacity takes besides bytes
+        capacity = None
+    if capacity is None or capacity.bytes is None:
+        raise ValueError(f"budget {spec!r}{did_you_mean(spec, GPU_PRESETS)}: give positive bytes (42949672960 or "
+                         f"'40GiB'; units {', '.join(UNITS)}) or a GPU preset ({', '.join(GPU_PRESETS)})")
+    return capacity.bytes, isinstance(spec, str) and spec in GPU_PRESETS
