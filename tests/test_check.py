@@ -205,6 +205,13 @@ def test_check_bad_input_is_one_line(tmp_path, capsys, arguments, message):
     assert not list(tmp_path.iterdir())
 
 
+def test_an_unknown_device_lists_the_presets_once(tmp_path, capsys):
+    status = main(["check", str(ROOT / "traces" / "resnet32-b8.jsonl.gz"), "--device", "A100", "--budget", "0.5",
+                   "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 2 and "(did you mean 'A100-80GB'?)" in err and err.count("H200-141GB") == 1, err
+
+
 def test_check_adds_the_knob_from_a_shipped_census(tmp_path, capsys):
     """With --knob CENSUS, the sixth line is the census's own answer at the budget (allocated bytes)."""
     from dtrlab.analysis.knob_census import read_census

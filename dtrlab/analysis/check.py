@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, fields
 import pandas as pd
 
 from ..calibrated.monotone import Monotone, monotone_envelope
-from ..memory.device import GPU_PRESETS, device_capacity
+from ..memory.device import device_capacity
 from ..policies import get_policy
 from ..progress import progress_bar
 from ..runtime import ALLOCATED, RESERVED, baseline, budget_for, simulate
@@ -226,8 +226,8 @@ def parse_device(spec) -> tuple[str, int]:
     """A device's label and bytes: a preset (:data:`~dtrlab.memory.device.GPU_PRESETS`), bytes or a size."""
     try:
         capacity = device_capacity(spec)
-    except ValueError as exc:
-        raise ValueError(f"device {spec!r}: {exc} (presets: {', '.join(GPU_PRESETS)})") from None
+    except ValueError as exc:  # an unknown spec's message lists the presets already
+        raise ValueError(f"device {spec!r}: {exc}") from None
     if capacity.bytes is None or capacity.multiple is not None:
         raise ValueError(f"device {spec!r}: give the device's memory (a preset such as A100-80GB, bytes or a size "
                          "such as 80GiB), not a multiple of the budget or unlimited")
