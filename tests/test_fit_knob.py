@@ -172,7 +172,7 @@ def test_describe_and_warnings_word_for_word():
     assert unsafe.describe().splitlines() == [
         "gpt: budget 3.00 MiB (3,145,728 bytes, allocated bytes, inductor graphs, solver dp, estimator flops)",
         "knob 0.7: predicted peak 2.50 MiB, margin 0.50 MiB; recomputes 123,456,789 FLOPs (partitioner's estimate "
-        "0.1235); the grid knob above it, 0.71, does not fit",
+        "0.1235 FLOPs); the grid knob above it, 0.71, does not fit",
         "smallest peak found: 2.00 MiB at knob 0.5; 3 knob values evaluated in 1.2 s (cached answer, found by the "
         "traced graph's hash)",
         "WARNING: knob 0.7 recomputes 5 random operators (a, b, c, d and 1 more): below 1.0 the recompute draws "
@@ -191,12 +191,14 @@ def test_describe_and_warnings_word_for_word():
     assert top.cliff == 1.75 and top.describe().splitlines() == [
         "planted: budget 80.00 GiB (85,899,345,920 bytes, reserved bytes, aot_eager graphs, solver greedy, "
         "estimator profile)",
-        "knob 1: predicted peak 0.00 MiB, margin 80.00 GiB; recomputes 0 FLOPs (partitioner's estimate 0); the "
+        "knob 1: predicted peak 0.00 MiB, margin 80.00 GiB; recomputes 0 FLOPs (partitioner's estimate 0 ms); the "
         "top of the knob's range",
         "every smaller knob evaluated fits too",
         "smallest peak found: 0.00 MiB at knob 0.99; 3 knob values evaluated in 0.0 s (cached answer, found by "
         "the model's fingerprint without tracing; checked against the graphs torch compiles)",
         "WARNING: cliff: the peak at knob 1.0 (knapsack skipped) is 7.00 MiB, 1.75x the 4.00 MiB at 0.99"]
+    counted = dataclasses.replace(unsafe, runtime_estimator="testing", recompute_runtime=63.0)
+    assert "(partitioner's estimate 63 operators);" in counted.describe().splitlines()[1]  # testing: 1 per operator
     lower_at_1 = dataclasses.replace(top, knob=0.99, peak_at_1=49 * mib // 50, peak_at_099=mib)
     assert lower_at_1.warnings() == ["cliff: the peak at knob 1.0 (knapsack skipped) is 0.98 MiB, 0.98x the "
                                      "1.00 MiB at 0.99"]

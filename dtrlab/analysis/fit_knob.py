@@ -70,6 +70,10 @@ FIT_FORMAT = "dtrlab-fit-knob-2"
 #: The scan's knob step (docs/compile.md, "Budget in bytes": 0.2 meets a tenth of a census on the full models).
 SCAN_STEP = 0.2
 #: How a cached answer was found (:attr:`KnobFit.from_cache`), as :meth:`KnobFit.describe` says it.
+#: The unit of the partitioner's runtime estimate under each estimator (torch's estimate_runtime,
+#: torch/_functorch/partitioners.py:3401): "testing" counts 1 per operator (:3416-3417), "profile" benchmarks
+#: milliseconds on a GPU (:3419-3426), "flops" counts FLOPs, at least 1 per operator (:3428-3437).
+ESTIMATE_UNITS = {"flops": "FLOPs", "profile": "ms", "testing": "operators"}
 CACHE_MATCHES = {"graph": "cached answer, found by the traced graph's hash",
                  "fingerprint": "cached answer, found by the model's fingerprint without tracing; checked against "
                                 "the graphs torch compiles"}
@@ -157,7 +161,8 @@ class KnobFit:
             lines.append(f"knob {self.knob:g}: predicted peak {human_bytes(self.peak)}, "
                          f"margin {human_bytes(self.margin)}; "
                          f"recomputes {self.recompute_flops:,} FLOPs (partitioner's estimate "
-                         f"{self.recompute_runtime:.4g}); {_above(self.knob)}")
+                         f"{self.recompute_runtime:.4g} {_estimate_unit(self.runtime_estimator)}); "
+                         f"{_above(self.knob)}")
             if self.lowering_is_safe:
                 lines.append("every smaller knob evaluated fits too")
         lines.append(f"smallest peak found: {human_bytes(self.min_peak)} at knob {self.min_peak_knob:g}; "
@@ -523,6 +528,10 @@ def _above(knob: float) -> str:
     if knob >= 1.0:
         return "the top of the knob's range"
     return f"the grid knob above it, {round(knob + 0.01, 2):g}, does not fit"
+
+
+def _estimate_unit(estimator: str) -> str:
+    return ESTIMATE_UNITS.get(estimator, f"in {estimator}'s unit")
 
 
 def _short(column: str) -> str:
