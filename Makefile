@@ -1,7 +1,8 @@
 # The commands of README.md: `make figures` (the main job), `make test` (the quick suite),
 # `make test-all` (everything, slow-marked checks included; .ci/run runs it) and `make lab`
 # (JupyterLab on 127.0.0.1 with the notebooks; `make lab PORT=9000`), and `make docs` (the site).
-# Each creates an isolated environment in .venv and installs dtrlab into it first.
+# Each creates an isolated environment in .venv and installs dtrlab into it first, every pip install under
+# constraints.txt (the exact versions that draw the committed figures byte for byte).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -12,10 +13,10 @@ export MPLBACKEND := agg
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py dtrlab/trace/_logparse.c dtrlab/runtime/_regions.c dtrlab/runtime/_core.c dtrlab/runtime/_regions_core.h dtrlab/policies/_policy_spec.h dtrlab/policies/_policy_core.h dtrlab/memory/_memory_core.h dtrlab/memory/_compiled.c dtrlab/_pytype.h
+$(VENV)/.installed: pyproject.toml constraints.txt setup.py dtrlab/trace/_logparse.c dtrlab/runtime/_regions.c dtrlab/runtime/_core.c dtrlab/runtime/_regions_core.h dtrlab/policies/_policy_spec.h dtrlab/policies/_policy_core.h dtrlab/memory/_memory_core.h dtrlab/memory/_compiled.c dtrlab/_pytype.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,torch,models,browser,solvers,planner,docs]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,torch,models,browser,solvers,planner,docs]'
 	touch $@
 
 figures: setup
@@ -43,8 +44,8 @@ JOBS ?= 2
 mutate: $(VENV)/.mutate
 	$(BIN)/python scripts/mutate.py --jobs $(JOBS) $(MODULES)
 
-$(VENV)/.mutate: $(VENV)/.installed pyproject.toml
-	$(BIN)/pip install --quiet -e '.[mutate]'
+$(VENV)/.mutate: $(VENV)/.installed pyproject.toml constraints.txt
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[mutate]'
 	touch $@
 
 lab: setup
