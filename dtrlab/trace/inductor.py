@@ -238,6 +238,9 @@ def _no_kernel(*args, **kwargs) -> None:
     """A compiled kernel's stand-in: kernels write into buffers the wrapper allocated; they allocate nothing."""
 
 
+_no_kernel.run = _no_kernel  # a CUDA wrapper launches a Triton kernel by its run method (``triton_poi_fused_0.run``)
+
+
 class _NoKernels:
     """Inductor's ``AsyncCompile`` while the wrapper module loads: every kernel it would compile is a no-op."""
 

@@ -73,6 +73,7 @@ import torch._dynamo  # noqa: F401
 from torch import fx, nn
 
 from .capture import Recorder
+from .gpu_target import device_answers
 from .model import Trace
 from .simrd_log import parse_lines
 
@@ -125,6 +126,9 @@ class JointGraph:
     lowerings: dict = field(default_factory=dict, compare=False, repr=False)
     #: The lowered step's records by its graphs' content (dtrlab.trace.inductor).
     lowered_records: dict = field(default_factory=dict, compare=False, repr=False)
+    #: The GPU the graph was re-traced for (dtrlab.trace.cuda_joint: a :data:`~dtrlab.trace.gpu_target.GPU_TARGETS`
+    #: name; partitioned and lowered under its answers), or None: the device its fake tensors claim answers itself.
+    gpu: str | None = None
 
     @property
     def node_count(self) -> int:
@@ -538,6 +542,8 @@ def joint_hash(joint: JointGraph) -> str:
                 digest.update(f"{node.name}:{tuple(value.shape)}:{value.stride()}:{value.dtype}:{value.device}".encode())
         digest.update(f"{part.num_fwd_outputs}:{part.static_lifetime_input_indices}".encode())
     digest.update(repr(joint.links).encode())
+    if joint.gpu is not None:  # the GPU Inductor lowers for (its SMs and capability shape the kernels and plan)
+        digest.update(f"gpu:{joint.gpu}".encode())
     return digest.hexdigest()
 
 
@@ -687,12 +693,15 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
         return f"g{c}.{name}" if joint.parts else name
 
     forcings = _forcings_by_graph(joint, force or {})
-    results = [_partition_graph(part, knob, solver, forcings[c], reuse_min_cuts) for c, part in enumerate(parts)]
+    with device_answers(joint.gpu):
+        with _fake_factories(joint):
+            results = [_partition_graph(part, knob, solver, forcings[c], reuse_min_cuts)
+                       for c, part in enumerate(parts)]
+        pairs = tuple((r.forward, r.backward) for r in results)
+        trace, peak, forward_ops = (record_with or record_partitioned)(pairs, joint)
 
     saved = tuple(dataclasses.replace(s, name=named(c, s.name)) for c, r in enumerate(results) for s in r.saved)
     recomputed = tuple(named(c, name) for c, r in enumerate(results) for name in r.recomputed)
-    pairs = tuple((r.forward, r.backward) for r in results)
-    trace, peak, forward_ops = (record_with or record_partitioned)(pairs, joint)
     first = results[0]
     return PartitionedStep(
         source=joint.source, knob=knob, solver=first.solver, runtime_estimator=first.estimator,
@@ -704,6 +713,17 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
         backward=first.backward if keep_graphs and not joint.parts else None,
         forced=tuple(sorted((named(c, name), how) for c, r in enumerate(results) for name, how in r.forced)),
         graphs=pairs if keep_graphs else (), backend="aot_eager" if record_with is None else joint.backend)
+
+
+def _fake_factories(joint: JointGraph):
+    """A GPU joint's fake mode while torch partitions it: the partitioner's cost estimate runs each operator on its
+    inputs' fake values (``estimate_runtime``, torch/_functorch/partitioners.py:3401-3436), and an operator without
+    tensor inputs (``full(..., device=cuda)``) would otherwise allocate on a GPU there is not."""
+    if joint.gpu is None:
+        return contextlib.nullcontext()
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode(list(joint.joint_inputs))
 
 
 def _forcings_by_graph(joint: JointGraph, force: dict[str, str]) -> list[dict[str, str]]:
