@@ -589,6 +589,50 @@ def test_summary_of_a_hand_built_report_in_a_hole():
         "1,073,741,824 bytes is safe for dtr (no failure within one census step, 1.5 MiB)"
 
 
+def test_the_report_tables_keep_one_number_format_per_column():
+    """A hole table whose recompute column has a gap (an oom hole: pandas hands its neighbours over as floats) and
+    a knob table whose FLOPs come as an int and a float: each column in one format, as the summary writes them."""
+    from types import SimpleNamespace
+
+    from dtrlab.plots.check import report_html
+
+    hole = {"fail_low_ratio": 0.49, "fail_high_ratio": 0.5, "width_bytes": 1 << 20, "kinds": "thrash"}
+    holes = [{**hole, "anatomy": "cliff", "closes_at": 2.304, "needed_remat": 378_973_564},
+             {**hole, "anatomy": "limit", "closes_at": 2, "needed_remat": 565_485_669.0},
+             {**hole, "anatomy": "oom", "closes_at": math.inf, "needed_remat": math.nan}]
+    choice = {"accounting": "flat_peak", "answers": False, "largest_fitting_knob": 0.5, "peak": 1000,
+              "margin": 24.0, "recompute_flops": 1234, "smallest_fitting_knob": 0.1, "lowering_is_safe": True,
+              "holes": (), "min_peak": 900.0, "knob_at_min": 0.1}
+    knob = {"budget": 1 << 30, "accounting": "allocated_peak", "largest_fitting_knob": 0.5,
+            "smallest_fitting_knob": 0.1, "lowering_is_safe": True, "holes": ()}
+    report = hand_built_report([policy_check(holes=holes)], knob=knob, knob_warnings=[],
+                               knob_choices=[choice, {**choice, "answers": True, "recompute_flops": 5678.0}],
+                               knob_census=SimpleNamespace(plan=SimpleNamespace(describe=lambda: "0:1:0.1")))
+    page = report_html(report, b"")
+
+    def table(heading: str) -> list[list[str]]:
+        section = page.split(heading, 1)[1].split("</table>", 1)[0]
+        return [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", section)[1:]]
+
+    assert [(row[6], row[7]) for row in table("Holes in the window")] == \
+        [("2.30", "378,973,564"), ("2.00", "565,485,669"), ("never", "")]
+    assert [row[2:5] + row[8:9] for row in table('id="knob"')] == \
+        [["1,000", "24", "1,234", "900"], ["1,000", "24", "5,678", "900"]]
+
+
+def test_text_tables_keep_one_number_format_per_column(capsys):
+    """dtrlab census/holes --anatomy's tables: a whole-number column with a gap prints whole (565485669.0 came
+    out as 5.65486e+08 beside 378973564), a fractional column keeps 6 digits, booleans stay words."""
+    from dtrlab.cli.common import print_table
+
+    print_table([{"needed_remat": 378_973_564, "closes_at": 2.304, "hidden": True},
+                 {"needed_remat": 565_485_669.0, "closes_at": 2.0, "hidden": False},
+                 {"needed_remat": None, "closes_at": math.inf, "hidden": None}])
+    assert [line.split() for line in capsys.readouterr().out.splitlines()] == [
+        ["needed_remat", "closes_at", "hidden"], ["378973564", "2.304", "True"], ["565485669", "2", "False"],
+        ["inf"]]
+
+
 def test_describe_position_of_each_hole_kind():
     hole = {"fail_low_ratio": 0.16891, "fail_high_ratio": 0.17334, "width_bytes": 5 << 19}
     oom = policy_check(position="hole", status="oom", overhead=None, hole={**hole, "anatomy": "oom", "closes_at": None})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import numbers
 import os
 import re
 from pathlib import Path
@@ -295,18 +296,28 @@ def key_values(pairs: list[str], flag: str) -> dict:
 
 
 def print_table(rows: list[dict]) -> None:
-    """A plain aligned table (no pandas needed for small outputs)."""
+    """A plain aligned table (no pandas needed for small outputs), one number format per column: whole numbers
+    where every number in it is whole (a column with a gap arrives as floats: 565485669.0), else 6 digits."""
     if not rows:
         return
     columns = list(rows[0])
-    cells = [[_format(row.get(c)) for c in columns] for row in rows]
+    whole = {c for c in columns if all(_is_whole(row.get(c)) for row in rows if _is_number(row.get(c)))}
+    cells = [[_format(row.get(c), c in whole) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
     for row in cells:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
 
 
-def _format(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_whole(value) -> bool:
+    return isinstance(value, numbers.Integral) or float(value).is_integer()
+
+
+def _format(value, whole: bool) -> str:
+    if _is_number(value):
+        return str(int(value)) if whole else f"{value:.6g}"
     return "" if value is None else str(value)

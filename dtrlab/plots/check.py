@@ -9,6 +9,7 @@ import base64
 import html
 import io
 import json
+import math
 from pathlib import Path
 
 import matplotlib
@@ -122,7 +123,7 @@ def report_html(report: CheckReport, png: bytes, knob_png: bytes | None = None) 
             for c in report.checks]
     holes = [[e(c.policy), e(c.memory), f"{h['fail_low_ratio']:.4f}-{h['fail_high_ratio']:.4f}",
               f"{h['width_bytes'] / 2**20:.1f}", e(str(h['kinds'])), e(str(h.get('anatomy') or '')),
-              _number(h.get('closes_at'), 'never'), _number(h.get('needed_remat'), ''), 'yes' if c.hole == h else '']
+              _overhead_limit(h.get('closes_at')), _whole(h.get('needed_remat'), ''), 'yes' if c.hole == h else '']
              for c in report.checks for h in c.holes]
     monotone = "" if report.monotone is None else _monotone_html(report.monotone)
     knob = "" if report.knob is None else _knob_html(report, knob_png)
@@ -168,9 +169,9 @@ def _knob_html(report: CheckReport, png: bytes | None) -> str:
     """The knob section: the choice under each accounting, the warnings, and the figure."""
     e = html.escape
     choices = [[e(c["accounting"]) + (" (answers)" if c["answers"] else ""), _knob(c["largest_fitting_knob"]),
-                _number(c["peak"], ""), _number(c["margin"], ""), _number(c["recompute_flops"], ""),
+                _whole(c["peak"], ""), _whole(c["margin"], ""), _whole(c["recompute_flops"], ""),
                 _knob(c["smallest_fitting_knob"]), "yes" if c["lowering_is_safe"] else "NO",
-                ", ".join(f"{a:g}..{b:g}" for a, b in c["holes"]) or "none", _number(c["min_peak"], ""),
+                ", ".join(f"{a:g}..{b:g}" for a, b in c["holes"]) or "none", _whole(c["min_peak"], ""),
                 _knob(c["knob_at_min"])] for c in report.knob_choices]
     warnings = "".join(f"<li class='warning {e(w['kind'])}'><b>{e(w['kind'])}</b>: {e(w['message'])}</li>"
                        for w in report.knob_warnings)
@@ -219,7 +220,17 @@ def _knob(value) -> str:
     return "none" if value is None else f"{value:g}"
 
 
-def _number(value, missing: str) -> str:
-    if value is None:
+# One format per column: a column with a gap (an oom hole's recompute) arrives as floats, its neighbours as ints.
+
+def _whole(value, missing: str) -> str:
+    """A count (bytes, FLOPs, recompute) as a whole number with thousands separators."""
+    if value is None or math.isnan(value):
         return missing
-    return f"{value:.3f}" if isinstance(value, float) else f"{value:,}"
+    return f"{round(value):,}"
+
+
+def _overhead_limit(value) -> str:
+    """The overhead limit a hole closes at, two decimals as in the summary; "never" for an oom hole."""
+    if value is None or not math.isfinite(value):
+        return "never"
+    return f"{value:.2f}"
