@@ -633,6 +633,36 @@ def test_text_tables_keep_one_number_format_per_column(capsys):
         ["inf"]]
 
 
+def test_the_check_figure_legend_is_legible():
+    """One legend for every panel, its text as large as the axis labels (it was 6.5 pt beside 10 pt), inside the
+    figure and over no panel, with every entry of every panel once."""
+    import matplotlib.pyplot as plt
+
+    from dtrlab.plots.check import plot_check
+
+    budgets = [int((2 << 30) * ratio) for ratio in (0.45, 0.48, 0.5, 0.52, 0.55)]
+    samples = pd.DataFrame({"budget_bytes": budgets, "status": ["oom", "thrash", "pass", "pass", "pass"],
+                            "overhead": [None, None, 1.4, 1.3, 1.2]})
+    hole = {"anatomy": "cliff", "pass_below_bytes": budgets[0], "pass_above_bytes": budgets[2]}
+    caching = "caching/allocated(1GiB)"
+    report = hand_built_report([policy_check(samples=samples, holes=[hole]), policy_check(memory=caching,
+                                samples=samples), policy_check("msps", samples=samples)])
+    fig = plot_check(report)
+    fig.canvas.draw()
+    legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    assert len(legends) == 1
+    (legend,) = legends
+    label_size = max(text.get_size() for ax in fig.axes for text in (ax.xaxis.label, ax.yaxis.label))
+    assert all(text.get_size() >= label_size for text in legend.get_texts())
+    assert sorted(text.get_text() for text in legend.get_texts()) == sorted(
+        [f"{kind} @ {memory}" for memory in ("flat", caching) for kind in
+         ("overhead", "out of memory", "thrash (overhead > limit)")] + ["hole: cliff @ flat", "the budget"])
+    extent = legend.get_window_extent()
+    assert fig.bbox.contains(extent.x0, extent.y0) and fig.bbox.contains(extent.x1, extent.y1)
+    assert not any(extent.overlaps(ax.get_window_extent()) for ax in fig.axes)
+    plt.close(fig)
+
+
 def test_describe_position_of_each_hole_kind():
     hole = {"fail_low_ratio": 0.16891, "fail_high_ratio": 0.17334, "width_bytes": 5 << 19}
     oom = policy_check(position="hole", status="oom", overhead=None, hole={**hole, "anatomy": "oom", "closes_at": None})

@@ -34,7 +34,9 @@ def plot_check(report: CheckReport):
     under each semantics (flat solid, caching dashed), failures as marks below by status, holes shaded
     by anatomy, the budget as a black line and the nearest safe budgets as dotted ones."""
     policies = list(dict.fromkeys(c.policy for c in report.checks))
-    fig, axes = plt.subplots(len(policies), 1, figsize=(10.0, 2.6 * len(policies)), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(len(policies), 1, figsize=(10.0, 2.6 * len(policies) + 1.6), squeeze=False, sharex=True,
+                             layout="constrained")
+    entries = {}  # label -> handle, over every panel: one legend below them all
     for ax, policy in zip(axes[:, 0], policies):
         checks = [c for c in report.checks if c.policy == policy]
         for index, item in enumerate(checks):
@@ -60,12 +62,13 @@ def plot_check(report: CheckReport):
                     ax.axvline(safe / report.peak_bytes, color=STATUS_COLORS["pass"], linestyle=":", linewidth=1.2)
         ax.axvline(report.ratio, color="black", linewidth=1.4, label="the budget")
         ax.set_ylabel(f"{policy}\noverhead")
-        handles, labels = ax.get_legend_handles_labels()
-        unique = dict(zip(labels, handles))
-        ax.legend(unique.values(), unique.keys(), fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
     axes[-1, 0].set_xlabel("budget (fraction of the unbounded peak); dotted green: nearest safe budgets")
-    fig.suptitle(f"{report.trace}: budget {report.ratio:.4f} of the peak, device {report.device}", fontsize=9)
-    fig.tight_layout()
+    # Legible: the legend's and the title's text as large as the axis labels' (it was 6.5 pt beside 10 pt).
+    size = axes[-1, 0].xaxis.label.get_size()
+    fig.legend(entries.values(), entries.keys(), loc="outside lower center", ncol=2, fontsize=size, frameon=False)
+    fig.suptitle(f"{report.trace}: budget {report.ratio:.4f} of the peak, device {report.device}", fontsize=size)
     return fig
 
 
