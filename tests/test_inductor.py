@@ -43,6 +43,13 @@ def tiny_cnn(batch: int = 4):
     return model, x, lambda logits: F.cross_entropy(logits, labels)
 
 
+@pytest.fixture(autouse=True)
+def _empty_lowering_cache(tmp_path, monkeypatch):
+    """Every test here starts from an empty disk cache of lowerings (its own ``$DTRLAB_CACHE``): a lowering read
+    from an earlier run never stands in for the lowering a test checks."""
+    monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))
+
+
 def _trace(source: str, **options):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -430,3 +437,113 @@ def test_prediction_is_the_real_inductor_peak(name):
         assert abs(rss - predicted) <= largest, (knob, rss, predicted, largest)
         peaks.add(predicted)
     assert len(peaks) > 1  # the knob reached Inductor's partitioner
+
+
+# ------------------------------------------------------------------ the lowerings kept on disk across runs
+def _entries(root) -> list:
+    from dtrlab.trace.lowering_cache import cache_entries
+
+    return cache_entries(root)
+
+
+def test_a_lowered_step_is_read_back_from_disk_not_lowered_again(mlp_joint, monkeypatch, tmp_path):
+    """A partition lowered in an earlier run (the memo forgotten) is read from the disk cache: the same record
+    (trace, metadata, recorded peak, forward operator count), nothing lowered. ``cache=False`` lowers afresh and
+    writes nothing."""
+    lowered = _count_lowerings(monkeypatch)
+    knobs = (1.0, 0.0)
+    _forget_lowerings(mlp_joint)
+    first = [partition_lowered(mlp_joint, knob, cache=tmp_path) for knob in knobs]
+    assert len(lowered) == 4 and len(_entries(tmp_path)) == 2
+    _forget_lowerings(mlp_joint)
+    again = [partition_lowered(mlp_joint, knob, cache=tmp_path) for knob in knobs]
+    assert len(lowered) == 4 and not mlp_joint.lowerings
+    for fresh, read in zip(first, again):
+        assert read.trace == fresh.trace and read.trace.meta == fresh.trace.meta
+        assert (read.trace.name, read.trace.source) == (fresh.trace.name, fresh.trace.source)
+        assert step_record(read) == step_record(fresh)
+    _forget_lowerings(mlp_joint)
+    bypassed = partition_lowered(mlp_joint, 1.0, cache=False)
+    assert len(lowered) == 6 and bypassed.trace == first[0].trace and len(_entries(tmp_path)) == 2
+
+
+def _damaged(path, where: str) -> None:
+    """Flip one bit of the entry at ``path``: a raw byte of the file (the zip's CRC-32 no longer matches), or one
+    of a member's bytes with the archive rebuilt around it (valid CRCs: only the sha256 member tells)."""
+    import zipfile
+
+    from dtrlab.trace import cache as trace_cache
+
+    data = bytearray(path.read_bytes())
+    if where == "a raw byte":
+        data[len(data) // 2] ^= 0x01
+        path.write_bytes(bytes(data))
+        return
+    with zipfile.ZipFile(path) as archive:
+        members = {name: bytearray(archive.read(name)) for name in archive.namelist()}
+    # the last byte of the sizes is a size's highest (little-endian int64s); of the checksum, a hex digit
+    member = members["op_sizes.npy" if where == "a trace array's byte" else "sha256.npy"]
+    member[-1] ^= 0x01
+    path.write_bytes(trace_cache._archive({name: bytes(value) for name, value in members.items()}))
+
+
+@pytest.mark.parametrize("where", ["a raw byte", "a trace array's byte", "the checksum field"])
+def test_a_damaged_lowering_entry_is_lowered_again_and_rewritten(mlp_joint, monkeypatch, tmp_path, where):
+    """One flipped bit in a stored step (a raw byte, or a size in its trace or a digit of its checksum member
+    with the zip's own CRCs made valid) is a damaged entry: moved aside with a warning, lowered again and
+    written anew (the same bytes: the archive is deterministic), the answer the same."""
+    _forget_lowerings(mlp_joint)
+    fresh = step_record(partition_lowered(mlp_joint, 1.0, cache=tmp_path))
+    (path,) = _entries(tmp_path)
+    written = path.read_bytes()
+    _damaged(path, where)
+    lowered = _count_lowerings(monkeypatch)
+    _forget_lowerings(mlp_joint)
+    with pytest.warns(UserWarning, match="ignoring damaged cache file .*Inductor lowering cache entry"):
+        row = step_record(partition_lowered(mlp_joint, 1.0, cache=tmp_path))
+    assert len(lowered) == 2 and row == fresh
+    assert path.read_bytes() == written and path.with_name(path.name + ".damaged").is_file()
+
+
+def test_the_disk_key_holds_the_target_device_torch_configurations_and_the_joint(mlp_joint, monkeypatch):
+    """The same partitioned graphs, another key for another lowering target, torch version, Inductor or AOT
+    autograd configuration, or a joint graph of other shapes; the key is not the memo's (which holds none of
+    those but Inductor's configuration) and is what :func:`lowering_key` finds without lowering."""
+    import dataclasses
+
+    import dtrlab.trace.inductor as inductor
+    from dtrlab.trace.inductor import disk_key, lowering_key
+
+    (pair,) = partition(mlp_joint, 1.0, keep_graphs=True).graphs
+    keys = inductor._memo_keys((pair,))
+    key = disk_key(mlp_joint, keys)
+    assert lowering_key(mlp_joint, 1.0) == key == disk_key(mlp_joint, inductor._memo_keys((pair,)))
+    assert inductor.lowering_target(mlp_joint) == "cpu"
+    others = []
+    with monkeypatch.context() as patched:
+        patched.setattr(inductor, "lowering_target", lambda joint: "cuda")
+        others.append(disk_key(mlp_joint, keys))
+    with monkeypatch.context() as patched:
+        patched.setattr(torch, "__version__", torch.__version__ + "+other")
+        others.append(disk_key(mlp_joint, keys))
+    with torch._inductor.config.patch(reorder_for_peak_memory=not torch._inductor.config.reorder_for_peak_memory):
+        others.append(disk_key(mlp_joint, inductor._memo_keys((pair,))))
+    with torch._functorch.config.patch(donated_buffer=not torch._functorch.config.donated_buffer):
+        others.append(disk_key(mlp_joint, keys))
+    with torch._functorch.config.patch(activation_memory_budget=0.25):  # the partition is in the graphs already
+        assert disk_key(mlp_joint, keys) == key
+    graph_module = _copy_with_placeholder_doubled(mlp_joint.graph_module)
+    others.append(disk_key(dataclasses.replace(mlp_joint, graph_module=graph_module), keys))
+    assert len({key, *others}) == 1 + len(others)
+
+
+def _copy_with_placeholder_doubled(graph_module):
+    """A copy of a graph module whose first placeholder's fake value has its first dimension doubled."""
+    import copy
+
+    copied = copy.deepcopy(graph_module)
+    node = copied.graph.find_nodes(op="placeholder")[0]
+    value = node.meta["val"]
+    with value.fake_mode:
+        node.meta["val"] = value.new_empty((2 * value.shape[0], *value.shape[1:]))
+    return copied

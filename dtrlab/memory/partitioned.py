@@ -53,7 +53,7 @@ def step_peaks(step: PartitionedStep) -> dict:
 
 
 def knob_peaks(joint: JointGraph, knob: float, *, solver: str | None = None,
-               force: dict[str, str] | None = None, backend: str | None = None) -> dict:
+               force: dict[str, str] | None = None, backend: str | None = None, cache=True) -> dict:
     """One knob value: torch's partition of ``joint``, its peaks and the partitioner's proxy objective.
 
     Keys: ``knob, flat_peak, allocated_peak, reserved_peak, recorded_peak, proxy_saved_bytes,
@@ -63,11 +63,12 @@ def knob_peaks(joint: JointGraph, knob: float, *, solver: str | None = None,
     ``backend``: whose step is accounted (None: the one ``joint`` was traced for):
     ``"inductor"`` (Inductor's lowering of the partition, :mod:`dtrlab.trace.inductor`;
     needs a joint traced with ``backend="inductor"``) or ``"aot_eager"`` (the partitioned
-    graphs run node by node, on either joint).
+    graphs run node by node, on either joint). ``cache``: where Inductor's lowered steps are kept across runs
+    (:func:`~dtrlab.trace.inductor.partition_lowered`'s: True for ``$DTRLAB_CACHE``, a directory, or False).
     """
     backend = joint.backend if backend is None else check_backend(backend)
     if backend == "inductor":
-        step = partition_lowered(joint, knob, solver=solver, force=force)
+        step = partition_lowered(joint, knob, solver=solver, force=force, cache=cache)
     else:
         step = partition(joint, knob, solver=solver, force=force)
     return step_record(step)

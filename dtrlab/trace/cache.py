@@ -157,8 +157,16 @@ def trace_members(trace: Trace, digest: str, start: bool) -> dict[str, bytes] | 
     }
     stored = {f"{key}.npy": _npy(values) for key, values in members.items()}
     stored["schedule.npy"] = _npy(array("q", chain.from_iterable(trace.schedule)), (len(trace.schedule), 2))
-    stored[_CHECKSUM] = _npy(array("B", _members_digest(stored).encode()))
     return stored
+
+
+def json_member(document) -> bytes:
+    """A JSON document as a ``.npy`` member of UTF-8 bytes (as the header is stored)."""
+    return _npy(array("B", json.dumps(document, sort_keys=True).encode()))
+
+
+def json_from_member(data: bytes):
+    return json.loads(_from_npy(data, "B").tobytes())
 
 
 def _members_digest(members: dict[str, bytes]) -> str:
@@ -172,7 +180,7 @@ def _members_digest(members: dict[str, bytes]) -> str:
 
 def trace_from_members(members: dict[str, bytes], name: str, source: str) -> Trace:
     """Rebuild the trace stored by :func:`trace_members`."""
-    header = json.loads(_from_npy(members["header.npy"], "B").tobytes())
+    header = json_from_member(members["header.npy"])
     flat = {key: _from_npy(members[f"{key}.npy"], "B" if key in _NAME_BLOBS else "q") for key in _FLAT_KEYS}
     flat["schedule"] = _from_npy(members["schedule.npy"], "q", columns=2)
     return trace_from_flat(flat, header["operators"], header["tensors"], name, source)
@@ -209,6 +217,31 @@ def trace_from_flat(flat: dict[str, array | bytes], operators: int, tensors: int
     )
 
 
+def sealed_archive(members: dict[str, bytes]) -> bytes:
+    """The ``.npz`` of ``members`` and, last, the checksum member (the sha256 of all of them)."""
+    return _archive({**members, _CHECKSUM: _npy(array("B", _members_digest(members).encode()))})
+
+
+def read_sealed(data: bytes) -> dict[str, bytes]:
+    """The members of an archive :func:`sealed_archive` made, checked: the zip's CRC-32s, the checksum member, and
+    the archive those members make byte for byte. A damaged archive raises (IntegrityError, or whatever a damaged
+    zip raises; a KeyError naming the checksum member when it is missing)."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        members = {member: archive.read(member) for member in archive.namelist()}  # CRC-checked
+    if _from_npy(members[_CHECKSUM], "B").tobytes().decode("ascii") != _members_digest(members):
+        raise IntegrityError("its members do not match their sha256")
+    if _archive(members) != data:  # a flip in a zip field the reader ignores (a timestamp, an attribute)
+        raise IntegrityError("not the archive its members make")
+    return members
+
+
+def damage_reason(exc: BaseException) -> str:
+    """One short phrase for why :func:`read_sealed` (or what reads its members) refused an archive."""
+    if isinstance(exc, KeyError) and _CHECKSUM in str(exc):
+        return "written without a checksum"
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+
+
 def _archive(members: dict[str, bytes]) -> bytes:
     """The ``.npz`` of ``members``, byte for byte the same for the same members (fixed timestamps), so a
     read can check every byte of the file, the zip's own fields too."""
@@ -228,14 +261,8 @@ def load_cached(path: Path, digest: str, start: bool, name: str, source: str) ->
     and is a miss like a stale one: the caller parses the log and overwrites the entry.
     """
     try:
-        data = path.read_bytes()
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = {member: archive.read(member) for member in archive.namelist()}  # CRC-checked
-        if _from_npy(members[_CHECKSUM], "B").tobytes().decode("ascii") != _members_digest(members):
-            raise IntegrityError("its members do not match their sha256")
-        if _archive(members) != data:  # a flip in a zip field the reader ignores (a timestamp, an attribute)
-            raise IntegrityError("not the archive its members make")
-        header = json.loads(_from_npy(members["header.npy"], "B").tobytes())
+        members = read_sealed(path.read_bytes())
+        header = json_from_member(members["header.npy"])
         if (header.get("format"), header.get("parser_version"), header.get("file_sha256"), header.get("start")) != (
                 _FORMAT, PARSER_VERSION, digest, start):
             return None
@@ -243,9 +270,8 @@ def load_cached(path: Path, digest: str, start: bool, name: str, source: str) ->
     except (FileNotFoundError, NotADirectoryError):
         return None
     except Exception as exc:  # noqa: BLE001  (whatever a damaged zip raises, the entry is rebuilt, never fatal)
-        reason = "written without a checksum" if isinstance(exc, KeyError) and _CHECKSUM in str(exc) else \
-            f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-        warnings.warn(f"ignoring damaged trace cache entry {path} ({reason}); parsing the log again", stacklevel=3)
+        warnings.warn(f"ignoring damaged trace cache entry {path} ({damage_reason(exc)}); parsing the log again",
+                      stacklevel=3)
         return None
 
 
@@ -257,7 +283,7 @@ def store(path: Path, trace: Trace, digest: str, start: bool) -> None:
     remove_stale(path.parent)  # what killed writes left, once old
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, _archive(members))
+        atomic_write_bytes(path, sealed_archive(members))
     except OSError as exc:
         warnings.warn(f"could not write the trace cache {path} ({exc}); the log will be parsed again next time",
                       stacklevel=3)

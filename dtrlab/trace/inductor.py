@@ -49,7 +49,9 @@ graph, the backwards in reverse order).
 
 Lowering is the cost (seconds per graph); many knob values give the same partition, so
 each distinct pair of graphs (by content, and the Inductor configuration) is lowered once
-per joint graph (``joint.lowerings``).
+per joint graph (``joint.lowerings``), and what the accounting reads from a lowered step (its
+trace, recorded peak and forward operator count) is kept on disk across runs
+(:mod:`dtrlab.trace.lowering_cache`, keyed by :func:`disk_key`; ``cache=False`` lowers afresh).
 
 The trace's operators are the wrapper's allocations, views and extern/fallback calls; the
 fused kernels are absent (they allocate nothing), so its FLOP costs are not a compute
@@ -61,14 +63,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
+import weakref
 from collections.abc import Iterator
 
 import torch
 from torch import fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .partition import JointGraph, PartitionedStep, partition, record_partitioned
+from . import lowering_cache
+from .partition import RECORDING_VERSION, JointGraph, PartitionedStep, joint_hash, partition, record_partitioned
 
 
 class InductorLoweringError(ValueError):
@@ -76,32 +81,110 @@ class InductorLoweringError(ValueError):
 
 
 def partition_lowered(joint: JointGraph, knob: float, *, solver: str | None = None,
-                      force: dict[str, str] | None = None) -> PartitionedStep:
+                      force: dict[str, str] | None = None, cache=True) -> PartitionedStep:
     """torch's partition of Inductor's joint graph at ``knob``, its trace the allocations of Inductor's wrapper.
 
     ``joint`` must come from ``trace_joint(..., backend="inductor")``; ``solver`` and
-    ``force`` are :func:`~dtrlab.trace.partition.partition`'s.
+    ``force`` are :func:`~dtrlab.trace.partition.partition`'s. ``cache``: where lowered steps are kept across
+    runs (:func:`dtrlab.trace.lowering_cache.lowering_directory`: True for ``$DTRLAB_CACHE``, a directory, or
+    False to lower afresh and keep nothing).
     """
+    _check_inductor_joint(joint)
+    return partition(joint, knob, solver=solver, force=force, record_with=functools.partial(record_lowered,
+                                                                                            cache=cache))
+
+
+def _check_inductor_joint(joint: JointGraph) -> None:
     if joint.backend != "inductor" or any(part.inductor is None for part in joint.parts or (joint,)):
         raise ValueError(f"{joint.source}: the Inductor accounting needs the joint graph Inductor partitions: "
                          "trace it with backend='inductor'")
-    return partition(joint, knob, solver=solver, force=force, record_with=record_lowered)
 
 
-def record_lowered(pairs: tuple, joint: JointGraph):
+def record_lowered(pairs: tuple, joint: JointGraph, cache=True):
     """:func:`~dtrlab.trace.partition.partition`'s ``record_with`` for Inductor: lower each graph's forward and
     backward (:func:`_lowered_calls`), run the wrappers.
 
     Keyed by the graphs' content and Inductor's configuration: a partition met before (at
-    another knob value) is not lowered or run again.
+    another knob value) is not lowered or run again; one met in an earlier run is read from the
+    disk cache (``cache``, :func:`partition_lowered`'s), which a new lowering writes.
     """
-    config = _config_key()
-    keys = tuple((graph_key(forward), graph_key(backward), config) for forward, backward in pairs)
+    keys = _memo_keys(pairs)
     if keys not in joint.lowered_records:
-        calls = tuple(_lowered_calls(forward, backward, part, key)
-                      for (forward, backward), part, key in zip(pairs, joint.parts or (joint,), keys))
-        joint.lowered_records[keys] = record_partitioned(pairs, joint, calls)
+        path = lowering_cache.entry_path(cache, disk_key(joint, keys))
+        name, source = joint.source, f"<{joint.source} partitioned>"  # as record_partitioned names the trace
+        record = lowering_cache.load_record(path, path.stem, name, source) if path is not None else None
+        if record is None:
+            calls = tuple(_lowered_calls(forward, backward, part, key)
+                          for (forward, backward), part, key in zip(pairs, joint.parts or (joint,), keys))
+            record = record_partitioned(pairs, joint, calls)
+            if path is not None:
+                lowering_cache.store_record(path, path.stem, record)
+        joint.lowered_records[keys] = record
     return joint.lowered_records[keys]
+
+
+def _memo_keys(pairs: tuple) -> tuple:
+    """A step's lowerings in this process's memo: per graph, its forward's and backward's keys and the configuration's."""
+    config = _config_key()
+    return tuple((graph_key(forward), graph_key(backward), config) for forward, backward in pairs)
+
+
+class _Keyed(Exception):
+    """Stops :func:`~dtrlab.trace.partition.partition` once the partition's disk key is known."""
+
+
+def lowering_key(joint: JointGraph, knob: float, *, solver: str | None = None,
+                 force: dict[str, str] | None = None) -> str:
+    """The disk key of the step :func:`partition_lowered` would lower at ``knob``: torch's partition, nothing
+    lowered. Knob values with equal keys share one lowering (a parallel census lowers each key once)."""
+    _check_inductor_joint(joint)
+
+    def keyed(pairs: tuple, joint: JointGraph):
+        raise _Keyed(disk_key(joint, _memo_keys(pairs)))
+
+    try:
+        partition(joint, knob, solver=solver, force=force, record_with=keyed)
+    except _Keyed as found:
+        return found.args[0]
+    raise AssertionError("partition returned without recording its step")
+
+
+def disk_key(joint: JointGraph, keys: tuple) -> str:
+    """A lowered step's key across processes and runs: its graphs' keys (``keys``: :func:`_memo_keys`, which hold
+    Inductor's configuration), the joint graph they were partitioned from (:func:`~dtrlab.trace.partition.joint_hash`:
+    its nodes and placeholders' shapes, strides and dtypes, which the graphs' keys do not hold), AOT autograd's
+    configuration but the partitioner's knob settings (it decides which saved tensors the backward may reuse), the
+    device Inductor lowers for (:func:`lowering_target`), torch's version, the rules a step is recorded by and the
+    stored record's format."""
+    import torch._functorch.config as functorch_config
+
+    functorch = sorted((name, value) for name, value in functorch_config.get_config_copy().items()
+                       if not name.startswith("activation_memory_budget"))  # the partition is in the graphs
+    content = (lowering_cache.LOWERING_VERSION, torch.__version__, RECORDING_VERSION, lowering_target(joint),
+               _joint_digest(joint), repr(functorch), keys)
+    return hashlib.sha256(repr(content).encode()).hexdigest()
+
+
+def lowering_target(joint: JointGraph) -> str:
+    """The device Inductor lowers for: the device type(s) of the joint graph's inputs (``cpu``)."""
+    devices = {node.meta["val"].device.type for part in joint.parts or (joint,)
+               for node in part.graph_module.graph.find_nodes(op="placeholder")
+               if isinstance(node.meta.get("val"), torch.Tensor)}
+    return ",".join(sorted(devices))
+
+
+#: :func:`~dtrlab.trace.partition.joint_hash` per joint graph object (id -> (weak reference, digest)): computed
+#: once per joint, not per knob. A frozen JointGraph compares by its source and options, not its graph, so it is
+#: not a key itself.
+_JOINT_DIGESTS: dict[int, tuple] = {}
+
+
+def _joint_digest(joint: JointGraph) -> str:
+    known = _JOINT_DIGESTS.get(id(joint))
+    if known is None or known[0]() is not joint:
+        known = (weakref.ref(joint, lambda _, key=id(joint): _JOINT_DIGESTS.pop(key, None)), joint_hash(joint))
+        _JOINT_DIGESTS[id(joint)] = known
+    return known[1]
 
 
 def _lowered_calls(forward: fx.GraphModule, backward: fx.GraphModule, part: JointGraph, key: tuple):
