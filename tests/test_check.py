@@ -633,11 +633,26 @@ def test_text_tables_keep_one_number_format_per_column(capsys):
         ["inf"]]
 
 
-def test_the_check_figure_legend_is_legible():
-    """One legend for every panel, its text as large as the axis labels (it was 6.5 pt beside 10 pt), inside the
-    figure and over no panel, with every entry of every panel once."""
+def legible_legend(fig) -> list[str]:
+    """The entries of ``fig``'s one legend, after checking that its text is as large as the axis labels (it was 6.5
+    and 7 pt beside 10 pt) and that it lies inside the figure, over no panel."""
     import matplotlib.pyplot as plt
 
+    fig.canvas.draw()
+    legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    assert len(legends) == 1
+    (legend,) = legends
+    label_size = max(text.get_size() for ax in fig.axes for text in (ax.xaxis.label, ax.yaxis.label))
+    assert all(text.get_size() >= label_size for text in legend.get_texts())
+    extent = legend.get_window_extent()
+    assert fig.bbox.contains(extent.x0, extent.y0) and fig.bbox.contains(extent.x1, extent.y1)
+    assert not any(extent.overlaps(ax.get_window_extent()) for ax in fig.axes)
+    plt.close(fig)
+    return sorted(text.get_text() for text in legend.get_texts())
+
+
+def test_the_check_figure_legend_is_legible():
+    """One legend for every panel, legible, with every entry of every panel once."""
     from dtrlab.plots.check import plot_check
 
     budgets = [int((2 << 30) * ratio) for ratio in (0.45, 0.48, 0.5, 0.52, 0.55)]
@@ -647,20 +662,24 @@ def test_the_check_figure_legend_is_legible():
     caching = "caching/allocated(1GiB)"
     report = hand_built_report([policy_check(samples=samples, holes=[hole]), policy_check(memory=caching,
                                 samples=samples), policy_check("msps", samples=samples)])
-    fig = plot_check(report)
-    fig.canvas.draw()
-    legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
-    assert len(legends) == 1
-    (legend,) = legends
-    label_size = max(text.get_size() for ax in fig.axes for text in (ax.xaxis.label, ax.yaxis.label))
-    assert all(text.get_size() >= label_size for text in legend.get_texts())
-    assert sorted(text.get_text() for text in legend.get_texts()) == sorted(
+    assert legible_legend(plot_check(report)) == sorted(
         [f"{kind} @ {memory}" for memory in ("flat", caching) for kind in
          ("overhead", "out of memory", "thrash (overhead > limit)")] + ["hole: cliff @ flat", "the budget"])
-    extent = legend.get_window_extent()
-    assert fig.bbox.contains(extent.x0, extent.y0) and fig.bbox.contains(extent.x1, extent.y1)
-    assert not any(extent.overlaps(ax.get_window_extent()) for ax in fig.axes)
-    plt.close(fig)
+
+
+def test_the_check_knob_figure_legend_is_legible():
+    """The knob section's figure on the shipped Transformer census at the browser test's budget: legible too."""
+    from dataclasses import asdict
+
+    from dtrlab.analysis.knob_census import read_census
+    from dtrlab.plots.check import plot_check_knob
+
+    census = read_census(ROOT / "results" / "shipped" / "knob" / "traces" / "transformer-b4.json")
+    budget = 11_516_928
+    report = hand_built_report([], budget_bytes=budget, knob=asdict(census.knob_for_budget(budget, "allocated_peak")),
+                               knob_census=census)
+    entries = legible_legend(plot_check_knob(report))
+    assert "chosen knob 0.43 (largest that fits)" in entries and "hole: does not fit between fitting knobs" in entries
 
 
 def test_describe_position_of_each_hole_kind():

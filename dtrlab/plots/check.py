@@ -86,7 +86,7 @@ def plot_check_knob(report: CheckReport):
     (knobs that do not fit between knobs that do, under the accounting the report answers for) shaded, and
     the chosen knob (the largest that fits) marked. Needs ``report.knob_census``."""
     census, choice = report.knob_census, report.knob
-    fig, ax = plt.subplots(figsize=(10.0, 3.6))
+    fig, ax = plt.subplots(figsize=(10.0, 4.8), layout="constrained")
     plot_knob_peaks(census, ax, legend=False, regions=False,
                     title=f"{census.name}: torch.compile activation_memory_budget at the budget "
                           f"({choice['accounting']})")
@@ -113,8 +113,7 @@ def plot_check_knob(report: CheckReport):
         ax.axvline(chosen, color=_CHOSEN, lw=1.2, linestyle="-.")
         ax.plot([chosen], [peak], "o", color=_CHOSEN, ms=7, zorder=4,
                 label=f"chosen knob {chosen:g} (largest that fits)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
+    fig.legend(fontsize=ax.xaxis.label.get_size(), loc="outside lower center", ncol=2, frameon=False)  # legible
     return fig
 
 
