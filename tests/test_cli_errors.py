@@ -75,15 +75,16 @@ def test_non_finite_numbers_are_refused(capsys, chain, tmp_path, argv):
     ["explain", "{chain}", "--budget=-5"],
     ["run", "{chain}", "--ratio", "0.5", "--enforce", "allocated", "--device-capacity", "-1GiB"],
     ["census", "{chain}", "--resolution", "-1MiB"],
-    ["knob", "{tmp}/census.json", "--budget", "-1GiB"],
-    ["knob", "{tmp}/census.json", "--budget=0GiB"],
+    ["knob", "{census}", "--budget", "-1GiB"],
+    ["knob", "{census}", "--budget=0GiB"],
     ["execute", "resnet32", "--budget", "-1GiB"],
     ["capture", "resnet32", "--out", "{tmp}/x.jsonl.gz", "--batch", "-1"],
 ], ids=lambda argv: " ".join(a for a in argv if "{" not in a))
 def test_every_budget_and_size_must_be_positive(capsys, chain, tmp_path, argv):
     """A negative (or zero) budget or size at the end of ``argv``, with a unit or not, after a space or an =, is its
     option's error (argparse alone read -1GiB as an unknown option and said "expected one argument")."""
-    argv = [a.format(chain=chain, tmp=tmp_path) for a in argv]
+    census = ROOT / "results" / "shipped" / "knob" / "traces" / "unet-b2.json"
+    argv = [a.format(chain=chain, tmp=tmp_path, census=census) for a in argv]
     option, _, value = argv[-1].partition("=") if "=" in argv[-1] else (argv[-2], "", argv[-1])
     refused(capsys, argv, f"argument {option}: must be positive, got '{value}'")
 

@@ -57,6 +57,50 @@ def test_commands_that_need_pandas_still_get_it(tmp_path):
     assert probe("holes", str(sweep_file), cache=tmp_path)["code"] == 0
 
 
+# Runs each command line given as JSON in one fresh interpreter; prints each one's status, its error and whether
+# torch had been imported by then.
+NO_TORCH_PROBE = """
+import contextlib, io, json, sys
+from dtrlab.cli import main
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(argv)
+    print(json.dumps({"code": code, "err": err.getvalue(), "torch": "torch" in sys.modules}))
+"""
+
+
+def test_an_unknown_model_is_refused_before_torch_is_imported(tmp_path):
+    """A misspelt model source: one line with the closest source, status 2, and torch never imported (it took
+    5 s to import torch and then say "unknown model")."""
+    refusals = {("check", "lama", "--device", "A100-80GB", "--budget", "1GiB"): "'lama' (did you mean 'hf:llama'?)",
+                ("knob", "gpt3"): "'gpt3' (did you mean 'hf:gpt2'?)",
+                ("knob", "hf:gpt3"): "'hf:gpt3' (did you mean 'hf:gpt2'?); hf: presets are gpt2, gpt2-medium",
+                ("execute", "resnt32", "--ratio", "0.5"): "'resnt32' (did you mean 'resnet32'?)",
+                ("capture", "diffusers:sd", "--out", str(tmp_path / "x.jsonl")):
+                    "'diffusers:sd' (did you mean 'diffusers:sd-unet'?); diffusers: models are sd-unet, dit-xl-2"}
+    done = subprocess.run([sys.executable, "-c", NO_TORCH_PROBE, json.dumps([list(argv) for argv in refusals])],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "DTRLAB_CACHE": str(tmp_path)})
+    results = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(results) == len(refusals), done.stderr[-2000:]
+    for (argv, expected), result in zip(refusals.items(), results):
+        assert result["code"] == 2 and result["err"].count("\n") == 1, (argv, result)
+        assert f"dtrlab {argv[0]}: error: argument " in result["err"] and f"unknown model {expected}" in result["err"]
+        assert not result["torch"], argv
+
+
+def test_the_torch_free_source_names_are_the_zoo_and_libraries_names():
+    pytest.importorskip("torch", reason="the zoo needs the torch extra")
+    from dtrlab.trace import models, zoo
+    from dtrlab.trace.sources import ZOO_NAMES, check_source
+
+    assert tuple(zoo.MODELS) == ZOO_NAMES
+    with pytest.raises(models.ModelSourceError, match=r"unknown model 'lama' \(did you mean 'hf:llama'\?\)"):
+        models.build("lama")  # the library refuses it in the same words
+    for source in ("resnet32", "hf:llama", "diffusers:dit-xl-2", "torchvision:resnet50", "mypackage.models:build"):
+        check_source(source)  # named models, and sources whose names need their import, pass
+
+
 def test_the_sweep_and_knob_options_offer_the_engine_backends():
     import argparse
 

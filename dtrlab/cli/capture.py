@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
+from ..trace.costs import COST_MODELS
 from ..trace.sizes import SIZE_KEYS
-from .common import Parser, output_file, positive_int
+from ..trace.sources import describe_sources
+from .common import model_source, output_file, positive_int
 
 #: Above this fraction of the peak pinned, capture warns: DTR has little to evict. (On the
 #: zoo's traces DTR's threshold lies above it: hf:gpt2 --batch 2 --seq 128 pins 0.76 and
@@ -43,25 +45,14 @@ def precision_options(options) -> dict:
 
 
 def register(subparsers) -> None:
-    # The options' help names the model sources, which needs torch: the full parser is
-    # built when the command runs (--help included), so other commands start without torch.
-    parser = subparsers.add_parser("capture", add_help=False, help="record a PyTorch model's training step as a simrd "
-                                   "log, on the meta device (no memory): zoo, torchvision:, hf:, diffusers: or your "
-                                   "own module:function (pip install 'dtrlab[torch,models]'; `dtrlab capture --help`)")
-    parser.set_defaults(handler=run, passthrough=True)
-
-
-def capture_parser() -> Parser:
-    """The options of ``dtrlab capture`` (imports torch)."""
-    from ..trace.costs import COST_MODELS
-    from ..trace.models import describe_sources
-
-    parser = Parser(
-        prog="dtrlab capture", description="Record one training step of a model as a simrd log. Models are built "
-        "from configurations (random initialisation, nothing downloaded) on the meta device: no tensor data, so "
-        "memory does not grow with the model.")
-    parser.add_argument("model", help=f"model source: {describe_sources()}")
-    parser.add_argument("--out", required=True, type=output_file, help="output log; gzip-compressed if it ends in .gz")
+    parser = subparsers.add_parser(
+        "capture", help="record a PyTorch model's training step as a simrd log, on the meta device (no memory): zoo, "
+        "torchvision:, hf:, diffusers: or your own module:function (pip install 'dtrlab[torch,models]')",
+        description="Record one training step of a model as a simrd log. Models are built from configurations "
+        "(random initialisation, nothing downloaded) on the meta device: no tensor data, so memory does not grow "
+        "with the model.")
+    parser.add_argument("model", metavar="MODEL", type=model_source, help=f"model source: {describe_sources()}")
+    parser.add_argument("--out", required=True, type=output_file, metavar="FILE", help="output log; gzip-compressed if it ends in .gz")
     add_model_size_arguments(parser)
     add_precision_arguments(parser)
     parser.add_argument("--cost", choices=COST_MODELS, default="flops",
@@ -71,22 +62,15 @@ def capture_parser() -> Parser:
     parser.add_argument("--repeats", type=positive_int, default=5, help="timing repeats per operator (cost=time)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.add_argument("--debug", action="store_true", help="show the full traceback of an unexpected error")
-    return parser
+    parser.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def run(options) -> int:
     try:
         import torch  # noqa: F401 (installed?)
     except ImportError as exc:
-        if {"-h", "--help"} & set(args.arguments):
-            print(f"usage: dtrlab capture MODEL --out FILE [options]\n\nThe options need PyTorch ({exc}): "
-                  "pip install 'dtrlab[torch,models]'")
-            return 0
         raise ValueError(f"dtrlab capture needs PyTorch ({exc}); install it with `pip install 'dtrlab[torch]'`") \
             from None
-    options = capture_parser().parse_args(args.arguments)
-    args.debug = args.debug or options.debug
     from ..trace.capture import capture, package_versions  # imports torch._dynamo: after --help and usage errors
 
     sizes = {key: getattr(options, key) for key in SIZE_KEYS}

@@ -7,20 +7,32 @@ torch.compile's activation_memory_budget, ``--ac`` activation-checkpointing plan
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
 from .capture import add_model_size_arguments
-from .common import (byte_count, check_no_limit, execution_argument, jobs_count, load_single_trace, overhead_limit_or_none,
-                     positive_float, positive_size)
+from .common import (byte_count, check_no_limit, execution_argument, jobs_count, load_single_trace, model_source,
+                     overhead_limit_or_none, positive_float, positive_size)
 from .knob import add_backend_argument
+
+
+def trace_or_model_source(text: str) -> str:
+    """A trace file that exists, or a model source checked before torch is imported (:func:`model_source`)."""
+    path = Path(text)
+    if path.exists():
+        return text
+    if path.suffix in (".log", ".jsonl", ".gz", ".zip") or "/" in text:
+        raise argparse.ArgumentTypeError(f"no trace file {text} (give a log or trace file, or a model source such as "
+                                         "resnet32 or hf:gpt2)")
+    return model_source(text)
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "check", help="one question: is this budget safe for my model on this GPU, and what should I pick? "
                       "(census around the budget, hole anatomy, safe budgets; HTML + JSON report)")
-    parser.add_argument("source", metavar="MODEL|LOG",
+    parser.add_argument("source", metavar="MODEL|LOG", type=trace_or_model_source,
                         help="a trace or log file (.log, .jsonl, .jsonl.gz), or a model source to capture first "
                              "as dtrlab capture does: a zoo name, torchvision:NAME, hf:NAME, diffusers:NAME or "
                              "module:function (needs dtrlab[torch,models])")
@@ -136,9 +148,6 @@ def _trace(args, out: Path):
     path = Path(args.source)
     if path.exists():
         return load_single_trace(str(path))
-    if path.suffix in (".log", ".jsonl", ".gz", ".zip") or "/" in args.source:
-        raise FileNotFoundError(f"no trace file {args.source} (give a log or trace file, or a model source such as "
-                                "resnet32 or hf:gpt2)")
     try:
         import torch
     except ImportError as exc:

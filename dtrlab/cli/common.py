@@ -159,6 +159,18 @@ def output_file(text: str) -> str:
     return text
 
 
+def model_source(text: str) -> str:
+    """A model source whose name is checked now, before torch is imported (seconds): a misspelt zoo, hf: or
+    diffusers: name is refused with the closest one (dtrlab.trace.sources)."""
+    from ..trace.sources import check_source
+
+    try:
+        check_source(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def check_scheduler(address: str | None, backend: str | None = None, timeout_s: float = 5.0) -> None:
     """Fail fast, with the address, when a Dask scheduler does not answer (Dask itself waits 30 s),
     or when ``--backend dask`` comes without one."""

@@ -7,7 +7,7 @@ import sys
 
 from ..trace.sizes import SIZE_KEYS
 from .capture import add_model_size_arguments
-from .common import add_policy_arguments, byte_count, policy_params, positive_float, semantics_argument
+from .common import add_policy_arguments, byte_count, model_source, policy_params, positive_float, semantics_argument
 
 
 def register(subparsers) -> None:
@@ -17,7 +17,7 @@ def register(subparsers) -> None:
         description="Capture MODEL's training step, then execute it for real under the budget: the simulator "
         "replays the captured trace in lockstep and its evictions and rematerializations happen on real tensors. "
         "Prints the simulator's record of the run plus wall times (docs/execute.md).")
-    parser.add_argument("model", metavar="MODEL", help="model source, as for dtrlab capture: a zoo model "
+    parser.add_argument("model", metavar="MODEL", type=model_source, help="model source, as for dtrlab capture: a zoo model "
                         "(resnet32, lstm, ...), torchvision:NAME, hf:NAME, diffusers:NAME or module:function")
     budget = parser.add_mutually_exclusive_group(required=True)
     budget.add_argument("--ratio", type=positive_float,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..memory.device import PEAK_ACCOUNTINGS, human_bytes
 from .capture import add_model_size_arguments, add_precision_arguments, precision_options
-from .common import jobs_count, positive_float, positive_size, print_table
+from .common import jobs_count, model_source, positive_float, positive_size, print_table
 
 
 def knob_range(text: str) -> dict:
@@ -67,6 +67,16 @@ def estimator_list(text: str) -> tuple[str, ...]:
     return _names(text, RUNTIME_ESTIMATORS, "runtime estimator")
 
 
+def census_or_model_source(text: str) -> str:
+    """A census JSON that exists, or a model source checked before torch is imported (:func:`model_source`)."""
+    if not text.endswith(".json"):
+        return model_source(text)
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"no census file {text} (a census JSON written by dtrlab knob --out, or a "
+                                         "model source)")
+    return text
+
+
 def output_directory(text: str) -> str:
     """A directory to write into, checked before any work: not a file, and writable or creatable."""
     path = Path(text)
@@ -82,7 +92,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "knob", help="census torch.compile's activation_memory_budget knob: the peak at every knob value, where "
         "lowering it raises the peak, the holes in byte terms, and the knob that fits a byte budget (docs/compile.md)")
-    parser.add_argument("source", metavar="SOURCE",
+    parser.add_argument("source", metavar="SOURCE", type=census_or_model_source,
                         help="a model source as for `dtrlab capture` (zoo name, torchvision:, hf:, diffusers:, "
                              "module:function), or a census JSON written by --out")
     add_model_size_arguments(parser)
@@ -140,7 +150,7 @@ def run(args) -> int:
 
     plan = KnobPlan(**(args.knobs or knob_range("0:1:0.01")), resolution=args.resolution,
                     refine=args.refine)
-    if args.source.endswith(".json") and Path(args.source).is_file():
+    if args.source.endswith(".json"):
         censuses = [(lambda: read_census(args.source), "")]
     else:
         execution = knob_execution(args)

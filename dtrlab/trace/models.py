@@ -53,13 +53,8 @@ from torch import nn
 
 from . import zoo
 from .sizes import SIZE_KEYS
+from .sources import SCHEMES, ModelSourceError, check_source, describe_sources
 from .zoo import Workload
-
-SCHEMES = ("torchvision", "hf", "diffusers")
-
-
-class ModelSourceError(ValueError):
-    """A model source that does not name, build or run a model; the message names the model and the cause."""
 
 
 @dataclass(frozen=True)
@@ -112,17 +107,9 @@ def _hf_presets() -> dict[str, HFPreset]:
     }
 
 
-HF_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "bert-base", "bert-large", "llama", "olmoe")
 #: Sources whose kernels take 16-bit floats only: why.
 SIXTEEN_BIT_ONLY = {"hf:olmoe": "its experts run as grouped matmuls (aten._grouped_mm), which take bfloat16 or "
                                 "float16 only; add --dtype bfloat16"}
-DIFFUSERS_NAMES = ("sd-unet", "dit-xl-2")
-
-
-def describe_sources() -> str:
-    return (f"zoo models ({', '.join(sorted(zoo.MODELS))}), torchvision:NAME (e.g. torchvision:resnet50), "
-            f"hf:NAME ({', '.join(HF_NAMES)}), diffusers:NAME ({', '.join(DIFFUSERS_NAMES)}) "
-            "or package.module:function")
 
 
 def build(source: str, *, batch: int | None = None, seq: int | None = None, image: int = 224,
@@ -134,6 +121,7 @@ def build(source: str, *, batch: int | None = None, seq: int | None = None, imag
     (float32 master weights) and run the forward and the loss under
     ``torch.autocast(device_type, autocast)`` (:class:`Autocast`).
     ``fake``: the caller builds under a ``FakeTensorMode`` (see :func:`fake_build`)."""
+    check_source(source)
     sizes = {key: value for key, value in sizes.items() if value is not None}
     unknown = set(sizes) - set(SIZE_KEYS)
     if unknown:
@@ -148,8 +136,6 @@ def build(source: str, *, batch: int | None = None, seq: int | None = None, imag
     torch.manual_seed(seed)
     with torch.device(device), (fake_build() if fake else contextlib.nullcontext()):
         if not name:
-            if source not in zoo.MODELS:
-                raise ModelSourceError(f"unknown model {source!r}; sources: {describe_sources()}")
             workload = zoo.build(source, batch=batch, seed=seed)
         elif scheme == "torchvision":
             workload = _torchvision(name, batch or 64, image)
@@ -421,8 +407,6 @@ class _Logits(nn.Module):
 
 def _huggingface(name: str, batch: int | None, seq: int | None, sizes: dict) -> Workload:
     source = f"hf:{name}"
-    if name not in HF_NAMES:
-        raise ModelSourceError(f"unknown model {source!r}; hf: presets are {', '.join(HF_NAMES)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # configs are built here: nothing to fetch
     transformers = _import("transformers", source)
     preset = _hf_presets()[name]
@@ -490,8 +474,6 @@ class _Denoiser(nn.Module):
 
 def _diffusers(name: str, batch: int | None) -> Workload:
     source = f"diffusers:{name}"
-    if name not in DIFFUSERS_NAMES:
-        raise ModelSourceError(f"unknown model {source!r}; diffusers: models are {', '.join(DIFFUSERS_NAMES)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     diffusers = _import("diffusers", source)
     build_model = _sd_unet if name == "sd-unet" else _dit_xl_2
