@@ -1,4 +1,5 @@
-"""The project's own promises: pyproject and environment.yml agree, CI runs the README's test command."""
+"""The project's own promises: pyproject and environment.yml agree, every install is under constraints.txt,
+CI runs the README's test command."""
 
 import re
 import tomllib
@@ -22,13 +23,40 @@ def test_environment_yml_matches_pyproject():
     wanted["distributed"] = wanted["dask"]
     conda = {}
     text = (ROOT / "environment.yml").read_text()
-    for line in text[text.index("dependencies:"):].splitlines():
+    for line in text[text.index("dependencies:"):text.index("- pip:")].splitlines():  # pip's own list follows
         item = line.strip()
-        if item.startswith("- ") and not item.startswith("- pip") and not item.startswith("- -e"):
+        if item.startswith("- ") and item != "- pip":
             requirement = item[2:].strip()
             if _name(requirement) not in ("python",):
                 conda[_name(requirement)] = _spec(requirement)
     assert conda == wanted
+
+
+def test_every_install_is_under_the_constraints():
+    """The pins that draw the figures byte for byte hold for every pip install of `make` (and so of CI) and of
+    environment.yml, and each lies within pyproject's range for that package."""
+    from packaging.requirements import Requirement
+
+    makefile = (ROOT / "Makefile").read_text()
+    installs = [line for line in makefile.splitlines()
+                if line.startswith("\t") and "pip install" in line and "--upgrade pip" not in line]
+    assert installs and all("-c constraints.txt" in line for line in installs), installs
+    assert re.search(r"^\$\(VENV\)/\.installed: .*\bconstraints\.txt\b", makefile, flags=re.M), \
+        "an edited constraints.txt must reinstall"
+    text = (ROOT / "environment.yml").read_text()
+    assert "- -c constraints.txt" in text[text.index("- pip:"):]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    ranges = {}
+    for requirement in project["dependencies"] + sum(project["optional-dependencies"].values(), []):
+        parsed = Requirement(requirement)
+        ranges[parsed.name.lower()] = parsed.specifier
+    pins = [Requirement(line) for line in (ROOT / "constraints.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    assert {"matplotlib", "fonttools", "pillow"} <= {pin.name for pin in pins}
+    for pin in pins:
+        (pinned,) = pin.specifier
+        assert pinned.operator == "==", pin
+        assert pinned.version in ranges.get(pin.name, pinned.version), f"{pin} is outside pyproject's {ranges[pin.name]}"
 
 
 def test_ci_runs_the_readme_test_command():

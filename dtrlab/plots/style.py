@@ -140,7 +140,8 @@ def save_figure(fig, directory: str | Path, name: str) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     png, pdf = directory / f"{name}.png", directory / f"{name}.pdf"
     fig.savefig(png)
-    # No creation date in the PDF, so that regenerating an unchanged figure changes no byte.
+    # No creation date in the PDF, so that regenerating an unchanged figure changes no byte; the rest of the bytes
+    # depend on the versions constraints.txt pins (fontTools writes the PDF's font subset).
     fig.savefig(pdf, metadata={"CreationDate": None})
     return [png, pdf]
 
