@@ -545,6 +545,64 @@ def test_every_execution_backend_gives_the_same_census_each_worker_tracing_once(
         pd.testing.assert_frame_equal(census.samples, serial, obj=backend)
 
 
+class _InOrder:
+    """Workers that evaluate here, in item order (engine.Workers.imap's interface)."""
+
+    def __init__(self, function):
+        self.function, self.items = function, []
+
+    def imap(self, items):
+        self.items.append(list(items))
+        return ((i, self.function(item)) for i, item in enumerate(items))
+
+
+def test_lowering_phases_send_each_new_partition_to_one_worker_first():
+    """Per batch: the workers find every knob's lowering key; the first knob of each key not sent before goes out
+    first, the rest after (read from the disk cache then); keys sent in earlier batches go with the rest."""
+    from dtrlab.analysis.knob_census import _lowering_phases
+
+    keys = {0.0: "b", 0.8: "a", 0.9: "a", 1.0: "a", 0.5: "c", 0.45: "b"}
+    workers = _InOrder(lambda task: keys[task[1]] if task[0] == "key" else pytest.fail("evaluated"))
+    lowered: set[str] = set()
+    assert _lowering_phases(workers, [0.0, 0.8, 0.9, 1.0], lowered) == [[0.0, 0.8], [0.9, 1.0]]
+    assert workers.items == [[("key", 0.0), ("key", 0.8), ("key", 0.9), ("key", 1.0)]] and lowered == {"a", "b"}
+    assert _lowering_phases(workers, [0.45, 0.5], lowered) == [[0.5], [0.45]] and lowered == {"a", "b", "c"}
+    assert _lowering_phases(workers, [0.45], lowered) == [[0.45]]
+
+
+def test_forked_workers_lower_each_partition_once_and_give_the_serial_census(tmp_path, monkeypatch):
+    """Under Inductor with the disk cache, two forked workers share the census's lowerings: each distinct partition
+    (by disk key) is lowered by one worker only, the others read it, and the samples are the serial census's (its
+    own cache, the joint's memo forgotten in between so that the workers lower afresh). The serial census needs no
+    phases (its memo shares its lowerings)."""
+    import warnings
+
+    pytest.importorskip("torch")
+    from dtrlab.analysis import knob_census
+    from dtrlab.trace.lowering_cache import cache_entries
+
+    phased = []
+    split = knob_census._lowering_phases
+    monkeypatch.setattr(knob_census, "_lowering_phases", lambda *args: phased.append(1) or split(*args))
+    source = KnobSource("tests.test_partition:tiny_mlp", backend="inductor")
+    plan = KnobPlan(knobs=(1.0, 0.9, 0.8, 0.0), resolution=1.0)  # four knobs, two partitions, no refinement
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        serial = census_knob(dataclasses.replace(source, cache=str(tmp_path / "serial")), plan)
+        assert not phased
+        joint = source.joint()
+        distinct = len(cache_entries(tmp_path / "serial"))
+        assert serial.meta["lowered_per_process"] == [distinct] and 1 < distinct < len(plan.grid())
+        for part in joint.parts or (joint,):
+            part.lowerings.clear()
+            part.lowered_records.clear()
+        forked = census_knob(dataclasses.replace(source, cache=str(tmp_path / "forked")), plan,
+                             execution=Execution(jobs=2, backend="fork", progress=False))
+    assert forked.meta["execution"] == "fork" and phased == [1]
+    assert sum(forked.meta["lowered_per_process"]) == distinct == len(cache_entries(tmp_path / "forked"))
+    pd.testing.assert_frame_equal(forked.samples, serial.samples)
+
+
 @pytest.mark.slow  # two loky workers trace the tiny MLP: ~30 s
 def test_cli_runs_the_census_on_loky_workers(capsys, tmp_path):
     from dtrlab.cli import main
@@ -957,6 +1015,7 @@ def recorded_tracing(monkeypatch) -> list:
     import dtrlab.analysis.knob_census as knob_census
     import dtrlab.analysis.knob_solvers as knob_solvers
     import dtrlab.memory.partitioned as partitioned
+    import dtrlab.trace.inductor as inductor
     import dtrlab.trace.partition as partition
 
     traced = []
@@ -970,6 +1029,9 @@ def recorded_tracing(monkeypatch) -> list:
     monkeypatch.setattr(knob_solvers, "watched_peaks",
                         lambda joint, knob, **options: {"how": "watched", "joint": joint, "knob": knob, **options,
                                                         **peaks})
+    # Inductor's lowering keys (each knob its own partition) and counts, of these stand-in joints
+    monkeypatch.setattr(inductor, "lowering_key", lambda joint, knob, **options: f"{joint} at {knob}")
+    monkeypatch.setattr(knob_census.KnobSource, "lowered_here", lambda self: 0)
     return traced
 
 
@@ -988,7 +1050,7 @@ def test_a_knob_source_traces_its_joint_once_per_process_and_source(recorded_tra
     assert traced == [("model:a", {"backend": "aot_eager", "batch": 2})] and first.traces_here() == 1
     watched = KnobSource("model:b", watched=True, solver="dp", runtime_estimator="flops")
     assert watched(0.1) == {"how": "watched", "joint": "joint of model:b", "knob": 0.1, "solver": "dp",
-                            "runtime_estimator": "flops", **peaks}
+                            "runtime_estimator": "flops", "cache": True, **peaks}
     assert traced[1:] == [("model:b", {"backend": "inductor"})] and watched.traces_here() == 1
     assert first(0.5)["joint"] == "joint of model:a" and first.traces_here() == 2 and len(traced) == 3
     assert knob_census._JOINT_MEMO == {"key": first.joint_key, "joint": "joint of model:a"}

@@ -215,22 +215,28 @@ def census_knob(evaluate: Callable[[float], dict], plan: KnobPlan = KnobPlan(), 
     execution = execution or SERIAL.with_(progress=False)
     where = placement(execution)
     started = time.perf_counter()
+    if isinstance(evaluate, KnobSource):
+        evaluate = evaluate.resolved()  # its lowering cache named here, whatever the workers' environment
     if isinstance(evaluate, KnobSource) and where in ("sequential", "fork"):
         evaluate.joint()  # traced here, before the bar (and before the fork)
     elif where in ("loky", "dask"):
         _check_shippable(evaluate, where)
+    # Workers share lowerings through the disk cache only: each distinct partition goes to one worker first.
+    dedupe = isinstance(evaluate, KnobSource) and evaluate.shares_lowerings and where != "sequential"
     rows: dict[float, dict] = {}
-    processes: dict[int, int | None] = {}
+    processes: dict[int, tuple] = {}
+    lowered_keys: set[str] = set()
     bar = _progress_bar(execution.progress, len(plan.grid()), name)
     with Workers(_evaluate_knob, evaluate, execution) as workers:
         batch, source = plan.grid()[:plan.max_evaluations], "grid"
         while batch:
-            for index, (row, pid, traces) in workers.imap(batch):
-                _check_row(row, batch[index], plan.accountings)
-                rows[batch[index]] = {**row, "knob": batch[index], "source": source}
-                processes[pid] = traces
-                if bar is not None:
-                    bar.update(1)
+            for phase in _lowering_phases(workers, batch, lowered_keys) if dedupe else [batch]:
+                for index, (row, pid, counts) in workers.imap([("row", knob) for knob in phase]):
+                    _check_row(row, phase[index], plan.accountings)
+                    rows[phase[index]] = {**row, "knob": phase[index], "source": source}
+                    processes[pid] = counts
+                    if bar is not None:
+                        bar.update(1)
             batch, source = _midpoints(rows, plan)[:plan.max_evaluations - len(rows)], "refine"
             if bar is not None and batch:
                 bar.total += len(batch)
@@ -243,7 +249,9 @@ def census_knob(evaluate: Callable[[float], dict], plan: KnobPlan = KnobPlan(), 
     census.meta.update(refinement_complete=not census.check_resolution(), jobs=execution.jobs, execution=where,
                        processes=len(processes))
     if isinstance(evaluate, KnobSource):
-        census.meta["traces_per_process"] = [processes[pid] for pid in sorted(processes)]
+        census.meta["traces_per_process"] = [processes[pid][0] for pid in sorted(processes)]
+        if evaluate.backend == "inductor":
+            census.meta["lowered_per_process"] = [processes[pid][1] for pid in sorted(processes)]
     if "backend" in samples:  # whose step the peaks are of (dtrlab.memory.partitioned.knob_peaks)
         census.meta["backend"] = ",".join(sorted(set(samples["backend"])))
     if "inductor" in census.meta.get("backend", ""):
@@ -284,11 +292,34 @@ def _check_shippable(evaluate, where: str) -> None:
                          "per worker) or use backend='fork'") from None
 
 
-def _evaluate_knob(evaluate: Callable[[float], dict], knob: float) -> tuple[dict, int, int | None]:
-    """One knob, in whichever process: (the row, this process's id, how often this process has traced the
-    joint of a :class:`KnobSource`, None for another callable)."""
+def _evaluate_knob(evaluate: Callable[[float], dict], task: tuple[str, float]):
+    """One knob, in whichever process. ``("row", knob)``: (the row, this process's id, and for a
+    :class:`KnobSource` how often this process has traced its joint and how many partitions it has lowered, else
+    None). ``("key", knob)``: the disk key of the knob's lowering (:meth:`KnobSource.lowering_key`)."""
+    what, knob = task
+    if what == "key":
+        return evaluate.lowering_key(knob)
     row = dict(evaluate(knob))
-    return row, os.getpid(), evaluate.traces_here() if isinstance(evaluate, KnobSource) else None
+    counts = (evaluate.traces_here(), evaluate.lowered_here()) if isinstance(evaluate, KnobSource) else None
+    return row, os.getpid(), counts
+
+
+def _lowering_phases(workers, batch: list[float], lowered: set[str]) -> list[list[float]]:
+    """``batch`` split so that no partition is lowered by two workers at once: the workers first find each knob's
+    lowering key (a partition each, nothing lowered), then the first knob (in batch order) of each key not lowered
+    before goes out, and the other knobs after, when their lowerings are on disk. ``lowered`` (the keys sent out
+    in earlier batches) grows by this batch's."""
+    keys: list[str | None] = [None] * len(batch)
+    for index, key in workers.imap([("key", knob) for knob in batch]):
+        keys[index] = key
+    first: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        if key not in lowered and key not in first:
+            first[key] = index
+    lowered.update(first)
+    leaders = set(first.values())
+    phases = [[batch[i] for i in sorted(leaders)], [knob for i, knob in enumerate(batch) if i not in leaders]]
+    return [phase for phase in phases if phase]
 
 
 @dataclass(frozen=True)
@@ -308,6 +339,23 @@ class KnobSource:
     solver: str | None = None
     runtime_estimator: str | None = None
     watched: bool = False
+    #: Where Inductor's lowered steps are kept across runs (:func:`dtrlab.memory.partitioned.knob_peaks`'s
+    #: ``cache``: True for ``$DTRLAB_CACHE``, a directory, or False).
+    cache: bool | str = True
+
+    def resolved(self) -> "KnobSource":
+        """This source with its lowering cache as a directory (True: this process's ``$DTRLAB_CACHE``), so that
+        workers started under another environment (a reused loky executor, a Dask cluster) use the same one."""
+        if self.cache is True:
+            from ..trace.cache import default_cache_dir
+
+            return dataclasses.replace(self, cache=str(default_cache_dir()))
+        return self
+
+    @property
+    def shares_lowerings(self) -> bool:
+        """Whether processes evaluating this source share Inductor's lowerings (through the disk cache)."""
+        return self.backend == "inductor" and bool(self.cache)
 
     @property
     def joint_key(self) -> tuple:
@@ -332,15 +380,33 @@ class KnobSource:
         """How many times this process has traced this source's joint (1 once it has been evaluated)."""
         return _JOINT_TRACES.get(self.joint_key, 0)
 
+    def lowered_here(self) -> int:
+        """How many distinct partitions this process has lowered on the joint it holds (Inductor's; read from
+        the disk cache, a partition is not lowered)."""
+        if _JOINT_MEMO.get("key") != self.joint_key:
+            return 0
+        joint = _JOINT_MEMO["joint"]
+        return sum(len(part.lowerings) for part in joint.parts or (joint,))
+
+    def lowering_key(self, knob: float) -> str:
+        """The disk key of this source's Inductor lowering at ``knob`` (:func:`dtrlab.trace.inductor.lowering_key`)."""
+        from ..trace.inductor import lowering_key
+        from ..trace.partition import partitioner_config
+
+        with _JOINT_LOCK, partitioner_config(None, runtime_estimator=self.runtime_estimator):
+            return lowering_key(self._joint(), knob, solver=self.solver)
+
     def __call__(self, knob: float) -> dict:
         from ..memory.partitioned import knob_peaks
         from .knob_solvers import watched_peaks
 
+        lowerings = {"cache": self.cache} if self.backend == "inductor" else {}  # aot_eager lowers nothing
         with _JOINT_LOCK:
             joint = self._joint()
             if not self.watched:
-                return knob_peaks(joint, knob, solver=self.solver)
-            return watched_peaks(joint, knob, solver=self.solver, runtime_estimator=self.runtime_estimator)
+                return knob_peaks(joint, knob, solver=self.solver, **lowerings)
+            return watched_peaks(joint, knob, solver=self.solver, runtime_estimator=self.runtime_estimator,
+                                 **lowerings)
 
 
 #: This process's traced joint (``key``, ``joint``), the count of traces per joint key, and the lock that

@@ -40,17 +40,18 @@ def _over(call: dict) -> bool:
     return call["saved_memory"] > call["max_memory"] * (1 + 1e-9) + 1e-9
 
 
-def watched_peaks(joint, knob: float, *, solver: str | None = None, runtime_estimator: str | None = None) -> dict:
+def watched_peaks(joint, knob: float, *, solver: str | None = None, runtime_estimator: str | None = None,
+                  cache=True) -> dict:
     """:func:`dtrlab.memory.partitioned.knob_peaks` under ``solver`` and ``runtime_estimator``, with the
     knapsack watched: ``knapsack_calls``, ``knapsack_over`` (calls whose choice saves more than their limit)
     and ``knapsack_worst`` (the largest saved memory over limit, 0 when the knapsack did not run). The census's
-    evaluation for ``dtrlab knob --solver/--runtime-estimator``."""
+    evaluation for ``dtrlab knob --solver/--runtime-estimator``. ``cache``: knob_peaks's (Inductor's lowerings)."""
     from ..memory.partitioned import knob_peaks
 
     calls: list = []
     try:
         with partitioner_config(None, runtime_estimator=runtime_estimator), _watched_knapsack(calls):
-            row = knob_peaks(joint, knob, solver=solver)
+            row = knob_peaks(joint, knob, solver=solver, cache=cache)
     except RuntimeError as exc:  # torch's own refusal, e.g. the ilp solver without scipy
         raise ValueError(f"activation_memory_budget_solver {solver or 'configured'}, estimator "
                          f"{runtime_estimator or 'configured'}: {str(exc).strip().splitlines()[0]}") from None
