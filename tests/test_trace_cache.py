@@ -173,3 +173,30 @@ def test_directories_load_through_the_cache(tmp_path, monkeypatch):
     assert cached == parsed and list(cached) == list(parsed)
     assert [t.meta for t in cached.values()] == [t.meta for t in parsed.values()]  # the manifest's titles
     assert len(list((tmp_path / f"traces-v{trace_cache.PARSER_VERSION}").glob("*.npz"))) == len(parsed)
+
+
+def test_dtrlab_cache_lists_folders_and_cleans_inductor_lowerings(tmp_path, capsys):
+    """``dtrlab cache list`` names each folder with its files and bytes (leftovers apart), and an Inductor
+    lowering folder of another version as never read; ``clean --inductor`` removes every lowering, any version,
+    and nothing else."""
+    from dtrlab.cli import main
+    from dtrlab.trace.lowering_cache import FOLDER
+
+    (tmp_path / FOLDER).mkdir()
+    (tmp_path / FOLDER / ("a" * 64 + ".npz")).write_bytes(b"x" * 1024)
+    (tmp_path / FOLDER / ("b" * 64 + ".npz.damaged")).write_bytes(b"x")
+    (tmp_path / "inductor-v0").mkdir()
+    (tmp_path / "inductor-v0" / ("c" * 64 + ".npz")).write_bytes(b"x")
+    (tmp_path / "traces-v3").mkdir()
+    (tmp_path / "traces-v3" / "kept.npz").write_bytes(b"x" * 2048)
+    assert main(["cache", "list", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{tmp_path}:"
+    assert lines[1].startswith("  inductor-v0: 1 files, ") and lines[1].endswith("another version: never read "
+                                                                                 "(clean --inductor removes it)")
+    assert lines[2].startswith(f"  {FOLDER}: 1 files, ") and ", 1 leftovers  Inductor's lowered steps" in lines[2]
+    assert "never read" not in lines[2] and lines[3].startswith("  traces-v3: 1 files, ") and len(lines) == 4
+    assert main(["cache", "clean", str(tmp_path), "--inductor"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"removed 2 Inductor lowerings from {tmp_path}"
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["b" * 64 + ".npz.damaged", "kept.npz"]
+    assert main(["cache", "list", str(tmp_path / "nope")]) == 2
