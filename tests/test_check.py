@@ -205,8 +205,9 @@ def test_check_bad_input_is_one_line(tmp_path, capsys, arguments, message):
     assert not list(tmp_path.iterdir())
 
 
-def test_an_unknown_device_lists_the_presets_once(tmp_path, capsys):
-    status = main(["check", str(ROOT / "traces" / "resnet32-b8.jsonl.gz"), "--device", "A100", "--budget", "0.5",
+@pytest.mark.parametrize("device", ["A100", "a100-80gb"])  # lower case: difflib alone picked H100-80GB
+def test_an_unknown_device_lists_the_presets_once(tmp_path, capsys, device):
+    status = main(["check", str(ROOT / "traces" / "resnet32-b8.jsonl.gz"), "--device", device, "--budget", "0.5",
                    "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert status == 2 and "(did you mean 'A100-80GB'?)" in err and err.count("H200-141GB") == 1, err
