@@ -73,6 +73,7 @@ import torch._dynamo  # noqa: F401
 from torch import fx, nn
 
 from .capture import Recorder
+from .cuda_joint import cuda_attention, retrace_on_cuda
 from .gpu_target import device_answers
 from .model import Trace
 from .simrd_log import parse_lines
@@ -247,7 +248,7 @@ class _JointCaptured(Exception):
 
 def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None, image: int = 224,
                 dtype: torch.dtype | None = None, autocast: torch.dtype | None = None, device: str = "cpu",
-                backend: str = "aot_eager",
+                backend: str = "aot_eager", gpu: str | None = None,
                 **sizes) -> JointGraph:
     """Trace ``source``'s training step once into the joint graph torch.compile would partition.
 
@@ -258,6 +259,9 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
     (``torch/_inductor/compile_fx.py:2466``, ``partition_fn``: Inductor's decompositions, then
     its joint-graph passes at :2484, then ``min_cut_rematerialization_partition(...,
     compiler="inductor")`` at :2506) and keeps the graph it hands the partitioner.
+    ``gpu``: a :data:`~dtrlab.trace.gpu_target.GPU_TARGETS` name: the step as torch.compile traces it for
+    that GPU, without one (:mod:`dtrlab.trace.cuda_joint`: traced on the CPU with CUDA's attention kernels,
+    then re-traced on fake CUDA tensors); partitioned and lowered under the GPU's answers.
     Raises ``ValueError`` (one line) for an unknown source or backend or a step dynamo cannot
     capture (graph breaks are followed under aot_eager: see ``parts``).
     """
@@ -267,10 +271,41 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
     options = {"batch": batch, "seq": seq, "image": image, "dtype": dtype, "autocast": autocast, **sizes}
     with fake_workload(source, device=device, **options) as workload:
         pass  # dynamo makes its own fake tensors from these: the step is compiled outside this mode
-    build_options = tuple(sorted((k, _option_value(v)) for k, v in {**options, "device": device}.items()
-                                 if v is not None))
-    return trace_step(workload.module, workload.inputs, workload.loss_fn, source=source,
-                      build_options=build_options, desc=workload.desc, backend=backend)
+    named = {**options, "device": device, "gpu": gpu}
+    build_options = tuple(sorted((k, _option_value(v)) for k, v in named.items() if v is not None))
+    with contextlib.nullcontext() if gpu is None else cuda_attention(gpu):
+        joint = trace_step(workload.module, workload.inputs, workload.loss_fn, source=source,
+                           build_options=build_options, desc=workload.desc, backend=backend)
+    return joint if gpu is None else for_gpu(joint, gpu)
+
+
+def for_gpu(joint: JointGraph, gpu: str) -> JointGraph:
+    """``joint`` re-traced on fake CUDA tensors for GPU ``gpu`` (:func:`dtrlab.trace.cuda_joint.retrace_on_cuda`),
+    each graph of a step with graph breaks on its own. Node names stay ``joint``'s."""
+    if not joint.parts:
+        return _graph_for_gpu(joint, gpu)
+    parts = tuple(_graph_for_gpu(part, gpu) for part in joint.parts)
+    return dataclasses.replace(joint, graph_module=parts[0].graph_module, joint_inputs=parts[0].joint_inputs,
+                               parts=parts, gpu=gpu, **_fresh_memos())
+
+
+def _graph_for_gpu(joint: JointGraph, gpu: str) -> JointGraph:
+    capture = joint.inductor
+    graph_module, inputs, mode = retrace_on_cuda(joint.graph_module, joint.joint_inputs,
+                                                 capture.fake_mode if capture else None, gpu, joint.source)
+    if capture is not None:  # Inductor takes its fake mode from the tracing context (torch/_guards.py, detect_fake_mode)
+        context = copy.copy(capture.tracing_context)
+        context.fake_mode = mode
+        capture = dataclasses.replace(capture, tracing_context=context, fake_mode=mode)
+    return dataclasses.replace(joint, graph_module=graph_module, joint_inputs=inputs,
+                               forward_nodes=_forward_nodes(graph_module.graph), inductor=capture, gpu=gpu,
+                               **_fresh_memos())
+
+
+def _fresh_memos() -> dict:
+    """What a JointGraph remembers of its partitions and lowerings, empty for a new graph (``replace`` would share
+    the old graph's)."""
+    return dict(runtime_estimates={}, min_cuts={}, lowerings={}, lowered_records={})
 
 
 def trace_step(module: nn.Module, inputs, loss_fn=None, *, source: str, build_options: tuple = (),
@@ -694,9 +729,10 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
 
     forcings = _forcings_by_graph(joint, force or {})
     with device_answers(joint.gpu):
-        with _fake_factories(joint):
-            results = [_partition_graph(part, knob, solver, forcings[c], reuse_min_cuts)
-                       for c, part in enumerate(parts)]
+        results = []
+        for c, part in enumerate(parts):
+            with _fake_factories(part):
+                results.append(_partition_graph(part, knob, solver, forcings[c], reuse_min_cuts))
         pairs = tuple((r.forward, r.backward) for r in results)
         trace, peak, forward_ops = (record_with or record_partitioned)(pairs, joint)
 
