@@ -89,6 +89,19 @@ def test_every_budget_and_size_must_be_positive(capsys, chain, tmp_path, argv):
     refused(capsys, argv, f"argument {option}: must be positive, got '{value}'")
 
 
+def test_check_and_execute_refuse_their_options_before_any_work(capsys, chain, tmp_path):
+    """check's --out and --cost (ignored for a trace, or failing after the census) and execute's --cost and --device
+    (failing after torch was imported) are refused as they are parsed."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    check = ["check", chain, "--device", "A100-80GB", "--budget", "0.5"]
+    refused(capsys, [*check, "--out", a_file], "argument --out", "is a file")
+    refused(capsys, [*check, "--cost", "bogus", "--out", tmp_path / "out"], "argument --cost: invalid choice: 'bogus'")
+    assert not (tmp_path / "out").exists()
+    refused(capsys, ["execute", "resnet32", "--ratio", "0.5", "--cost", "time"], "argument --cost: invalid choice")
+    refused(capsys, ["execute", "resnet32", "--ratio", "0.5", "--device", "gpu"], "argument --device: invalid choice")
+
+
 def test_frontier_ratios_and_chain(capsys, chain):
     pytest.importorskip("highspy", reason="dtrlab frontier needs the solvers extra")
     pytest.importorskip("ortools", reason="dtrlab frontier needs the solvers extra")
@@ -268,6 +281,8 @@ def test_every_command_has_help(capsys, command):
         assert main([command, flag]) == 0
         out = capsys.readouterr().out
         assert out.startswith(f"usage: dtrlab {command}"), out[:200]
+        # after the usage, a paragraph says what the command does (check and knob had none)
+        assert not out.split("\n\n")[1].startswith(("positional arguments:", "options:")), out[:600]
 
 
 def test_a_failed_run_has_no_overhead(capsys, chain):

@@ -49,6 +49,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name in COMMANDS if command is None else [command]:
         importlib.import_module(f"{__name__}.{name}").register(subparsers)
     parser.commands = subparsers.choices  # name -> its parser
+    for choice in subparsers._choices_actions:  # a command's line in the list also heads its own --help
+        parser.commands[choice.dest].description = parser.commands[choice.dest].description or choice.help
     for subparser in subparsers.choices.values():  # SUPPRESS: absent, it leaves the top-level value alone
         subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                                help="show the full traceback of an unexpected error")

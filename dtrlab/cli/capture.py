@@ -14,6 +14,9 @@ from .common import model_source, output_file, positive_int
 #: zoo's traces DTR's threshold lies above it: hf:gpt2 --batch 2 --seq 128 pins 0.76 and
 #: fails below 1.0; unet --batch 2 pins 0.51 and fails below 0.7.)
 PINNED_WARNING = 0.5
+#: The cost models that compute costs rather than time operators (flops, roofline:GPU): deterministic, and needing
+#: no real tensors; what check and execute take.
+MODELLED_COSTS = tuple(cost for cost in COST_MODELS if cost != "time")
 
 
 def add_model_size_arguments(parser) -> None:
@@ -60,7 +63,7 @@ def register(subparsers) -> None:
                              "(dtrlab.trace.costs); time: median wall time in ns (needs --real)")
     parser.add_argument("--real", action="store_true", help="real CPU tensors instead of the meta device")
     parser.add_argument("--repeats", type=positive_int, default=5, help="timing repeats per operator (cost=time)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of parameters and data (default 0)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run)
 

@@ -11,10 +11,10 @@ import argparse
 import re
 from pathlib import Path
 
-from .capture import add_model_size_arguments
+from .capture import MODELLED_COSTS, add_model_size_arguments
 from .common import (byte_count, check_no_limit, execution_argument, jobs_count, load_single_trace, model_source,
                      overhead_limit_or_none, positive_float, positive_size)
-from .knob import add_backend_argument
+from .knob import add_backend_argument, output_directory
 
 
 def trace_or_model_source(text: str) -> str:
@@ -65,14 +65,15 @@ def register(subparsers) -> None:
     parser.add_argument("--overhead-limit", type=overhead_limit_or_none, default=2.0,
                         help="thrash once total compute exceeds this multiple of the baseline (default 2.0; none: "
                              "no limit)")
-    parser.add_argument("--out", default="dtrlab-check", metavar="DIR",
+    parser.add_argument("--out", default="dtrlab-check", type=output_directory, metavar="DIR",
                         help="write NAME.html, NAME.json and the figure NAME.png here (and a captured model's "
                              "NAME.jsonl.gz); "
                              "default dtrlab-check/")
     add_model_size_arguments(parser)
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                         help="capture: cast parameters and floating inputs (default: the model's)")
-    parser.add_argument("--cost", default="flops", help="capture: cost model, flops or roofline:GPU (default flops)")
+    parser.add_argument("--cost", choices=MODELLED_COSTS, default="flops", metavar="COST",
+                        help=f"capture: cost model, {', '.join(MODELLED_COSTS)} (default flops)")
     parser.add_argument("-j", "--jobs", type=jobs_count, default=1, help="local worker processes (default 1)")
     cache = parser.add_mutually_exclusive_group()
     cache.add_argument("--cache", metavar="DIR", help="result cache directory (default $DTRLAB_CACHE or ~/.cache/dtrlab)")

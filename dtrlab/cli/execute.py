@@ -6,7 +6,7 @@ import json
 import sys
 
 from ..trace.sizes import SIZE_KEYS
-from .capture import add_model_size_arguments
+from .capture import MODELLED_COSTS, add_model_size_arguments
 from .common import add_policy_arguments, byte_count, model_source, policy_params, positive_float, semantics_argument
 
 
@@ -24,9 +24,9 @@ def register(subparsers) -> None:
                         help="budget as a fraction of the captured step's unbounded peak (int(peak*ratio))")
     budget.add_argument("--budget", type=byte_count, metavar="BYTES", help="budget in bytes")
     add_policy_arguments(parser)
-    parser.add_argument("--cost", default="flops", metavar="MODEL",
-                        help="cost model of the capture: flops (default) or roofline:GPU (e.g. roofline:A100)")
-    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda (the real caching allocator's "
+    parser.add_argument("--cost", choices=MODELLED_COSTS, default="flops", metavar="COST",
+                        help=f"cost model of the capture: {', '.join(MODELLED_COSTS)} (default flops)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (default) or cuda (the real caching allocator's "
                         "peaks are reported beside the simulator's accounting)")
     parser.add_argument("--real", action="store_true", help="capture with real CPU tensors, not on the meta device "
                         "(where the two traces differ, e.g. attention dropout; docs/execute.md)")
@@ -48,8 +48,6 @@ def run(args) -> int:
     except ImportError as exc:
         raise ValueError(f"dtrlab execute needs PyTorch ({exc}); install it with `pip install 'dtrlab[torch]'`") \
             from None
-    if args.cost == "time":
-        raise ValueError("--cost time is not deterministic; execute needs flops or roofline:GPU")
     sizes = {key: getattr(args, key) for key in SIZE_KEYS if getattr(args, key) is not None}
     try:
         result = run_step(args.model, ratio=args.ratio, budget_bytes=args.budget,
