@@ -229,6 +229,8 @@ def test_typos_get_a_suggestion(capsys, chain):
     assert "invalid choice: 'rnu' (did you mean 'run'?)" in capsys.readouterr().err
     refused(capsys, ["run", chain, "--ratio", "0.5", "--policy", "dtrr"], "unknown policy 'dtrr' (did you mean 'dtr'?)")
     refused(capsys, ["run", chain, "--ratio", "0.5", "--memory", "cachng"], "(did you mean 'caching'?)")
+    refused(capsys, ["run", chain, "--ratio", "0.5", "--enforce", "allocated", "--device-capacity", "a100"],
+            "argument --device-capacity: unknown device capacity 'a100' (did you mean 'A100-80GB'?)")
     assert main(["sweep", str(chain), "--backend", "lokky"]) == 2
     err = capsys.readouterr().err
     assert "argument --backend: invalid choice: 'lokky' (did you mean 'loky'?)" in err and err.count("\n") == 1

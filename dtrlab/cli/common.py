@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..memory import available_memory_models
+from ..memory.device import device_capacity
 from ..policies import available_policies, get_policy
 from ..suggest import did_you_mean
 from ..trace import Trace, load
@@ -117,6 +118,15 @@ def check_no_limit(limit: float, policy: str, params: dict | None = None) -> Non
 def positive_int(text: str) -> int:
     """A whole number >= 1 (counts, sizes, bytes)."""
     return _int_at_least(text, 1)
+
+
+def device_capacity_spec(text: str) -> str:
+    """``--device-capacity``: a spec :func:`~dtrlab.memory.device.device_capacity` reads, checked now."""
+    try:
+        device_capacity(positive_size(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def byte_count(text: str) -> int:
@@ -255,7 +265,7 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--enforce", default="reserved", choices=("reserved", "allocated"),
                         help="what the budget limits under a memory model: reserved (default; evict until a block "
                              "is placed) or allocated (the DTR prototype; see docs/memory.md)")
-    parser.add_argument("--device-capacity", type=positive_size, metavar="SPEC",
+    parser.add_argument("--device-capacity", type=device_capacity_spec, metavar="SPEC",
                         help="with --enforce allocated: the device memory (bytes, 80GiB, 1.25x the budget, a GPU "
                              "preset such as A100-80GB; default unlimited)")
 
