@@ -1,0 +1,182 @@
+"""CUDA Inductor's lowering on a machine without a GPU (dtrlab.trace.gpu_target, dtrlab.trace.cuda_joint): a named
+GPU's answers inside the block only, a small graph and a tiny step lowered for an H100, attention as CUDA's
+dispatcher picks it."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+from dtrlab.trace.cuda_joint import CudaTraceError, retrace_on_cuda, sdp_order, sdpa_backend  # noqa: E402
+from dtrlab.trace.gpu_target import GPU_TARGETS, gpu_target, patched_names  # noqa: E402
+from dtrlab.trace.partition import joint_hash, trace_joint  # noqa: E402
+
+MLP = "tests.test_partition:tiny_mlp"
+ATTENTION = "tests.test_cuda_lowering:tiny_attention"
+H100 = GPU_TARGETS["H100-80GB"]
+
+
+def tiny_attention(batch: int = 2):
+    """One attention head block without dropout, through ``F.scaled_dot_product_attention``: on fake CPU tensors
+    torch's CPU dispatcher picks its flash kernel; CUDA's picks memory-efficient attention for float32."""
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.out = nn.Linear(32, 96), nn.Linear(32, 32)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 2, 16).permute(2, 0, 3, 1, 4)
+            return self.out(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2))
+
+    return Attention(), torch.randn(batch, 8, 32), lambda y: y.sum()
+
+
+def _lowered_wrapper(function, *inputs) -> str:
+    """The Python wrapper CUDA Inductor generates for ``function`` traced on fake CUDA ``inputs`` (make_fx), under
+    the H100's answers: ``compile_fx_inner``, stopped where the wrapper's module would load its kernels."""
+    from torch._inductor import compile_fx
+    from torch._inductor.graph import GraphLowering
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    graph_module = make_fx(function)(*inputs)
+    generated: list[str] = []
+
+    def source_only(self):
+        generated.append(self.codegen()[0].value)
+        raise KeyboardInterrupt  # not an Exception: Inductor does not wrap it
+
+    original = GraphLowering.compile_to_module
+    GraphLowering.compile_to_module = source_only
+    try:
+        with gpu_target("H100-80GB"), torch._guards.tracing(torch._guards.TracingContext(inputs[0].fake_mode)):
+            compile_fx.compile_fx_inner(graph_module, list(inputs))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        GraphLowering.compile_to_module = original
+    return generated[0]
+
+
+def test_the_gpu_answers_inside_the_block_only():
+    from torch._inductor.runtime.hints import DeviceProperties
+    from torch.utils._triton import has_triton
+    from triton.runtime import driver
+
+    patches = patched_names(H100)
+    originals = [(owner, name, owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name))
+                 for owner, name, _ in patches]
+    before = torch.cuda.is_available(), has_triton(), torch.cuda.device_count()
+    with gpu_target("H100-80GB") as target:
+        assert target is H100
+        assert torch.cuda.is_available() and has_triton()
+        assert torch.cuda.get_device_capability() == (9, 0) and torch.cuda.get_device_name() == H100.name
+        assert DeviceProperties.create(torch.device("cuda", 0)).multi_processor_count == 132
+        assert (driver.active.get_current_target().arch, driver.active.get_current_target().warp_size) == (90, 32)
+    # The machine's own answers again (no GPU here: False, False, 0), has_triton's cached answer forgotten.
+    assert (torch.cuda.is_available(), has_triton(), torch.cuda.device_count()) == before
+    for owner, name, original in originals:
+        restored = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        assert restored is original, f"{owner}.{name} not restored"
+    with pytest.raises(ValueError, match=r"unknown GPU 'H100-80G'.*did you mean 'H100-80GB'"):
+        with gpu_target("H100-80G"):
+            pass
+
+
+def test_a_small_graph_lowers_to_the_wrapper_an_h100_runs():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a, b = torch.empty(64, 64, device="cuda"), torch.empty(64, 64, device="cuda")
+    source = _lowered_wrapper(lambda a, b: (torch.mm(a, b).relu().sum(), torch.sin(a)), a, b)
+    assert "empty_strided_cuda((64, 64), (64, 1), torch.float32)" in source
+    assert "extern_kernels.mm(" in source
+    assert source.count("= async_compile.triton(") == 2  # relu+sum fused into one reduction, sin its own
+    assert "multi_processor_count=132, cc=90" in source  # the H100's properties, in each kernel's metadata
+    assert "empty_strided_cpu(" not in source.split("def call(")[1]
+
+
+def test_a_cpu_compile_after_the_gpu_lowering_is_unchanged():
+    from torch._inductor.utils import run_and_get_code
+
+    def step(x):
+        return (x.relu() * 2).sum(0)
+
+    def compiled_cpu_code() -> tuple:
+        torch._dynamo.reset()
+        result, code = run_and_get_code(torch.compile(step, backend="inductor"), torch.ones(8, 8))
+        torch._dynamo.reset()
+        return result.tolist(), code
+
+    before = compiled_cpu_code()
+    test_a_small_graph_lowers_to_the_wrapper_an_h100_runs()
+    assert compiled_cpu_code() == before
+
+
+@pytest.mark.parametrize("dtype, gpu, mask, causal, expected", [
+    (torch.float32, "H100-80GB", False, False, "efficient"),  # flash needs 16-bit floats
+    (torch.float16, "H100-80GB", False, True, "flash"),
+    (torch.bfloat16, "A100-80GB", False, False, "flash"),
+    (torch.float16, "H100-80GB", True, False, "efficient"),  # flash takes no attention mask
+    (torch.float16, "V100-32GB", False, False, "efficient"),  # flash needs capability 8.0
+    (torch.bfloat16, "V100-32GB", False, False, "math"),  # nor bfloat16 on the memory-efficient kernel before 8.0
+])
+def test_attention_kernel_is_cuda_dispatchers_choice(dtype, gpu, mask, causal, expected):
+    q = torch.empty(2, 4, 16, 64, dtype=dtype, device="meta")
+    attn_mask = torch.empty(16, 16, dtype=torch.bool, device="meta") if mask else None
+    assert sdp_order() == ("flash", "efficient", "math")
+    assert sdpa_backend(q, q, q, attn_mask, causal, GPU_TARGETS[gpu], sdp_order()) == expected
+
+
+def test_attention_rules_follow_the_enabled_kernels_and_shapes():
+    q, k = (torch.empty(2, 4, n, 64, dtype=torch.float16, device="meta") for n in (16, 32))
+    assert sdpa_backend(q, k, k, None, True, H100, sdp_order()) == "efficient"  # causal, not square
+    wide = torch.empty(2, 4, 16, 512, dtype=torch.float16, device="meta")
+    assert sdpa_backend(wide, wide, wide, None, False, H100, sdp_order()) == "efficient"  # head above 256
+    assert sdpa_backend(q, q, q, None, False, H100, ("efficient", "math")) == "efficient"  # flash disabled
+    assert sdpa_backend(q, q, q, None, False, H100, ("math",)) == "math"
+
+
+def _trace(source: str, **options):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return trace_joint(source, backend="inductor", **options)
+
+
+def _operators(joint) -> set[str]:
+    return {str(node.target) for node in joint.graph_module.graph.nodes if node.op == "call_function"}
+
+
+def test_an_mlp_step_is_partitioned_and_lowered_for_an_h100():
+    from dtrlab.memory.partitioned import knob_peaks
+
+    cpu, gpu = _trace(MLP), _trace(MLP, gpu="H100-80GB")
+    assert gpu.gpu == "H100-80GB" and ("gpu", "H100-80GB") in gpu.build_options
+    assert {node.meta["val"].device.type for node in gpu.graph_module.graph.find_nodes(op="placeholder")} == {"cuda"}
+    assert gpu.operator_nodes() == cpu.operator_nodes()  # same nodes, same names: forcings name the same nodes
+    assert len({joint_hash(cpu), joint_hash(gpu), joint_hash(_trace(MLP, gpu="A100-80GB"))}) == 3
+    row = knob_peaks(gpu, 0.5, cache=False)
+    [(forward, backward)] = gpu.lowerings.values()
+    for source, _, _ in (forward, backward):
+        body = source.split("def call(")[1]
+        assert "empty_strided_cuda(" in body and "empty_strided_cpu(" not in body and ".run(" in body
+    # Measured: this MLP's CUDA plan holds the CPU plan's bytes at its peak.
+    assert row["flat_peak"] == knob_peaks(cpu, 0.5, cache=False)["flat_peak"]
+
+
+def test_attention_becomes_cudas_kernel_in_the_gpu_joint():
+    cpu, gpu = _trace(ATTENTION), _trace(ATTENTION, gpu="H100-80GB")
+    assert {"aten._scaled_dot_product_flash_attention_for_cpu.default",
+            "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"} <= _operators(cpu)
+    assert _operators(gpu) ^ _operators(cpu) == {
+        "aten._scaled_dot_product_flash_attention_for_cpu.default",
+        "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+        "aten._scaled_dot_product_efficient_attention.default",
+        "aten._scaled_dot_product_efficient_attention_backward.default"}
+    with pytest.raises(CudaTraceError, match=r"CPU-only operator aten._scaled_dot_product_flash_attention_for_cpu"):
+        retrace_on_cuda(cpu.graph_module, cpu.joint_inputs, None, "H100-80GB", cpu.source)
