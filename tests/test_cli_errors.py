@@ -97,6 +97,8 @@ def test_check_and_execute_refuse_their_options_before_any_work(capsys, chain, t
     check = ["check", chain, "--device", "A100-80GB", "--budget", "0.5"]
     refused(capsys, [*check, "--out", a_file], "argument --out", "is a file")
     refused(capsys, [*check, "--cost", "bogus", "--out", tmp_path / "out"], "argument --cost: invalid choice: 'bogus'")
+    refused(capsys, [*check, "--batch", "8", "--layers", "2", "--out", tmp_path / "out"],
+            f"--batch, --layers size a model source to capture; {chain} is a trace file")
     assert not (tmp_path / "out").exists()
     refused(capsys, ["execute", "resnet32", "--ratio", "0.5", "--cost", "time"], "argument --cost: invalid choice")
     refused(capsys, ["execute", "resnet32", "--ratio", "0.5", "--device", "gpu"], "argument --device: invalid choice")

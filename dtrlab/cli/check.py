@@ -88,6 +88,7 @@ def run(args) -> int:
     from ..runtime.semantics import Semantics
 
     parse_device(args.device)  # a bad device is an error before a capture
+    _refuse_capture_options_for_a_trace(args)
     for policy in args.policies or DEFAULT_POLICIES:
         check_no_limit(args.overhead_limit, policy)
     plan = CheckPlan(window=args.window, delta=args.delta, policies=tuple(args.policies or DEFAULT_POLICIES),
@@ -106,6 +107,20 @@ def run(args) -> int:
         print(line)
     print(f"report: {html_path} (JSON: {json_path})")
     return 0
+
+
+def _refuse_capture_options_for_a_trace(args) -> None:
+    """The capture's options size a model source; given with a trace file they would be ignored."""
+    if not Path(args.source).exists():
+        return
+    from ..trace.sizes import SIZE_KEYS
+
+    defaults = {"batch": None, "seq": None, "image": 224, "dtype": None, "cost": "flops",
+                **{key: None for key in SIZE_KEYS}}
+    given = [f"--{key.replace('_', '-')}" for key, default in defaults.items() if getattr(args, key) != default]
+    if given:
+        raise ValueError(f"{', '.join(given)} size a model source to capture; {args.source} is a trace file, "
+                         "recorded already")
 
 
 def _knob_census(args):
