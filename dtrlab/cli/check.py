@@ -11,6 +11,7 @@ import argparse
 import re
 from pathlib import Path
 
+from ..trace.sizes import SIZE_KEYS
 from .capture import MODELLED_COSTS, add_model_size_arguments
 from .common import (byte_count, check_no_limit, execution_argument, jobs_count, load_single_trace, model_source,
                      overhead_limit_or_none, positive_float, positive_size)
@@ -79,7 +80,8 @@ def register(subparsers) -> None:
     cache.add_argument("--cache", metavar="DIR", help="result cache directory (default $DTRLAB_CACHE or ~/.cache/dtrlab)")
     cache.add_argument("--no-cache", action="store_true", help="simulate everything, store nothing")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.set_defaults(handler=run)
+    capture_options = ("batch", "seq", "image", *SIZE_KEYS, "dtype", "cost")
+    parser.set_defaults(handler=run, capture_defaults={key: parser.get_default(key) for key in capture_options})
 
 
 def run(args) -> int:
@@ -113,11 +115,8 @@ def _refuse_capture_options_for_a_trace(args) -> None:
     """The capture's options size a model source; given with a trace file they would be ignored."""
     if not Path(args.source).exists():
         return
-    from ..trace.sizes import SIZE_KEYS
-
-    defaults = {"batch": None, "seq": None, "image": 224, "dtype": None, "cost": "flops",
-                **{key: None for key in SIZE_KEYS}}
-    given = [f"--{key.replace('_', '-')}" for key, default in defaults.items() if getattr(args, key) != default]
+    given = [f"--{key.replace('_', '-')}" for key, default in args.capture_defaults.items()
+             if getattr(args, key) != default]
     if given:
         raise ValueError(f"{', '.join(given)} size a model source to capture; {args.source} is a trace file, "
                          "recorded already")
@@ -152,7 +151,6 @@ def _checkpointing_plans(args):
 
     from ..analysis.checkpointing import plan_table
     from ..trace.checkpointing import capture_plans
-    from ..trace.sizes import SIZE_KEYS
 
     sizes = {key: getattr(args, key) for key in SIZE_KEYS}
     return plan_table(capture_plans(args.source, cost=args.cost, batch=args.batch, seq=args.seq, image=args.image,
@@ -171,7 +169,6 @@ def _trace(args, out: Path):
                          "pip install 'dtrlab[torch,models]'") from None
     from ..trace import load_log
     from ..trace.capture import capture
-    from ..trace.sizes import SIZE_KEYS
 
     sizes = {key: getattr(args, key) for key in SIZE_KEYS}
     recording = capture(args.source, cost=args.cost, batch=args.batch, seq=args.seq, image=args.image,

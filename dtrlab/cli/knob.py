@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from ..memory.device import PEAK_ACCOUNTINGS, human_bytes
+from ..memory.device import PEAK_ACCOUNTINGS, budget_bytes, human_bytes
 from .capture import add_model_size_arguments, add_precision_arguments, precision_options
 from .common import jobs_count, model_source, positive_float, positive_size, print_table
 
@@ -32,8 +32,6 @@ def knob_range(text: str) -> dict:
 
 def byte_budget(text: str) -> int:
     """``--budget``: bytes, a size such as ``40GiB`` or a GPU preset such as ``A100-80GB``."""
-    from ..memory.device import budget_bytes
-
     try:
         return budget_bytes(positive_size(text))[0]
     except ValueError as exc:
@@ -51,6 +49,17 @@ def _names(text: str, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
     if not names:
         raise argparse.ArgumentTypeError(f"give at least one {what}")
     return names
+
+
+def lowering_device(text: str) -> str:
+    """``--device``: ``cpu`` or a GPU preset (H100-80GB, ...): the device Inductor lowers the step for."""
+    from ..memory.device import GPU_PRESETS
+    from ..suggest import did_you_mean
+
+    if text != "cpu" and text not in GPU_PRESETS:
+        raise argparse.ArgumentTypeError(f"unknown device {text!r}{did_you_mean(text, ['cpu', *GPU_PRESETS])}; give "
+                                         f"cpu or a GPU: {', '.join(GPU_PRESETS)}")
+    return text
 
 
 def solver_list(text: str) -> tuple[str, ...]:
@@ -98,6 +107,10 @@ def register(subparsers) -> None:
     add_model_size_arguments(parser)
     add_precision_arguments(parser)
     add_backend_argument(parser, "--backend")
+    parser.add_argument("--device", type=lowering_device, default="cpu", metavar="DEVICE",
+                        help="the device the step is traced and lowered for: cpu (default; CPU Inductor's lowering) "
+                             "or a GPU such as H100-80GB (CUDA Inductor's lowering and CUDA's attention kernels, on "
+                             "fake tensors: no GPU needed; not yet measured on a GPU)")
     parser.add_argument("--knobs", type=knob_range, default=None, metavar="START:STOP:STEP",
                         help="knob values to evaluate: a range with both ends included, or a list such as 0.05,0.15 "
                              "(default 0:1:0.01); every change of the peak between neighbours is then bisected")
@@ -168,6 +181,9 @@ def run(args) -> int:
         backend = census.meta.get("backend", "aot_eager")
         if gpu_answer(census.meta):
             print(f"\n{gpu_answer(census.meta)}")
+        elif census.meta.get("inductor_lowering", "cpu") != "cpu":
+            print(f"\nInductor accounting: CUDA Inductor's lowering for {census.meta['inductor_lowering']}, on fake "
+                  "tensors without a GPU (dtrlab.trace.cuda_joint; not yet measured on a GPU)")
         print(f"\n{len(census.samples)} knob values ({census.plan.describe()}), {backend} accounting, in "
               f"{seconds:.1f} s" + (f"; wrote {written[-1]} and {len(written) - 1} tables" if written else ""))
     return 0
@@ -202,6 +218,8 @@ def model_evaluations(args) -> list[tuple]:
     check_torch_has_knob()
     options = {"batch": args.batch, "seq": args.seq, "image": args.image, **precision_options(args),
                **{key: getattr(args, key) for key in SIZE_KEYS}}
+    if getattr(args, "device", "cpu") != "cpu":
+        options["gpu"] = args.device  # dtrlab.trace.partition.trace_joint's: the step traced and lowered for it
     source = KnobSource(args.source, tuple(sorted(options.items())), getattr(args, "compile_backend", "inductor"))
     name = census_name(args.source, args)
     solvers, estimators = getattr(args, "solver", None), getattr(args, "runtime_estimator", None)
@@ -220,13 +238,15 @@ def model_evaluation(args):
 
 
 def census_name(source: str, args) -> str:
-    """A file name for the census of ``source`` at these sizes: ``hf-llama-layers2-b4-s2048``."""
+    """A file name for the census of ``source`` at these sizes (and the GPU it is lowered for):
+    ``hf-llama-layers2-b4-s2048``, ``hf-gpt2-layers1-H100-80GB``."""
     from ..trace.sizes import SIZE_KEYS
 
     name = "".join(c if c.isalnum() or c in "._" else "-" for c in source).strip("-")
     sizes = [(key.replace("_", ""), getattr(args, key)) for key in SIZE_KEYS]
     precision = [(key, getattr(args, key, None)) for key in ("dtype", "autocast")]
-    for flag, value in [*sizes, ("b", args.batch), ("s", args.seq), *precision]:
+    gpu = getattr(args, "device", "cpu")
+    for flag, value in [*sizes, ("b", args.batch), ("s", args.seq), *precision, ("", None if gpu == "cpu" else gpu)]:
         if value is not None:
             name += f"-{flag}{value}"
     return name
