@@ -55,7 +55,8 @@ def register(subparsers) -> None:
         "(random initialisation, nothing downloaded) on the meta device: no tensor data, so memory does not grow "
         "with the model.")
     parser.add_argument("model", metavar="MODEL", type=model_source, help=f"model source: {describe_sources()}")
-    parser.add_argument("--out", required=True, type=output_file, metavar="FILE", help="output log; gzip-compressed if it ends in .gz")
+    parser.add_argument("--out", required=True, type=output_file, metavar="FILE",
+                        help="output log; gzip-compressed if it ends in .gz")
     add_model_size_arguments(parser)
     add_precision_arguments(parser)
     parser.add_argument("--cost", choices=COST_MODELS, default="flops",

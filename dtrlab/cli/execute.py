@@ -17,8 +17,9 @@ def register(subparsers) -> None:
         description="Capture MODEL's training step, then execute it for real under the budget: the simulator "
         "replays the captured trace in lockstep and its evictions and rematerializations happen on real tensors. "
         "Prints the simulator's record of the run plus wall times (docs/execute.md).")
-    parser.add_argument("model", metavar="MODEL", type=model_source, help="model source, as for dtrlab capture: a zoo model "
-                        "(resnet32, lstm, ...), torchvision:NAME, hf:NAME, diffusers:NAME or module:function")
+    parser.add_argument("model", metavar="MODEL", type=model_source,
+                        help="model source, as for dtrlab capture: a zoo model (resnet32, lstm, ...), torchvision:NAME, "
+                             "hf:NAME, diffusers:NAME or module:function")
     budget = parser.add_mutually_exclusive_group(required=True)
     budget.add_argument("--ratio", type=positive_float,
                         help="budget as a fraction of the captured step's unbounded peak (int(peak*ratio))")
@@ -26,8 +27,9 @@ def register(subparsers) -> None:
     add_policy_arguments(parser)
     parser.add_argument("--cost", choices=MODELLED_COSTS, default="flops", metavar="COST",
                         help=f"cost model of the capture: {', '.join(MODELLED_COSTS)} (default flops)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (default) or cuda (the real caching allocator's "
-                        "peaks are reported beside the simulator's accounting)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cpu (default) or cuda (the real caching allocator's peaks are reported beside the "
+                             "simulator's accounting)")
     parser.add_argument("--real", action="store_true", help="capture with real CPU tensors, not on the meta device "
                         "(where the two traces differ, e.g. attention dropout; docs/execute.md)")
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
