@@ -70,6 +70,18 @@ PYTORCH_CUDA_ALLOC_CONF is read once, when torch's allocator starts):
   knob above the pick with its predicted peak (over the budget: the pick is the largest at the grid's
   resolution).
 
+* ``cuda-lowering`` (only when named: ``--sections cuda-lowering``): CUDA Inductor's lowering on fake tensors
+  without a GPU (dtrlab.trace.cuda_joint, dtrlab.trace.gpu_target) against the real thing. For each of
+  ``--lowering-models`` (a JSON object, source -> build options; default four families: :data:`LOWERING_MODELS`)
+  at each of ``--knob-values``: the step traced on fake CUDA tensors on this GPU and lowered by Inductor
+  (``trace_joint(device="cuda")``, the real route), and traced through the fake target named after this GPU
+  (``trace_joint(gpu=...)``, :func:`dtrlab.trace.gpu_target.matching_target`; a GPU no target matches is
+  refused in one line). Each distinct lowered wrapper of one route is compared line by line with the other's
+  (``difflib``; allowed: nothing; each differing line is reported, the first 20 kept); the fake route's
+  predicted allocated and reserved peaks are set against the step compiled at the knob and run once:
+  ``torch.cuda.max_memory_allocated`` above the bytes allocated before it (within the step's largest tensor:
+  else a mismatch) and ``max_memory_reserved`` (reported beside).
+
 Results are printed and written as JSON to ``--out``, else to ``$OUT/validate_allocator_cuda.json``
 when ``$OUT`` is set.
 
@@ -97,11 +109,15 @@ from dtrlab.trace import load
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = ROOT / "traces" / "resnet32-b8.jsonl.gz"
-SECTIONS = ("layout", "expandable-limit", "semantics", "execute", "knob", "compile")
-DEFAULT_SECTIONS = SECTIONS[:3]  # execute, knob and compile run a model's step on the GPU: asked for by name
+SECTIONS = ("layout", "expandable-limit", "semantics", "execute", "knob", "compile", "cuda-lowering")
+DEFAULT_SECTIONS = SECTIONS[:3]  # the others run a model's step on the GPU: asked for by name
 #: The compile section's default models: source -> build options (dtrlab.trace.models.build).
 COMPILE_MODELS = {"transformer": {}, "hf:llama": {"layers": 2, "hidden": 256, "heads": 4, "kv_heads": 2,
                                                    "intermediate": 512, "vocab": 1024, "batch": 8, "seq": 256}}
+#: The cuda-lowering section's default models, one per family: an encoder (attention, dropout), a GPT-2 and a
+#: Llama decoder (CUDA's fused attention, the Philox RNG), a CNN (convolutions).
+LOWERING_MODELS = {"transformer": {}, "hf:gpt2": {"layers": 2, "batch": 4, "seq": 256},
+                   "hf:llama": COMPILE_MODELS["hf:llama"], "torchvision:resnet18": {"batch": 8, "image": 64}}
 NO_CUDA = 3  # exit status without torch or a CUDA device
 
 
@@ -113,7 +129,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def compile_models(text: str) -> dict:
-    """``--compile-models``: a JSON object, each model source to a dict of its build options."""
+    """``--compile-models``, ``--lowering-models``: a JSON object, each model source to a dict of its build options."""
     try:
         models = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -130,7 +146,7 @@ def parse_args(argv=None):
                         help="a dtrlab trace or simrd log (default traces/resnet32-b8.jsonl.gz)")
     parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
                         help=f"comma-separated sections (default {', '.join(DEFAULT_SECTIONS)}; also execute, knob, "
-                             "compile)")
+                             "compile, cuda-lowering)")
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON results file (default $OUT/validate_allocator_cuda.json when $OUT is set)")
     parser.add_argument("--checkpoints", type=int, default=20, help="layout: snapshots evenly spaced over the events")
@@ -153,6 +169,9 @@ def parse_args(argv=None):
     parser.add_argument("--compile-models", type=compile_models, default=COMPILE_MODELS,
                         help="compile: a JSON object of model sources and their build options (default "
                              + json.dumps(COMPILE_MODELS) + ")")
+    parser.add_argument("--lowering-models", type=compile_models, default=LOWERING_MODELS,
+                        help="cuda-lowering: a JSON object of model sources and their build options (default "
+                             + json.dumps(LOWERING_MODELS) + ")")
     parser.add_argument("--compile-backend", choices=("inductor", "aot_eager"), default="inductor",
                         help="compile: the torch.compile backend, and the accounting of the pick (default inductor)")
     parser.add_argument("--worker", choices=SECTIONS, help=argparse.SUPPRESS)  # a section in its own process
@@ -509,6 +528,8 @@ def worker(args) -> int:
         result = knob_section(spec, torch)
     elif args.worker == "compile":
         result = compile_section(spec, torch)
+    elif args.worker == "cuda-lowering":
+        result = cuda_lowering_section(spec, torch)
     else:
         result = semantics_replay(spec, torch)
     print(json.dumps(result))
@@ -530,9 +551,8 @@ def execute_section(spec: dict) -> dict:
 def knob_section(spec: dict, torch) -> dict:
     """torch.compile's activation_memory_budget on the GPU against dtrlab's prediction (see the module docstring)."""
     from dtrlab.memory.partitioned import step_peaks
-    from dtrlab.trace.models import build
     from dtrlab.trace.inductor import partition_lowered
-    from dtrlab.trace.partition import LossStep, partition, trace_joint
+    from dtrlab.trace.partition import partition, trace_joint
 
     backend = spec.get("backend", "aot_eager")
     joint = trace_joint(spec["model"], device="cuda", backend=backend)
@@ -540,39 +560,104 @@ def knob_section(spec: dict, torch) -> dict:
     for knob in spec["knobs"]:
         step = partition_lowered(joint, knob) if backend == "inductor" else partition(joint, knob)
         predicted = step_peaks(step)
-        constants = sum(-(-op.total_size // 512) * 512 for op in step.trace.operators if op.is_constant)
-        tangent = 512  # the loss's gradient, allocated by autograd during the real step
-        workload = build(spec["model"], device="cuda")
-        module = LossStep(workload.module, workload.loss_fn)
-        torch._dynamo.reset()
-        with torch._functorch.config.patch(activation_memory_budget=knob):
-            compiled = torch.compile(module, backend=backend, fullgraph=True, dynamic=False)
-            compiled(*workload.inputs).backward()  # compiles at this knob
-            module.zero_grad(set_to_none=True)
-            saved = []
-            with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(1) or t, lambda t: t):
-                compiled(*workload.inputs)
-            torch.cuda.synchronize()
-            start = torch.cuda.memory_allocated()
-            start_reserved = torch.cuda.memory_reserved()
-            torch.cuda.reset_peak_memory_stats()
-            compiled(*workload.inputs).backward()
-            torch.cuda.synchronize()
-        real = torch.cuda.max_memory_allocated() - start
-        expected = predicted["allocated_peak"] - constants + tangent
-        largest = max(op.total_size for op in step.trace.operators)
-        run = {"knob": knob, "backend": backend, "real_allocated_above_start": real, "predicted_allocated_above_start": expected,
-               "real_max_reserved": torch.cuda.max_memory_reserved(), "reserved_at_start": start_reserved,
-               "predicted_reserved_peak": predicted["reserved_peak"], "real_saved": len(saved),
-               "predicted_saved": step.saved_count, "tolerance": largest,
-               "within_tolerance": abs(real - expected) <= largest}
-        print(f"  knob {knob}: allocated above start {real:,} B real, {expected:,} B predicted; saved "
-              f"{len(saved)} real, {step.saved_count} predicted")
+        run = {"knob": knob, "backend": backend, **measured_against(torch, step, predicted, spec["model"], {}, knob,
+                                                                     backend)}
+        print(f"  knob {knob}: allocated above start {run['real_allocated_above_start']:,} B real, "
+              f"{run['predicted_allocated_above_start']:,} B predicted; saved {run['real_saved']} real, "
+              f"{step.saved_count} predicted")
         runs.append(run)
-        del compiled, module, workload
-        torch._dynamo.reset()
-        torch.cuda.empty_cache()
     return {"model": spec["model"], "backend": backend, "runs": runs, "mismatches": sum(not run["within_tolerance"] for run in runs)}
+
+
+def measured_against(torch, step, predicted: dict, model: str, options: dict, knob: float, backend: str) -> dict:
+    """The real step of ``model`` compiled at ``knob`` with ``backend`` and run once on the GPU, against the
+    partitioned ``step``'s ``predicted`` peaks: allocated bytes above those allocated before the step (the prediction
+    less the step's constants, plus the loss's gradient), reserved bytes, saved tensors (autograd's saved-tensor
+    hooks)."""
+    from dtrlab.trace.models import build
+    from dtrlab.trace.partition import LossStep
+
+    constants = sum(-(-op.total_size // 512) * 512 for op in step.trace.operators if op.is_constant)
+    tangent = 512  # the loss's gradient, allocated by autograd during the real step
+    workload = build(model, device="cuda", **options)
+    module = LossStep(workload.module, workload.loss_fn)
+    torch._dynamo.reset()
+    with torch._functorch.config.patch(activation_memory_budget=knob):
+        compiled = torch.compile(module, backend=backend, fullgraph=True, dynamic=False)
+        compiled(*workload.inputs).backward()  # compiles at this knob
+        module.zero_grad(set_to_none=True)
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(1) or t, lambda t: t):
+            compiled(*workload.inputs)
+        torch.cuda.synchronize()
+        start = torch.cuda.memory_allocated()
+        start_reserved = torch.cuda.memory_reserved()
+        torch.cuda.reset_peak_memory_stats()
+        compiled(*workload.inputs).backward()
+        torch.cuda.synchronize()
+    real = torch.cuda.max_memory_allocated() - start
+    expected = predicted["allocated_peak"] - constants + tangent
+    largest = max(op.total_size for op in step.trace.operators)
+    measured = {"real_allocated_above_start": real, "predicted_allocated_above_start": expected,
+                "real_max_reserved": torch.cuda.max_memory_reserved(), "reserved_at_start": start_reserved,
+                "predicted_reserved_peak": predicted["reserved_peak"], "real_saved": len(saved),
+                "predicted_saved": step.saved_count, "tolerance": largest,
+                "within_tolerance": abs(real - expected) <= largest}
+    del compiled, module, workload
+    torch._dynamo.reset()
+    torch.cuda.empty_cache()
+    return measured
+
+
+def cuda_lowering_section(spec: dict, torch) -> dict:
+    """CUDA Inductor's lowering through the fake target against the real one, and its peaks against the real
+    step's (see the module docstring)."""
+    from dtrlab.memory.partitioned import step_peaks
+    from dtrlab.trace.gpu_target import matching_target
+    from dtrlab.trace.inductor import partition_lowered
+    from dtrlab.trace.partition import trace_joint
+
+    gpu = matching_target(torch.cuda.get_device_properties(0))
+    if gpu is None:
+        return {"model": spec["model"], "error": f"no dtrlab GPU target matches {torch.cuda.get_device_name(0)}",
+                "mismatches": 1}
+    real = trace_joint(spec["model"], device="cuda", backend="inductor", **spec["options"])
+    fake = trace_joint(spec["model"], gpu=gpu, backend="inductor", **spec["options"])
+    runs = []
+    for knob in spec["knobs"]:
+        partition_lowered(real, knob, cache=False)
+        step = partition_lowered(fake, knob, cache=False)
+        run = {"knob": knob, **measured_against(torch, step, step_peaks(step), spec["model"], spec["options"], knob,
+                                                "inductor")}
+        print(f"  {spec['model']} for {gpu} at knob {knob}: allocated above start "
+              f"{run['real_allocated_above_start']:,} B real, {run['predicted_allocated_above_start']:,} B predicted; "
+              f"reserved {run['real_max_reserved']:,} B real, {run['predicted_reserved_peak']:,} B predicted")
+        runs.append(run)
+    wrappers = compared_wrappers(real, fake)
+    mismatches = sum(not run["within_tolerance"] for run in runs) + sum(w["differing_lines"] > 0 for w in wrappers)
+    return {"model": spec["model"], "options": spec["options"], "gpu": gpu, "device": torch.cuda.get_device_name(0),
+            "runs": runs, "wrappers": wrappers, "mismatches": mismatches}
+
+
+def compared_wrappers(real, fake) -> list[dict]:
+    """Each distinct wrapper the real route lowered beside the fake route's, in lowering order, line by line."""
+    import difflib
+
+    def sources(joint) -> list[str]:
+        return [lowered[0] for part in joint.parts or (joint,) for pair in part.lowerings.values() for lowered in pair]
+
+    real_sources, fake_sources = sources(real), sources(fake)
+    compared = []
+    for index in range(max(len(real_sources), len(fake_sources))):
+        if index >= len(real_sources) or index >= len(fake_sources):
+            compared.append({"wrapper": index, "differing_lines": -1, "first_differences": ["only one route has it"]})
+            continue
+        differences = [line for line in difflib.unified_diff(real_sources[index].splitlines(),
+                                                              fake_sources[index].splitlines(), lineterm="", n=0)
+                       if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+        compared.append({"wrapper": index, "lines": len(real_sources[index].splitlines()),
+                         "differing_lines": len(differences), "first_differences": differences[:20]})
+    return compared
 
 
 def compile_section(spec: dict, torch) -> dict:
@@ -695,6 +780,12 @@ def main(argv=None) -> int:
         results["sections"]["compile"] = [run_worker(args, "compile", "", {"model": model, "options": options,
                                                                             "backend": args.compile_backend})
                                           for model, options in args.compile_models.items()]
+    if "cuda-lowering" in args.sections:
+        knobs = [float(v) for v in args.knob_values.split(",")]
+        results["sections"]["cuda-lowering"] = [run_worker(args, "cuda-lowering", "", {"model": model,
+                                                                                       "options": options,
+                                                                                       "knobs": knobs})
+                                                for model, options in args.lowering_models.items()]
     mismatches = sum(part.get("mismatches", 0) for parts in results["sections"].values() for part in parts)
     results["mismatches"] = mismatches
     results["status"] = "match" if mismatches == 0 else "mismatch"

@@ -730,7 +730,7 @@ def test_parse_device_forms_and_refusals():
     message = str(error.value)
     assert message.startswith("device 'A100-81GB': unknown device capacity 'A100-81GB'")
     assert message.endswith("or a GPU preset: V100-16GB, V100-32GB, A100-40GB, A100-80GB, H100-80GB, H200-141GB, "
-                            "RTX3090-24GB, RTX4090-24GB") and message.count("V100-16GB") == 1  # the presets once
+                            "L4-24GB, RTX3090-24GB, RTX4090-24GB") and message.count("V100-16GB") == 1  # the presets once
 
 
 @pytest.mark.parametrize("window, delta", [(1.0, 0.5), (0.3, 0.3), (0.05, 0.002)])

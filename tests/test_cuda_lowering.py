@@ -180,3 +180,36 @@ def test_attention_becomes_cudas_kernel_in_the_gpu_joint():
         "aten._scaled_dot_product_efficient_attention_backward.default"}
     with pytest.raises(CudaTraceError, match=r"CPU-only operator aten._scaled_dot_product_flash_attention_for_cpu"):
         retrace_on_cuda(cpu.graph_module, cpu.joint_inputs, None, "H100-80GB", cpu.source)
+
+
+def test_knob_cli_lowers_for_the_gpu_it_is_given(capsys, tmp_path):
+    import json
+
+    from dtrlab.cli import main
+
+    assert main(["knob", MLP, "--knobs", "0.5", "--device", "H100-80GB", "--executor", "sequential", "--quiet",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Inductor accounting: CUDA Inductor's lowering for H100-80GB" in out and "CPU Inductor" not in out
+    [written] = tmp_path.glob("*.json")
+    assert written.name == "tests.test_partition-tiny_mlp-H100-80GB.json"
+    assert json.loads(written.read_text())["meta"]["inductor_lowering"] == "H100-80GB"
+    assert main(["knob", MLP, "--device", "H100-80G"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown device 'H100-80G' (did you mean 'H100-80GB'?)" in err
+
+
+def test_every_gpu_preset_is_a_lowering_target_and_a_real_device_finds_its_own():
+    from types import SimpleNamespace
+
+    from dtrlab.memory.device import GPU_PRESETS
+    from dtrlab.trace.gpu_target import matching_target
+
+    assert {name: target.total_memory for name, target in GPU_TARGETS.items()} == GPU_PRESETS
+    assert matching_target(SimpleNamespace(name=H100.name)) == "H100-80GB"
+    # An H100 as a driver reports it: another name, 79.1 GiB of global memory.
+    reported = SimpleNamespace(name="NVIDIA H100 SXM5", major=9, minor=0, multi_processor_count=132,
+                               total_memory=84_929_347_584)
+    assert matching_target(reported) == "H100-80GB"
+    assert matching_target(SimpleNamespace(name="NVIDIA T4", major=7, minor=5, multi_processor_count=40,
+                                           total_memory=15 << 30)) is None

@@ -308,7 +308,8 @@ def test_budget_parsing():
     assert budget_bytes("A100-80GB") == (80 << 30, True)
     assert budget_bytes("1073741824") == budget_bytes("1GiB") == (1 << 30, False)
     help_text = ("give positive bytes (42949672960 or '40GiB'; units B, KiB, MiB, GiB, KB, MB, GB) or a GPU preset "
-                 "(V100-16GB, V100-32GB, A100-40GB, A100-80GB, H100-80GB, H200-141GB, RTX3090-24GB, RTX4090-24GB)")
+                 "(V100-16GB, V100-32GB, A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4-24GB, RTX3090-24GB, "
+                 "RTX4090-24GB)")
     for spec, head in (("A100-80G", "budget 'A100-80G' (did you mean 'A100-80GB'?): "), ("1.25x", "budget '1.25x': "),
                        ("unlimited", "budget 'unlimited': "), (None, "budget None: "), (-5, "budget -5: "),
                        (2.5, "budget 2.5: ")):

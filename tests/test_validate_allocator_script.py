@@ -46,7 +46,7 @@ def test_bad_input_is_one_line():
     done = run_script("--sections", "layout,bogus")
     assert done.returncode == 2
     assert done.stderr == "validate_allocator_cuda: error: unknown section(s) bogus; valid: layout, " \
-                          "expandable-limit, semantics, execute, knob, compile\n"
+                          "expandable-limit, semantics, execute, knob, compile, cuda-lowering\n"
 
 
 @pytest.mark.parametrize("models, message", [
@@ -59,19 +59,42 @@ def test_compile_models_bad_input_is_one_line(models, message):
     assert done.stderr.startswith("validate_allocator_cuda: error: argument --compile-models: " + message)
 
 
-def test_compile_models_parse():
+def _script():
     sys.path.insert(0, str(SCRIPT.parent))
     try:
         import validate_allocator_cuda as script
     finally:
         sys.path.remove(str(SCRIPT.parent))
+    return script
+
+
+def test_compile_models_parse():
+    script = _script()
     args = script.parse_args(["--sections", "compile,knob", "--compile-models", '{"hf:llama": {"layers": 2}}'])
     assert args.sections == ["compile", "knob"] and args.compile_models == {"hf:llama": {"layers": 2}}
     assert args.compile_backend == "inductor"
     assert script.parse_args([]).compile_models == script.COMPILE_MODELS and "compile" not in script.DEFAULT_SECTIONS
 
 
-@pytest.mark.parametrize("sections", [[], ["--sections", "compile,knob"]])
+def test_cuda_lowering_models_parse_and_wrappers_compare_line_by_line():
+    from types import SimpleNamespace
+
+    script = _script()
+    args = script.parse_args(["--sections", "cuda-lowering", "--lowering-models", '{"hf:gpt2": {"layers": 1}}'])
+    assert args.sections == ["cuda-lowering"] and args.lowering_models == {"hf:gpt2": {"layers": 1}}
+    assert len(script.parse_args([]).lowering_models) == 4 and "cuda-lowering" not in script.DEFAULT_SECTIONS
+
+    def joint(*sources):  # a joint graph's memo of lowered (forward, backward) wrappers, as dtrlab.trace.inductor's
+        return SimpleNamespace(parts=(), lowerings={"pair": tuple((source, {}, []) for source in sources)})
+
+    same, other = "buf0 = empty_strided_cuda((4, ), (1, ), torch.float32)\ndel buf0", "del buf0"
+    compared = script.compared_wrappers(joint(same, same), joint(same, other))
+    assert [(c["wrapper"], c["differing_lines"]) for c in compared] == [(0, 0), (1, 1)]
+    assert compared[1]["first_differences"] == ["-buf0 = empty_strided_cuda((4, ), (1, ), torch.float32)"]
+    assert script.compared_wrappers(joint(same, same), joint(same))[1]["differing_lines"] == -1
+
+
+@pytest.mark.parametrize("sections", [[], ["--sections", "compile,knob,cuda-lowering"]])
 def test_without_cuda_one_line_and_status_3(tmp_path, sections):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

@@ -255,7 +255,8 @@ def census_knob(evaluate: Callable[[float], dict], plan: KnobPlan = KnobPlan(), 
     if "backend" in samples:  # whose step the peaks are of (dtrlab.memory.partitioned.knob_peaks)
         census.meta["backend"] = ",".join(sorted(set(samples["backend"])))
     if "inductor" in census.meta.get("backend", ""):
-        lowered_for = dict(evaluate.options).get("device", "cpu") if isinstance(evaluate, KnobSource) else "cpu"
+        options = dict(evaluate.options) if isinstance(evaluate, KnobSource) else {}
+        lowered_for = options.get("gpu") or options.get("device", "cpu")  # a GPU's name: CUDA Inductor's lowering
         census.meta["inductor_lowering"] = str(lowered_for)
         census.meta["gpu_answer"] = gpu_answer(census.meta)
     return census
@@ -264,16 +265,17 @@ def census_knob(evaluate: Callable[[float], dict], plan: KnobPlan = KnobPlan(), 
 #: What an Inductor census lowered for the CPU is worth for a GPU step, with the uncertainty measured on CPU
 #: (tests/test_inductor.py, docs/compile.md "Checked against real Inductor steps").
 CPU_INDUCTOR_ANSWER = (
-    "Inductor accounting: CPU Inductor's lowering, the best available for a GPU (no CUDA Inductor accounting: "
-    "tracing for cuda needs a GPU); measured against real CPU steps it is exact to within one tensor on a decoder, "
-    "an encoder-decoder and a ViT, and 18 MiB below ResNet-18's real peak (oneDNN convolution temporaries); "
-    "CUDA Inductor lowers convolutions and matmuls differently, so a GPU step's peak can differ by more")
+    "Inductor accounting: CPU Inductor's lowering (give --device with a GPU, e.g. H100-80GB, for CUDA Inductor's "
+    "lowering on fake tensors, not yet measured on a GPU); measured against real CPU steps it is exact to within one "
+    "tensor on a decoder, an encoder-decoder and a ViT, and 18 MiB below ResNet-18's real peak (oneDNN convolution "
+    "temporaries); CUDA Inductor lowers attention, convolutions and fusions differently, so a GPU step's peak can "
+    "differ by more")
 
 
 def gpu_answer(meta: dict) -> str | None:
     """The one line an Inductor census lowered for the CPU carries for a GPU user (:data:`CPU_INDUCTOR_ANSWER`),
-    None for an aot_eager census or one lowered for another device. A census that does not name its lowering
-    device is the CPU's: dtrlab cannot trace a CUDA step without a GPU."""
+    None for an aot_eager census or one lowered for a GPU (``inductor_lowering``: its name, dtrlab.trace.cuda_joint).
+    A census that does not name its lowering device is the CPU's."""
     if "inductor" not in meta.get("backend", "") or meta.get("inductor_lowering", "cpu") != "cpu":
         return None
     return CPU_INDUCTOR_ANSWER

@@ -26,7 +26,8 @@ GiB = 1 << 30
 #: and the CUDA context takes a few hundred MiB of it, which no preset subtracts).
 GPU_PRESETS = {
     "V100-16GB": 16 * GiB, "V100-32GB": 32 * GiB, "A100-40GB": 40 * GiB, "A100-80GB": 80 * GiB,
-    "H100-80GB": 80 * GiB, "H200-141GB": 141 * GiB, "RTX3090-24GB": 24 * GiB, "RTX4090-24GB": 24 * GiB,
+    "H100-80GB": 80 * GiB, "H200-141GB": 141 * GiB, "L4-24GB": 24 * GiB, "RTX3090-24GB": 24 * GiB,
+    "RTX4090-24GB": 24 * GiB,
 }
 #: How a step's peak is counted, by short name (``--accounting``), and its column in the peak tables: bytes of live
 #: storages, or the caching allocator's allocated or reserved bytes (what a device enforces).

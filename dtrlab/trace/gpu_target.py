@@ -129,6 +129,21 @@ def gpu_target_named(name: str) -> GpuTarget:
     return GPU_TARGETS[name]
 
 
+def matching_target(properties) -> str | None:
+    """The :data:`GPU_TARGETS` name of a real device (``torch.cuda.get_device_properties``' answer): the one of its
+    name, else the one of its capability, SM count and memory within 4 GiB (a device reports a little less than its
+    nominal size); None when no target matches."""
+    for name, target in GPU_TARGETS.items():
+        if target.name == properties.name:
+            return name
+    for name, target in GPU_TARGETS.items():
+        if ((target.major, target.minor, target.multi_processor_count) ==
+                (properties.major, properties.minor, properties.multi_processor_count)
+                and abs(target.total_memory - properties.total_memory) <= 4 * GiB):
+            return name
+    return None
+
+
 def _no_op(*args, **kwargs) -> None:
     pass
 
