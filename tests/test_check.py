@@ -384,19 +384,6 @@ def test_holes_anatomy(tmp_path, capsys):
     assert rows and all(row[11] in ("oom", "cliff", "near-miss", "limit") for row in rows), lines
 
 
-@pytest.mark.slow
-def test_readme_example_is_true(logs_dir, tmp_path, capsys):
-    """README.md's `dtrlab check` example prints the five lines README shows (its default census)."""
-    readme = (ROOT / "README.md").read_text()
-    command = readme.split("dtrlab check ../shared/dtr-logs/", 1)[1].split("```", 1)[0]
-    log = command.split()[0]
-    options = command.replace("\\", " ").split()[1:]
-    assert main(["check", str(logs_dir / log), *options, "--quiet", "--out", str(tmp_path)]) == 0
-    printed = capsys.readouterr().out.splitlines()[:5]
-    shown = readme.split("prints five lines:\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
-    assert printed == shown
-
-
 # --- the check's own logic on hand-built inputs (quick: each kills mutants for a fraction of a second) ----------
 
 CHAIN_PLAN = CheckPlan(window=0.2, delta=0.02, policies=("dtr",), monotone=False)

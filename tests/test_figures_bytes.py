@@ -17,6 +17,7 @@ from dtrlab.analysis.holes import find_holes  # noqa: E402
 from dtrlab.plots import plot_feasibility_map, save_figure, trace_titles  # noqa: E402
 from dtrlab.sweep import sweep  # noqa: E402
 from dtrlab.sweep.execution import Execution  # noqa: E402
+from dtrlab.sweep.shipped import RECOMPUTE_ENV, SHIPPED_ENV  # noqa: E402
 from dtrlab.trace import load_directory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,9 +36,11 @@ def test_installed_drawing_stack_is_the_pinned_one():
     assert installed == pins(), "reinstall with `make setup` (pip install -c constraints.txt)"
 
 
-def test_feasibility_map_redrawn_from_shipped_results_is_byte_identical(tmp_path):
+def test_feasibility_map_redrawn_from_shipped_results_is_byte_identical(tmp_path, monkeypatch):
     """Notebook 01 on traces/ with its default parameters, as `make figures` runs it (a fresh rc state, an
-    empty cache: the rows come from results/shipped/)."""
+    empty cache: the rows come from results/shipped/, which conftest turns off for other tests)."""
+    monkeypatch.delenv(RECOMPUTE_ENV, raising=False)
+    monkeypatch.delenv(SHIPPED_ENV, raising=False)
     traces = load_directory(ROOT / "traces")
     titles = trace_titles(traces)
     execution = Execution(jobs=1, cache=tmp_path / "cache", progress=False)
