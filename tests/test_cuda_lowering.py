@@ -15,7 +15,7 @@ from torch.nn import functional as F  # noqa: E402
 
 from dtrlab.trace.cuda_joint import CudaTraceError, retrace_on_cuda, sdp_order, sdpa_backend  # noqa: E402
 from dtrlab.trace.gpu_target import GPU_TARGETS, gpu_target, patched_names  # noqa: E402
-from dtrlab.trace.partition import joint_hash, trace_joint  # noqa: E402
+from dtrlab.trace.partition import for_gpu, joint_hash, trace_joint  # noqa: E402
 
 MLP = "tests.test_partition:tiny_mlp"
 ATTENTION = "tests.test_cuda_lowering:tiny_attention"
@@ -159,7 +159,7 @@ def test_an_mlp_step_is_partitioned_and_lowered_for_an_h100():
     assert gpu.gpu == "H100-80GB" and ("gpu", "H100-80GB") in gpu.build_options
     assert {node.meta["val"].device.type for node in gpu.graph_module.graph.find_nodes(op="placeholder")} == {"cuda"}
     assert gpu.operator_nodes() == cpu.operator_nodes()  # same nodes, same names: forcings name the same nodes
-    assert len({joint_hash(cpu), joint_hash(gpu), joint_hash(_trace(MLP, gpu="A100-80GB"))}) == 3
+    assert len({joint_hash(cpu), joint_hash(gpu), joint_hash(for_gpu(cpu, "A100-80GB"))}) == 3
     row = knob_peaks(gpu, 0.5, cache=False)
     [(forward, backward)] = gpu.lowerings.values()
     for source, _, _ in (forward, backward):

@@ -47,6 +47,7 @@ import torch
 from ..suggest import did_you_mean
 
 GiB = 1 << 30
+MiB = 1 << 20
 KiB = 1 << 10
 
 
@@ -97,7 +98,6 @@ _SM86 = dict(major=8, minor=6, max_threads_per_multi_processor=1536, shared_memo
 _SM89 = dict(_SM86, minor=9)
 _SM90 = dict(major=9, minor=0, max_threads_per_multi_processor=2048, shared_memory_per_block_optin=227 * KiB,
              shared_memory_per_multiprocessor=228 * KiB)
-MiB = 1 << 20
 #: The GPUs a lowering can target, by dtrlab.memory.device's preset names.
 GPU_TARGETS = {
     "V100-16GB": GpuTarget("Tesla V100-SXM2-16GB", multi_processor_count=80, total_memory=16 * GiB,
@@ -150,7 +150,8 @@ def _no_op(*args, **kwargs) -> None:
 
 def _cuda_answers(target: GpuTarget) -> dict:
     """``torch.cuda``'s functions as the target answers them (device 0, the only one)."""
-    # A CUDA generator's state is its seed and its Philox offset (two int64s: CUDAGeneratorImpl::get_state).
+    # A CUDA generator's state is its seed and its Philox offset, two int64s (torch/cuda/random.py:23,
+    # get_rng_state's answer); what it holds does not matter: preserve_rng_state sets back what it got.
     rng_state = torch.zeros(16, dtype=torch.uint8)
     return {
         "is_available": lambda: True,
@@ -173,8 +174,8 @@ def _cuda_answers(target: GpuTarget) -> dict:
 
 def _stream_answers() -> list[tuple[object, str, object]]:
     """The current stream's raw handle (the default stream, 0): a CUDA wrapper binds it at import
-    (``from torch._C import _cuda_getCurrentRawStream as get_raw_stream``, codegen/wrapper.py) and passes it to
-    each kernel launch."""
+    (``from torch._C import _cuda_getCurrentRawStream as get_raw_stream``,
+    torch/_inductor/codegen/cuda/device_op_overrides.py:20) and passes it to each kernel launch."""
     return [(torch._C, "_cuda_getCurrentRawStream", lambda device: 0)]
 
 
