@@ -62,6 +62,15 @@ def lowering_device(text: str) -> str:
     return text
 
 
+def lowering_gpu(args) -> str | None:
+    """The GPU preset the step is lowered for: knob's ``--device``, or check's when it names a preset (check's
+    ``--device`` may also be bytes or a size: the CPU lowering then); None for the CPU."""
+    from ..memory.device import GPU_PRESETS
+
+    device = getattr(args, "device", "cpu")
+    return device if device in GPU_PRESETS else None
+
+
 def solver_list(text: str) -> tuple[str, ...]:
     """``--solver dp,greedy``: knapsack solvers torch's partitioner knows."""
     from ..trace.partition import SOLVERS
@@ -218,8 +227,9 @@ def model_evaluations(args) -> list[tuple]:
     check_torch_has_knob()
     options = {"batch": args.batch, "seq": args.seq, "image": args.image, **precision_options(args),
                **{key: getattr(args, key) for key in SIZE_KEYS}}
-    if getattr(args, "device", "cpu") != "cpu":
-        options["gpu"] = args.device  # dtrlab.trace.partition.trace_joint's: the step traced and lowered for it
+    gpu = lowering_gpu(args)
+    if gpu is not None:
+        options["gpu"] = gpu  # dtrlab.trace.partition.trace_joint's: the step traced and lowered for it
     source = KnobSource(args.source, tuple(sorted(options.items())), getattr(args, "compile_backend", "inductor"))
     name = census_name(args.source, args)
     solvers, estimators = getattr(args, "solver", None), getattr(args, "runtime_estimator", None)
@@ -245,8 +255,7 @@ def census_name(source: str, args) -> str:
     name = "".join(c if c.isalnum() or c in "._" else "-" for c in source).strip("-")
     sizes = [(key.replace("_", ""), getattr(args, key)) for key in SIZE_KEYS]
     precision = [(key, getattr(args, key, None)) for key in ("dtype", "autocast")]
-    gpu = getattr(args, "device", "cpu")
-    for flag, value in [*sizes, ("b", args.batch), ("s", args.seq), *precision, ("", None if gpu == "cpu" else gpu)]:
+    for flag, value in [*sizes, ("b", args.batch), ("s", args.seq), *precision, ("", lowering_gpu(args))]:
         if value is not None:
             name += f"-{flag}{value}"
     return name
