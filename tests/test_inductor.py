@@ -507,17 +507,20 @@ def test_a_damaged_lowering_entry_is_lowered_again_and_rewritten(mlp_joint, monk
 
 def test_the_disk_key_holds_the_target_device_torch_configurations_and_the_joint(mlp_joint, monkeypatch):
     """The same partitioned graphs, another key for another lowering target, torch version, Inductor or AOT
-    autograd configuration, or a joint graph of other shapes; the key is not the memo's (which holds none of
+    autograd configuration, a joint graph of other shapes, or the operators' temporaries off or measured with
+    another thread count; the key is not the memo's (which holds none of
     those but Inductor's configuration) and is what :func:`lowering_key` finds without lowering."""
     import dataclasses
 
     import dtrlab.trace.inductor as inductor
     from dtrlab.trace.inductor import disk_key, lowering_key
 
+    from dtrlab.trace.op_temporaries import device_key
+
     (pair,) = partition(mlp_joint, 1.0, keep_graphs=True).graphs
-    keys = inductor._memo_keys((pair,))
+    keys = inductor._memo_keys((pair,), device_key())  # the operators' temporaries on: a CPU target's default
     key = disk_key(mlp_joint, keys)
-    assert lowering_key(mlp_joint, 1.0) == key == disk_key(mlp_joint, inductor._memo_keys((pair,)))
+    assert lowering_key(mlp_joint, 1.0) == key == disk_key(mlp_joint, inductor._memo_keys((pair,), device_key()))
     assert inductor.lowering_target(mlp_joint) == "cpu"
     others = []
     with monkeypatch.context() as patched:
@@ -527,7 +530,11 @@ def test_the_disk_key_holds_the_target_device_torch_configurations_and_the_joint
         patched.setattr(torch, "__version__", torch.__version__ + "+other")
         others.append(disk_key(mlp_joint, keys))
     with torch._inductor.config.patch(reorder_for_peak_memory=not torch._inductor.config.reorder_for_peak_memory):
-        others.append(disk_key(mlp_joint, inductor._memo_keys((pair,))))
+        others.append(disk_key(mlp_joint, inductor._memo_keys((pair,), device_key())))
+    others.append(lowering_key(mlp_joint, 1.0, temporaries=False))
+    with monkeypatch.context() as patched:  # the measurements of another thread count are other measurements
+        patched.setattr(torch, "get_num_threads", lambda: 999)
+        others.append(lowering_key(mlp_joint, 1.0))
     with torch._functorch.config.patch(donated_buffer=not torch._functorch.config.donated_buffer):
         others.append(disk_key(mlp_joint, keys))
     with torch._functorch.config.patch(activation_memory_budget=0.25):  # the partition is in the graphs already

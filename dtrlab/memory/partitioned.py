@@ -25,8 +25,10 @@ the order it returns them, run as aot_eager runs them; ``"inductor"``: Inductor'
 of the same partition (its joint-graph passes, fusion, buffer reuse, in-place buffers and
 memory-aware reordering), the allocations its generated wrapper makes
 (:mod:`dtrlab.trace.inductor`; tests/test_inductor.py compares it with real CPU Inductor
-steps). Not modelled in either: kernels' internal temporaries (CPU ``native_dropout`` allocates a float noise tensor
-besides its outputs), which can only raise the real peak. tests/test_partition.py compares
+steps). Kernels' internal temporaries: on a CPU target (the default) each call of an operator that allocates
+inside (convolutions, batch norm's backward) gets its temporaries, measured once per call on the CPU
+(:mod:`dtrlab.trace.op_temporaries`, ``temporaries=``); others' are not modelled (CPU ``native_dropout`` allocates a
+float noise tensor besides its outputs), which can only raise the real peak. tests/test_partition.py compares
 with aot_eager on the CPU (equal at knob 1, above by at most one tensor below it);
 scripts/validate_allocator_cuda.py's ``knob`` section with CUDA.
 
@@ -53,7 +55,8 @@ def step_peaks(step: PartitionedStep) -> dict:
 
 
 def knob_peaks(joint: JointGraph, knob: float, *, solver: str | None = None,
-               force: dict[str, str] | None = None, backend: str | None = None, cache=True) -> dict:
+               force: dict[str, str] | None = None, backend: str | None = None, cache=True,
+               temporaries: bool | None = None) -> dict:
     """One knob value: torch's partition of ``joint``, its peaks and the partitioner's proxy objective.
 
     Keys: ``knob, flat_peak, allocated_peak, reserved_peak, recorded_peak, proxy_saved_bytes,
@@ -65,12 +68,14 @@ def knob_peaks(joint: JointGraph, knob: float, *, solver: str | None = None,
     needs a joint traced with ``backend="inductor"``) or ``"aot_eager"`` (the partitioned
     graphs run node by node, on either joint). ``cache``: where Inductor's lowered steps are kept across runs
     (:func:`~dtrlab.trace.inductor.partition_lowered`'s: True for ``$DTRLAB_CACHE``, a directory, or False).
+    ``temporaries``: operators' measured temporaries in the step (:mod:`dtrlab.trace.op_temporaries`; None: on for
+    a CPU target, off for a GPU's).
     """
     backend = joint.backend if backend is None else check_backend(backend)
     if backend == "inductor":
-        step = partition_lowered(joint, knob, solver=solver, force=force, cache=cache)
+        step = partition_lowered(joint, knob, solver=solver, force=force, cache=cache, temporaries=temporaries)
     else:
-        step = partition(joint, knob, solver=solver, force=force)
+        step = partition(joint, knob, solver=solver, force=force, temporaries=temporaries)
     return step_record(step)
 
 

@@ -148,8 +148,12 @@ BACKWARD_ESTIMATE = 1.5
 class Recorder(TorchDispatchMode):
     """Dispatch mode that turns every ATen call into log instructions."""
 
-    def __init__(self, cost: str, repeats: int):
+    def __init__(self, cost: str, repeats: int, temporaries: Callable | None = None):
         super().__init__()
+        #: What an operator call allocates inside, ``(func, args, kwargs) -> Temporaries | None``
+        #: (:class:`dtrlab.trace.op_temporaries.OpTemporaries`); None: nothing.
+        self.temporaries = temporaries
+        self._held_temporaries: list[torch.Tensor] = []  # live to the step's end, as what a kernel cached
         self.cost = check_cost_model(cost)
         self.gpu = roofline_gpu(cost)
         self.repeats = max(1, repeats)
@@ -273,6 +277,7 @@ class Recorder(TorchDispatchMode):
         arg_tensors = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
         arg_names = [self.name_of(t) for t in arg_tensors]
         written = _written_tensor_ids(func, args, kwargs)
+        transient = self._emit_temporaries(func, args, kwargs, arg_tensors, arg_names)
 
         out, seconds = self._run(func, args, kwargs, written)
         results = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
@@ -294,8 +299,25 @@ class Recorder(TorchDispatchMode):
             # (batch norm) is charged once, on the CALL.
             self._emit(INSTRUCTION="MUTATE", NAME=op_name, ARGS=arg_names, MUTATE=mutated,
                        TIME=str(0 if new_results else cost))
+        del transient  # freed once the call has returned: its RELEASE follows the call's lines
         self.flush_releases()
         return out
+
+    def _emit_temporaries(self, func, args, kwargs, arg_tensors, arg_names) -> torch.Tensor | None:
+        """The call's measured temporaries as allocations of the log (``<op>_held``, kept to the step's end;
+        ``<op>_temporary``, returned, to be freed once the call has run), each a CALL on the call's arguments
+        before the call itself: its outputs are allocated while they are live."""
+        measured = self.temporaries(func, args, kwargs) if self.temporaries is not None else None
+        if measured is None:
+            return None
+        made = {}
+        for kind, size in (("held", measured.held), ("temporary", measured.transient)):
+            if size:
+                made[kind] = torch.empty(size, dtype=torch.uint8, device="meta")
+                self._emit_call(f"{func.overloadpacket.__name__}_{kind}", arg_tensors, arg_names, [made[kind]], 0)
+        if "held" in made:
+            self._held_temporaries.append(made["held"])
+        return made.get("temporary")
 
     def _emit_call(self, op_name, arg_tensors, arg_names, results, cost) -> None:
         args = list(arg_names)

@@ -26,9 +26,11 @@ Method, per knob value (:func:`partition_lowered`):
 3. The wrapper module is executed with an ``AsyncCompile`` stand-in whose kernels do
    nothing, and its allocation helpers (codegen/wrapper.py:1638-1643: every
    ``empty_strided_<device>`` and ``reinterpret_tensor``, which allocate and view in C++, past the
-   dispatcher) made to allocate and view through it, on the meta device; its checks (every ``assert_*``:
-   ``assert_size_stride``, ``assert_tensor_metadata``, ...) are skipped: a meta kernel may pick another memory
-   format than the CPU kernel (convolution's channels-last output), same sizes and bytes. Its ``call`` then runs
+   dispatcher) made to allocate and view through it, on the meta device; its checks (every ``assert_*``) are
+   skipped but the output layout checks (``assert_size_stride``, ``assert_tensor_metadata``), which make the
+   layout they name true on meta: a meta kernel may pick another memory format than the CPU kernel (the CPU
+   convolution's channels-last output), same sizes and bytes, and the layout is what a later call's measured
+   temporaries depend on (:mod:`dtrlab.trace.op_temporaries`). Its ``call`` then runs
    the forward, then the backward on the forward's saved outputs (boxed: ``call`` clears its argument
    list, as AOT autograd's runtime calls it), under the capture's recorder
    (:func:`dtrlab.trace.partition.record_partitioned`). What comes out is Inductor's allocation
@@ -73,6 +75,7 @@ from torch import fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import lowering_cache
+from .op_temporaries import temporaries_setting
 from .partition import RECORDING_VERSION, JointGraph, PartitionedStep, joint_hash, partition, record_partitioned
 
 
@@ -81,17 +84,20 @@ class InductorLoweringError(ValueError):
 
 
 def partition_lowered(joint: JointGraph, knob: float, *, solver: str | None = None,
-                      force: dict[str, str] | None = None, cache=True) -> PartitionedStep:
+                      force: dict[str, str] | None = None, cache=True,
+                      temporaries: bool | None = None) -> PartitionedStep:
     """torch's partition of Inductor's joint graph at ``knob``, its trace the allocations of Inductor's wrapper.
 
     ``joint`` must come from ``trace_joint(..., backend="inductor")``; ``solver`` and
     ``force`` are :func:`~dtrlab.trace.partition.partition`'s. ``cache``: where lowered steps are kept across
     runs (:func:`dtrlab.trace.lowering_cache.lowering_directory`: True for ``$DTRLAB_CACHE``, a directory, or
-    False to lower afresh and keep nothing).
+    False to lower afresh and keep nothing; the operators' measured temporaries are kept there too).
+    ``temporaries``: the extern and fallback calls that allocate inside (convolutions) get their measured
+    temporaries (:mod:`dtrlab.trace.op_temporaries`); None: on for a CPU target, off for a GPU's.
     """
     _check_inductor_joint(joint)
-    return partition(joint, knob, solver=solver, force=force, record_with=functools.partial(record_lowered,
-                                                                                            cache=cache))
+    record = functools.partial(record_lowered, cache=cache, temporaries=temporaries_setting(temporaries, joint.gpu))
+    return partition(joint, knob, solver=solver, force=force, record_with=record)
 
 
 def _check_inductor_joint(joint: JointGraph) -> None:
@@ -100,33 +106,35 @@ def _check_inductor_joint(joint: JointGraph) -> None:
                          "trace it with backend='inductor'")
 
 
-def record_lowered(pairs: tuple, joint: JointGraph, cache=True):
+def record_lowered(pairs: tuple, joint: JointGraph, cache=True, temporaries: str | None = None):
     """:func:`~dtrlab.trace.partition.partition`'s ``record_with`` for Inductor: lower each graph's forward and
     backward (:func:`_lowered_calls`), run the wrappers.
 
     Keyed by the graphs' content and Inductor's configuration: a partition met before (at
     another knob value) is not lowered or run again; one met in an earlier run is read from the
-    disk cache (``cache``, :func:`partition_lowered`'s), which a new lowering writes.
+    disk cache (``cache``, :func:`partition_lowered`'s), which a new lowering writes. ``temporaries``:
+    :func:`~dtrlab.trace.partition.record_partitioned`'s, part of both keys.
     """
-    keys = _memo_keys(pairs)
+    keys = _memo_keys(pairs, temporaries)
     if keys not in joint.lowered_records:
         path = lowering_cache.entry_path(cache, disk_key(joint, keys))
         name, source = joint.source, f"<{joint.source} partitioned>"  # as record_partitioned names the trace
         record = lowering_cache.load_record(path, path.stem, name, source) if path is not None else None
         if record is None:
             calls = tuple(_lowered_calls(forward, backward, part, key)
-                          for (forward, backward), part, key in zip(pairs, joint.parts or (joint,), keys))
-            record = record_partitioned(pairs, joint, calls)
+                          for (forward, backward), part, key in zip(pairs, joint.parts or (joint,), keys[:-1]))
+            record = record_partitioned(pairs, joint, calls, temporaries, cache)
             if path is not None:
                 lowering_cache.store_record(path, path.stem, record)
         joint.lowered_records[keys] = record
     return joint.lowered_records[keys]
 
 
-def _memo_keys(pairs: tuple) -> tuple:
-    """A step's lowerings in this process's memo: per graph, its forward's and backward's keys and the configuration's."""
+def _memo_keys(pairs: tuple, temporaries: str | None) -> tuple:
+    """A step's lowerings in this process's memo: per graph, its forward's and backward's keys and the configuration's;
+    last, the operators' temporaries' setting (:func:`record_lowered`'s)."""
     config = _config_key()
-    return tuple((graph_key(forward), graph_key(backward), config) for forward, backward in pairs)
+    return (*((graph_key(forward), graph_key(backward), config) for forward, backward in pairs), temporaries)
 
 
 class _Keyed(Exception):
@@ -134,13 +142,14 @@ class _Keyed(Exception):
 
 
 def lowering_key(joint: JointGraph, knob: float, *, solver: str | None = None,
-                 force: dict[str, str] | None = None) -> str:
+                 force: dict[str, str] | None = None, temporaries: bool | None = None) -> str:
     """The disk key of the step :func:`partition_lowered` would lower at ``knob``: torch's partition, nothing
     lowered. Knob values with equal keys share one lowering (a parallel census lowers each key once)."""
     _check_inductor_joint(joint)
+    setting = temporaries_setting(temporaries, joint.gpu)
 
     def keyed(pairs: tuple, joint: JointGraph):
-        raise _Keyed(disk_key(joint, _memo_keys(pairs)))
+        raise _Keyed(disk_key(joint, _memo_keys(pairs, setting)))
 
     try:
         partition(joint, knob, solver=solver, force=force, record_with=keyed)
@@ -350,7 +359,7 @@ def _dispatched_reinterpret(base: torch.Tensor, size, stride, offset_increment) 
 def _wrapper_call(lowered: tuple[str, dict, list]):
     """The wrapper module's ``call``, loaded with no kernels and meta-device allocations (module docstring, 3):
     every allocation helper it defines (``empty_strided_<device>``) allocates through the dispatcher, every check
-    (``assert_size_stride``, ``assert_tensor_metadata``, ...) is skipped."""
+    is skipped but the layout checks (:func:`_asserted_layout`)."""
     from torch._inductor import async_compile
 
     source, constants, _ = lowered
@@ -360,6 +369,7 @@ def _wrapper_call(lowered: tuple[str, dict, list]):
     namespace.update({name: _meta_like(value) for name, value in constants.items()})
     namespace.update({name: _dispatched_empty_strided for name in namespace if name.startswith("empty_strided")})
     namespace.update({name: _no_kernel for name in namespace if name.startswith("assert_")})
+    namespace.update(assert_size_stride=_asserted_layout, assert_tensor_metadata=_asserted_layout)
     namespace["reinterpret_tensor"] = _dispatched_reinterpret
     call = namespace["call"]
 
@@ -368,6 +378,17 @@ def _wrapper_call(lowered: tuple[str, dict, list]):
             return call(arguments)
 
     return run
+
+
+def _asserted_layout(tensor, size, stride, *_, **__) -> None:
+    """A wrapper's check of an extern kernel's output layout (``assert_tensor_metadata(buf1, size, stride, ...)``,
+    ``assert_size_stride``), made true on meta: the real kernel returns that layout (the CPU convolution's
+    channels-last output of a channels-last input), its meta kernel may not, and what the output is handed to
+    next (a convolution's backward, whose temporaries depend on its arguments' layouts) must see the real one."""
+    if isinstance(tensor, torch.Tensor) and tensor.device.type == "meta" and tuple(tensor.shape) == tuple(size) \
+            and tuple(tensor.stride()) != tuple(stride):
+        with torch.utils._python_dispatch._disable_current_modes():
+            tensor.as_strided_(size, stride)
 
 
 def _meta_like(value):

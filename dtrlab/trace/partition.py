@@ -76,6 +76,7 @@ from .capture import Recorder
 from .cuda_joint import cuda_attention, retrace_on_cuda
 from .gpu_target import device_answers
 from .model import Trace
+from .op_temporaries import OpTemporaries, temporaries_setting
 from .simrd_log import parse_lines
 
 KNOB = "activation_memory_budget"
@@ -92,8 +93,9 @@ FORCINGS = ("save", "recompute")
 #: The rules a partitioned step is recorded by, in the keys of answers cached from its peaks (dtrlab.compile's):
 #: a change that moves a recorded step's memory bumps it. 2 (4 December 2026): a tensor's gradients from two
 #: graphs summed in place, as autograd sums them (:func:`_add_gradients`); graph outputs held until the last
-#: graph's forward has run (:func:`run_parts`); a one-graph step's loss gradient of the loss's dtype.
-RECORDING_VERSION = 2
+#: graph's forward has run (:func:`run_parts`); a one-graph step's loss gradient of the loss's dtype. 3 (6 December
+#: 2026): operators' measured temporaries (dtrlab.trace.op_temporaries), on by default for a CPU target.
+RECORDING_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -701,7 +703,7 @@ def partitioner_config(knob: float | None, solver: str | None = None,
 
 def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
               force: dict[str, str] | None = None, keep_graphs: bool = False,
-              reuse_min_cuts: bool = True, record_with=None) -> PartitionedStep:
+              reuse_min_cuts: bool = True, record_with=None, temporaries: bool | None = None) -> PartitionedStep:
     """Call torch's ``min_cut_rematerialization_partition`` on a copy of ``joint`` at ``knob``.
 
     ``solver``: ``activation_memory_budget_solver`` (None: torch's configured one).
@@ -719,6 +721,9 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
     ``record_with``: how the graphs become the step's trace, a function of ``(pairs, joint)``
     (``pairs``: a (forward, backward) pair per graph) returning ``(trace, recorded peak, forward
     operator count)``; None: run as aot_eager runs them (dtrlab.trace.inductor passes Inductor's lowering).
+    ``temporaries``: give each call of an operator that allocates inside (convolutions, batch norm's backward) its
+    temporaries, measured once per call on the CPU (:mod:`dtrlab.trace.op_temporaries`); None: on for a CPU
+    target, off for a GPU's. Only with ``record_with`` None (Inductor's takes its own).
     """
     check_torch_has_knob()
     knob = check_knob(knob)
@@ -734,7 +739,9 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
             with _fake_factories(part):
                 results.append(_partition_graph(part, knob, solver, forcings[c], reuse_min_cuts))
         pairs = tuple((r.forward, r.backward) for r in results)
-        trace, peak, forward_ops = (record_with or record_partitioned)(pairs, joint)
+        record = record_with or functools.partial(record_partitioned,
+                                                  temporaries=temporaries_setting(temporaries, joint.gpu))
+        trace, peak, forward_ops = record(pairs, joint)
 
     saved = tuple(dataclasses.replace(s, name=named(c, s.name)) for c, r in enumerate(results) for s in r.saved)
     recomputed = tuple(named(c, name) for c, r in enumerate(results) for name in r.recomputed)
@@ -1096,11 +1103,15 @@ class _NodeInterpreter(fx.Interpreter):
         return super().call_function(target, tuple(moved(v) for v in args), {k: moved(v) for k, v in kwargs.items()})
 
 
-def record_partitioned(pairs: tuple, joint: JointGraph, calls: tuple | None = None) -> tuple[Trace, int, int]:
+def record_partitioned(pairs: tuple, joint: JointGraph, calls: tuple | None = None, temporaries: str | None = None,
+                       cache=True) -> tuple[Trace, int, int]:
     """The partitioned step (one (forward, backward) pair per graph) as a dtrlab trace (meta tensors, FLOP
     costs), its recorded peak, forward op count. ``calls``: per graph, :func:`run_graphs`'s (None: the graphs
-    run as aot_eager runs them)."""
-    recorder = _NodeNamingRecorder("flops", 1)
+    run as aot_eager runs them). ``temporaries``: the device the operators' temporaries are measured for
+    (:func:`~dtrlab.trace.op_temporaries.temporaries_setting`), None for none; ``cache``: where the measurements
+    are kept (:class:`~dtrlab.trace.op_temporaries.OpTemporaries`'s)."""
+    measured = OpTemporaries(temporaries, cache) if temporaries is not None else None
+    recorder = _NodeNamingRecorder("flops", 1, measured)
     if joint.parts:
         run_parts(pairs, joint, recorder, calls)
     else:
@@ -1111,6 +1122,8 @@ def record_partitioned(pairs: tuple, joint: JointGraph, calls: tuple | None = No
     # The recorder's lines are the log's records already (capture writes them as JSON).
     trace = parse_lines((), source=f"<{joint.source} partitioned>", name=joint.source,
                         records=list(enumerate(recorder.lines, 1)))
+    if measured is not None:
+        measured.report()
     node_names = tuple(recorder.operator_nodes)
     trace.meta.update(node_names=node_names, torch_version=torch.__version__, cost_model="flops",
                       cost_unit="flop")
@@ -1122,8 +1135,8 @@ def record_partitioned(pairs: tuple, joint: JointGraph, calls: tuple | None = No
 class _NodeNamingRecorder(Recorder):
     """The capture's recorder, also noting each operator's graph node and where the backward starts."""
 
-    def __init__(self, cost: str, repeats: int):
-        super().__init__(cost, repeats)
+    def __init__(self, cost: str, repeats: int, temporaries=None):
+        super().__init__(cost, repeats, temporaries)
         self.node_name = ""
         self.operator_nodes: list[str] = []  # per CONSTANT, CALL and MUTATE line: the trace's operators
         self.backward_line = 0

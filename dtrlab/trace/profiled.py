@@ -21,6 +21,13 @@ import torch
 def cpu_peak_bytes(work: Callable[[], object]) -> int:
     """Peak CPU allocator bytes during ``work()`` above the bytes allocated when it starts."""
     gc.collect()
+    return cpu_memory_profile(work)[0]
+
+
+def cpu_memory_profile(work: Callable[[], object]) -> tuple[int, int]:
+    """CPU allocator bytes during ``work()`` above those allocated when it starts: (the peak, at its end). No
+    collection first: a recording calls it mid-step (dtrlab.trace.op_temporaries), where a collection would move
+    the step's releases."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
         work()
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
@@ -28,4 +35,4 @@ def cpu_peak_bytes(work: Callable[[], object]) -> int:
     for _, nbytes in events:
         live += nbytes
         peak = max(peak, live)
-    return peak
+    return peak, live
