@@ -12,7 +12,7 @@ choice of an attention kernel (``_fused_sdp_choice`` reads the device's properti
 1. The step is traced on fake CPU tensors as today, with attention calling the kernel CUDA's
    dispatcher would pick (:func:`cuda_attention`, :func:`sdpa_backend`): its fake kernel runs on
    the CPU fake tensors, and AOT autograd records that kernel's backward. :data:`SWAPPED` names
-   what changes (docs/compile.md's table says the same).
+   what changes (docs/compile.md's table names the same operators).
 2. :func:`retrace_on_cuda` copies the joint graph, makes every device argument naming the CPU
    (``full(..., device=cpu)``) name ``cuda:0``, and computes each node's fake value again on fake
    CUDA tensors (``FakeTensorProp``, under the target's answers:
@@ -48,12 +48,16 @@ class CudaTraceError(ValueError):
     """A joint graph dtrlab cannot turn into its CUDA form (one line, naming the model and the cause)."""
 
 
-#: What the CUDA trace runs instead of what the CPU trace runs (docs/compile.md's table lists the same rows).
+#: The CPU joint's fused attention operators and what the CUDA joint holds in their place (flash's, or the
+#: memory-efficient kernel's, as :func:`sdpa_backend` picks; docs/compile.md's table names each). Where the CPU's
+#: fused kernel cannot run (dropout in training) its joint holds the math attention's generic operators, which
+#: the memory-efficient kernel's pair replaces on CUDA.
 SWAPPED = {
-    "aten._scaled_dot_product_flash_attention_for_cpu (and _backward)":
-        "aten._scaled_dot_product_flash_attention (and _backward), where sdpa_backend picks flash",
-    "aten._scaled_dot_product_attention_math (decomposed), where the CPU kernel cannot run":
-        "aten._scaled_dot_product_efficient_attention (and _backward), where sdpa_backend picks efficient",
+    "aten._scaled_dot_product_flash_attention_for_cpu.default": (
+        "aten._scaled_dot_product_flash_attention.default", "aten._scaled_dot_product_efficient_attention.default"),
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": (
+        "aten._scaled_dot_product_flash_attention_backward.default",
+        "aten._scaled_dot_product_efficient_attention_backward.default"),
 }
 
 
