@@ -1,8 +1,9 @@
 """``dtrlab knob SOURCE --knobs 0:1:0.01 --budget 40GiB --out DIR``: census torch.compile's activation-memory knob.
 
 SOURCE is a model source as for ``dtrlab capture`` (traced once per process: here, and in each loky or
-Dask worker with ``--executor``; torch's own partitioner runs at every knob value, dtrlab.trace.partition; by default each partition is then lowered by Inductor,
-dtrlab.trace.inductor, ``--backend aot_eager`` runs the graphs node by node) or a census JSON
+Dask worker with ``--executor``; torch's own partitioner runs at every knob value, dtrlab.trace.partition; by
+default each partition is then lowered by Inductor, dtrlab.trace.inductor, for the CPU or for ``--device``'s GPU
+without one, dtrlab.trace.cuda_joint; ``--backend aot_eager`` runs the graphs node by node) or a census JSON
 written before (read back verified, no torch needed). See docs/compile.md.
 """
 
@@ -163,7 +164,7 @@ def add_backend_argument(parser, flag: str) -> None:
     parser.add_argument(flag, dest="compile_backend", choices=("inductor", "aot_eager"), default="inductor",
                         help="the torch.compile backend whose step is accounted: inductor (torch.compile's default: "
                              "Inductor's own lowering of each partition, its fusion, buffer reuse and memory-aware "
-                             "reordering; CPU lowering) or aot_eager (the partitioned graphs run node by node); "
+                             "reordering; lowered for --device) or aot_eager (the partitioned graphs run node by node); "
                              "default inductor")
 
 
