@@ -271,3 +271,65 @@ def test_notebook_13_draws_inductor_beside_aot_eager(tmp_path, monkeypatch):
     assert "alone" not in table  # it has no Inductor census
     row = next(line.split() for line in table.splitlines() if line.startswith("both"))
     assert row[1:5] == ["11", "0.5", "1.0", "1.0"]  # knobs both evaluated; Inductor / aot_eager: min, max, at 1.0
+
+
+# ------------------------------------------------------------------ dtrlab figures: limits and quiet kernels
+def _notebook(directory: Path, name: str, *sources: str) -> Path:
+    """A notebook of ``sources`` after a parameters cell taking what dtrlab figures passes every notebook."""
+    nbformat = pytest.importorskip("nbformat")
+    parameters = nbformat.v4.new_code_cell("\n".join(f"{name} = {value!r}" for name, value in (
+        ("quick", False), ("traces_dir", ""), ("figures_dir", ""), ("cache_dir", ""), ("jobs", 1), ("reference", ""))))
+    parameters.metadata["tags"] = ["parameters"]
+    notebook = nbformat.v4.new_notebook(cells=[parameters, *map(nbformat.v4.new_code_cell, sources)])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    directory.mkdir(exist_ok=True)
+    nbformat.write(notebook, directory / name)
+    return directory / name
+
+
+def _figures(tmp_path, monkeypatch, *options: str) -> int:
+    """``dtrlab figures`` in this process on the notebooks of ``tmp_path/notebooks``, everything it writes in
+    tmp_path (the environment variables it sets are restored after the test)."""
+    from dtrlab.cli import main
+
+    monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MPLBACKEND", "agg")
+    monkeypatch.delenv("DTRLAB_DEBUG", raising=False)
+    return main(["figures", "--notebooks", str(tmp_path / "notebooks"), "--output", str(tmp_path / "executed"),
+                 "--figures", str(tmp_path / "figures"), "--cache", str(tmp_path / "cache"), *options])
+
+
+@pytest.mark.parametrize("limit, line", [
+    (["--cell-timeout", "3"], "ran past the 3 s limit of a cell (--cell-timeout)"),
+    (["--notebook-timeout", "4"], "ran past the 4 s limit of the notebook (--notebook-timeout)")])
+def test_a_hung_cell_stops_its_notebook_with_one_line(limit, line, tmp_path, monkeypatch, capfd):
+    """A cell that never ends (the hang of issue 57, made on purpose) stops at the limit: one line naming the
+    notebook and the cell as written (its index, its first line), exit status 1, the kernel gone, no traceback."""
+    pytest.importorskip("papermill")
+    pid_file = tmp_path / "kernel.pid"
+    _notebook(tmp_path / "notebooks", "01-hangs.ipynb",
+              f"# sleeps\nimport os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(1000)")
+    assert _figures(tmp_path, monkeypatch, *limit) == 1
+    err = capfd.readouterr().err
+    assert f"dtrlab figures: 01-hangs.ipynb: cell 1 ('# sleeps') {line}; its kernel was shut down\n" in err
+    assert "Traceback" not in err and "Timeout waiting" not in err
+    status = Path(f"/proc/{pid_file.read_text()}/status")
+    assert not status.exists() or "zombie" in status.read_text(), "the kernel still runs"
+
+
+def test_a_quiet_run_prints_no_kernel_noise(tmp_path, monkeypatch, capfd):
+    """No line of ipykernel's TCP warning, torch's "No CUDA runtime is found" (a CUDA build of torch where no GPU
+    is) or the profiler's USDT and gpuGetDeviceCount lines, in the terminal or in the executed notebook."""
+    pytest.importorskip("papermill")
+    pytest.importorskip("torch")
+    _notebook(tmp_path / "notebooks", "01-noisy.ipynb",
+              "import torch\nimport torch.utils.cpp_extension\n"
+              "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):\n"
+              "    torch.ones(4).sum()")
+    assert _figures(tmp_path, monkeypatch) == 0
+    printed = capfd.readouterr()
+    seen = printed.out + printed.err + (tmp_path / "executed" / "01-noisy.ipynb").read_text()
+    assert "without encryption" not in seen
+    if not Path("/proc/driver/nvidia/version").exists():  # with a driver, torch's GPU lines are not noise
+        for noise in ("No CUDA runtime is found", "profiler_start", "gpuGetDeviceCount"):
+            assert noise not in seen, noise

@@ -18,7 +18,8 @@ def run(args) -> int:
 
     parser = Parser(prog="dtrlab figures", description=figures.__doc__.split("\n\n")[0])
     figures.add_arguments(parser)
-    parser.add_argument("--debug", action="store_true", help="show the full traceback of an unexpected error")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an unexpected error, and "
+                        "every line the kernels print (also DTRLAB_DEBUG=1)")
     options = parser.parse_args(args.arguments)
     args.debug = args.debug or options.debug
     return figures.run(options, parser)
