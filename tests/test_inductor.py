@@ -554,3 +554,34 @@ def _copy_with_placeholder_doubled(graph_module):
     with value.fake_mode:
         node.meta["val"] = value.new_empty((2 * value.shape[0], *value.shape[1:]))
     return copied
+
+
+_LOWER_IN_A_PROCESS = """
+import json, sys, warnings
+warnings.simplefilter("ignore")
+from dtrlab.memory.partitioned import knob_peaks
+from dtrlab.trace.partition import trace_joint
+joint = trace_joint(sys.argv[1], backend="inductor")
+row = knob_peaks(joint, 1.0, cache=sys.argv[2])
+print(json.dumps({"lowered": len(joint.lowerings), "row": row}))
+"""
+
+
+@pytest.mark.slow  # two fresh processes, each importing torch and tracing the MLP: 96 s at load 8
+def test_a_second_process_reads_the_first_process_lowering(tmp_path):
+    """The disk key is the same in another process (no address or per-process state in it): a second run, in its
+    own process, lowers nothing and gives the first run's row."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.compiled_steps import ROOT
+
+    def run() -> dict:
+        done = subprocess.run([sys.executable, "-c", _LOWER_IN_A_PROCESS, MLP, str(tmp_path)], cwd=ROOT,
+                              capture_output=True, text=True, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first, second = run(), run()
+    assert first["lowered"] == 1 and second["lowered"] == 0 and second["row"] == first["row"]
+    assert len(_entries(tmp_path)) == 1
