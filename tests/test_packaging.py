@@ -56,7 +56,8 @@ def test_every_install_is_under_the_constraints():
     for pin in pins:
         (pinned,) = pin.specifier
         assert pinned.operator == "==", pin
-        assert pinned.version in ranges.get(pin.name, pinned.version), f"{pin} is outside pyproject's {ranges[pin.name]}"
+        if pin.name in ranges:  # the others are matplotlib's own dependencies, with no range of ours
+            assert ranges[pin.name].contains(pinned.version), f"{pin} is outside pyproject's {ranges[pin.name]}"
 
 
 def test_ci_runs_the_readme_test_command():
