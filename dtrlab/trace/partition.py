@@ -275,10 +275,8 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
         pass  # dynamo makes its own fake tensors from these: the step is compiled outside this mode
     named = {**options, "device": device, "gpu": gpu}
     build_options = tuple(sorted((k, _option_value(v)) for k, v in named.items() if v is not None))
-    with contextlib.nullcontext() if gpu is None else cuda_attention(gpu):
-        joint = trace_step(workload.module, workload.inputs, workload.loss_fn, source=source,
-                           build_options=build_options, desc=workload.desc, backend=backend)
-    return joint if gpu is None else for_gpu(joint, gpu)
+    return trace_step(workload.module, workload.inputs, workload.loss_fn, source=source,
+                      build_options=build_options, desc=workload.desc, backend=backend, gpu=gpu)
 
 
 def for_gpu(joint: JointGraph, gpu: str) -> JointGraph:
@@ -311,13 +309,14 @@ def _fresh_memos() -> dict:
 
 
 def trace_step(module: nn.Module, inputs, loss_fn=None, *, source: str, build_options: tuple = (),
-               desc: str = "", backend: str = "aot_eager") -> JointGraph:
+               desc: str = "", backend: str = "aot_eager", gpu: str | None = None) -> JointGraph:
     """The joint graph of ``loss_fn(module(*inputs))`` (``loss_fn`` None: the sum of every output that
     requires grad), as torch.compile would partition it: :func:`trace_joint`'s work once the model is
     built. ``module`` and ``inputs`` should be fake tensors (:func:`fake_module`, or built under a
     ``FakeTensorMode``): dynamo fakes real ones itself, but the caller then holds their memory.
     A step dynamo cannot capture in one graph is followed through its graph breaks (``parts``: each graph's
-    joint, under ``backend="inductor"`` the one Inductor partitions). ``backend``: :func:`trace_joint`'s.
+    joint, under ``backend="inductor"`` the one Inductor partitions). ``backend`` and ``gpu``: :func:`trace_joint`'s
+    (with ``gpu``, ``module`` and ``inputs`` on the CPU).
     Raises :class:`~dtrlab.trace.models.ModelSourceError` (a ValueError, one line) for a step dynamo
     cannot capture at all or one that does not return one scalar."""
     from .models import ModelSourceError
@@ -326,15 +325,19 @@ def trace_step(module: nn.Module, inputs, loss_fn=None, *, source: str, build_op
     check_backend(backend)
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     step = LossStep(module, loss_fn)
-    kept = _one_graph(step, inputs, source, backend)
-    if kept is None:  # graph breaks: each graph partitioned on its own, as torch.compile does
-        return _graph_parts(step, inputs, source, build_options, desc, backend)
-    graph_module = kept["graph_module"]
-    tangents = [node for node in graph_module.graph.find_nodes(op="placeholder") if node.name.startswith("tangents")]
-    if len(tangents) != 1 or tangents[0].meta["val"].dim() != 0:
-        raise ModelSourceError(f"{source}: its joint graph has {len(tangents)} tangents; the step must return "
-                               "one scalar loss")
-    return _joint_graph(source, build_options, kept, desc, backend)
+    with contextlib.nullcontext() if gpu is None else cuda_attention(gpu):
+        kept = _one_graph(step, inputs, source, backend)
+        # graph breaks: each graph partitioned on its own, as torch.compile does
+        joint = _graph_parts(step, inputs, source, build_options, desc, backend) if kept is None else None
+    if joint is None:
+        graph_module = kept["graph_module"]
+        tangents = [node for node in graph_module.graph.find_nodes(op="placeholder")
+                    if node.name.startswith("tangents")]
+        if len(tangents) != 1 or tangents[0].meta["val"].dim() != 0:
+            raise ModelSourceError(f"{source}: its joint graph has {len(tangents)} tangents; the step must return "
+                                   "one scalar loss")
+        joint = _joint_graph(source, build_options, kept, desc, backend)
+    return joint if gpu is None else for_gpu(joint, gpu)
 
 
 def _joint_graph(source: str, build_options: tuple, kept: dict, desc: str, backend: str) -> JointGraph:
