@@ -22,6 +22,16 @@ MLP = "tests.test_partition:tiny_mlp"
 aten = torch.ops.aten
 
 
+def mobilenet(batch: int = 4, image: int = 64):
+    """timm's ``mobilenetv3_small_050`` (depthwise convolutions, batch norm, squeeze-excite), 10 classes."""
+    import timm
+    from torch.nn import functional as F
+
+    labels = torch.randint(0, 10, (batch,))
+    model = timm.create_model("mobilenetv3_small_050", pretrained=False, num_classes=10)
+    return model, torch.randn(batch, 3, image, image), lambda logits: F.cross_entropy(logits, labels)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_measurements(tmp_path, monkeypatch):
     """Each test starts with no measurement known: its own ``$DTRLAB_CACHE``, this process's answers forgotten."""
