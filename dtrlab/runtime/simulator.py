@@ -280,13 +280,16 @@ class Simulator:
         return self._replay
 
     def _replay_steps(self):
-        # Rematerialization recurses along dependency chains, as in simrd.
-        old_limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(old_limit, 20 * self.trace.n_tensors + 1000))
-        try:
-            compute_op, get, release, pin = self.compute_op, self.get, self.release, self.pin
-            actions = self._actions
-            for self.step, (kind, operand) in enumerate(self.trace.schedule):
+        # Rematerialization recurses along dependency chains, as in simrd. The limit is raised for each step
+        # alone: a replay paused (or abandoned) between steps leaves the caller's limit as it was (Hypothesis
+        # warns about a limit changed behind its back).
+        depth = 20 * self.trace.n_tensors + 1000
+        compute_op, get, release, pin = self.compute_op, self.get, self.release, self.pin
+        actions = self._actions
+        for self.step, (kind, operand) in enumerate(self.trace.schedule):
+            old_limit = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(old_limit, depth))
+            try:
                 if actions and self.step in actions:
                     for action, s in actions[self.step]:
                         self._intervene(action, s)
@@ -298,9 +301,9 @@ class Simulator:
                     get(operand)
                 else:
                     pin(operand)
-                yield self.step
-        finally:
-            sys.setrecursionlimit(old_limit)
+            finally:
+                sys.setrecursionlimit(old_limit)
+            yield self.step
 
     def _timed_actions(self) -> dict[int, list[tuple[str, int]]]:
         """The intervention's pins and forced evictions, keyed by the step they precede."""
