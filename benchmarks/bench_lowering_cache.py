@@ -19,8 +19,9 @@ twice in fresh processes on the same source and plan with one new cache: the fir
 Measured 6 December 2026, torch 2.14.1, this shared 2-core machine at load 7-11 (docs/compile.md, "Speed of the
 Inductor accounting"), ``--source hf:gpt2 --layers 2 --batch 2 --seq 256``: aot_eager's census 8.4 s of CPU (23
 evaluations); Inductor's cold 138.2 s (25 evaluations, 19 partitions lowered), 16.5x; warm 9.0 s, 1.07x (0.95x with
-the traces), the same samples. ``dtrlab knob`` twice (wall, measured apart: a change to the working tree between
-the two runs of ``--cli`` here made the second a miss): 489 s, then 34.9 s.
+the traces), the same samples. ``dtrlab knob`` twice, measured apart (wall): 489 s, then 34.9 s. (In this run's
+``--cli`` the second process lowered everything again, 682 s: presumably the key changed under it, another
+helper's edit to the recording rules, part of the key, landing in the shared working tree between the two.)
 """
 
 from __future__ import annotations
