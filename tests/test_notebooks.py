@@ -333,3 +333,13 @@ def test_a_quiet_run_prints_no_kernel_noise(tmp_path, monkeypatch, capfd):
     if not Path("/proc/driver/nvidia/version").exists():  # with a driver, torch's GPU lines are not noise
         for noise in ("No CUDA runtime is found", "profiler_start", "gpuGetDeviceCount"):
             assert noise not in seen, noise
+
+
+@pytest.mark.parametrize("option, value", [("--cell-timeout", "-1"), ("--notebook-timeout", "inf"),
+                                           ("--cell-timeout", "nan")])
+def test_a_limit_that_is_no_number_of_seconds_is_refused(option, value, tmp_path, capsys):
+    from dtrlab.cli import main
+
+    assert main(["figures", "--notebooks", str(tmp_path), option, value]) == 2
+    assert capsys.readouterr().err == (f"dtrlab figures: error: {option} {value}: give seconds, or 0 for no limit "
+                                       "(see dtrlab figures --help)\n")

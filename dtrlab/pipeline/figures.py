@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -186,17 +187,17 @@ def add_arguments(parser) -> None:
 
 def run(args, parser) -> int:
     """``dtrlab figures``: every notebook chosen, each reported; 1 when one failed."""
-    if args.recompute:
-        os.environ["DTRLAB_RECOMPUTE"] = "1"  # the notebooks' kernels inherit it
-    # Parsed traces and monotone's calibration runs use the default cache: keep them beside the sweeps.
-    os.environ["DTRLAB_CACHE"] = str(args.cache.resolve())
-
     if not args.traces.is_dir():
         parser.error(f"--traces {args.traces} is not a directory; give traces/ or a directory of DTR logs "
                      "such as ../shared/dtr-logs")
     for option in ("cell_timeout", "notebook_timeout"):
-        if (getattr(args, option) or 0) < 0:
-            parser.error(f"--{option.replace('_', '-')} {getattr(args, option):g}: give seconds, or 0 for no limit")
+        seconds = getattr(args, option)
+        if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
+            parser.error(f"--{option.replace('_', '-')} {seconds:g}: give seconds, or 0 for no limit")
+    if args.recompute:
+        os.environ["DTRLAB_RECOMPUTE"] = "1"  # the notebooks' kernels inherit it
+    # Parsed traces and monotone's calibration runs use the default cache: keep them beside the sweeps.
+    os.environ["DTRLAB_CACHE"] = str(args.cache.resolve())
     simulates = os.environ.get("DTRLAB_RECOMPUTE") == "1" or args.traces.resolve() != (ROOT / "traces").resolve()
     default_cell, default_notebook = LIMITS["recompute" if simulates else "shipped"]
     cell_timeout = default_cell if args.cell_timeout is None else args.cell_timeout or None
