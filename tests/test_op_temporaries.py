@@ -83,21 +83,25 @@ def test_with_temporaries_a_cnn_prediction_is_its_real_cpu_peak(backend):
         assert real - without > 10_000, (knob, without, real)
 
 
-def test_a_model_without_such_operators_costs_no_measurement(monkeypatch, tmp_path):
-    """An MLP has no convolution: recording its step (temporaries on, both accountings) measures nothing and writes
-    no cache; the CNN's step measures each distinct call once, and a new process reads them back from disk."""
+def test_a_model_without_such_operators_costs_no_measurement(monkeypatch, tmp_path, capsys):
+    """An MLP has no convolution: recording its step (temporaries on, both accountings) measures nothing, writes
+    no cache and says nothing; the CNN's step measures each distinct call once, says what it cost in one line, and
+    a new process reads them back from disk."""
     measured = _counted(monkeypatch)
     mlp = _joint(MLP, "inductor")
     partition_lowered(mlp, 0.5, temporaries=True)
     partition(mlp, 0.5, temporaries=True)
     assert measured == [] and not (tmp_path / "cache" / op_temporaries.FOLDER).exists()
+    assert "temporaries" not in capsys.readouterr().err
 
     cnn = _joint(CNN, "aot_eager")
     first = _prediction(partition(cnn, 1.0))  # a CPU target: on by default
     assert sorted(map(str, measured)) == ["aten.convolution.default", "aten.convolution_backward.default"]
     assert len(_stored(tmp_path / "cache" / op_temporaries.FOLDER)) == 2
+    assert "dtrlab: measured the internal temporaries of 2 operator calls on the CPU in " in capsys.readouterr().err
     monkeypatch.setattr(op_temporaries, "_KNOWN", {})  # as a new process
     assert _prediction(partition(cnn, 1.0)) == first and len(measured) == 2
+    assert "temporaries" not in capsys.readouterr().err
 
 
 def _stored(directory) -> list:

@@ -139,10 +139,10 @@ class OpTemporaries:
     def report(self) -> None:
         """One line on stderr of what measuring cost, if anything was measured."""
         if self.measured:
-            where = f"kept in {self.directory}" if self.directory is not None else "not kept"
+            where = f"kept in {self.directory}: once per machine" if self.directory is not None else \
+                "not kept on disk"
             print(f"dtrlab: measured the internal temporaries of {self.measured} operator call"
-                  f"{'s' if self.measured > 1 else ''} on the CPU in {self.seconds:.1f} s ({where}: once per "
-                  "machine)", file=sys.stderr)
+                  f"{'s' if self.measured > 1 else ''} on the CPU in {self.seconds:.1f} s ({where})", file=sys.stderr)
 
     def _path(self, digest: str) -> Path | None:
         return None if self.directory is None else self.directory / f"{digest}.json"
