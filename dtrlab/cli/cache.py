@@ -15,7 +15,8 @@ from .common import finite_float
 #: What each cache folder under the root holds, by its name's prefix (the version follows it).
 FOLDERS = {"traces-v": "parsed traces (dtrlab.trace.cache)", "inductor-v": "Inductor's lowered steps "
            "(dtrlab.trace.lowering_cache)", "sim-v": "simulation sweeps (dtrlab.sweep.cache)",
-           "fit_knob": "fit_knob answers", "errors": "error reports"}
+           "fit_knob": "fit_knob answers", "errors": "error reports",
+           "op-temporaries-v": "operators' measured temporaries (dtrlab.trace.op_temporaries)"}
 
 
 def hours(text: str) -> float:
