@@ -336,3 +336,32 @@ def test_an_interrupted_sweep_keeps_its_parts_and_does_no_clean_up(small_resnet,
     assert len(sweep(small_resnet, "dtr", ratios="0.3:1.0:0.1",
                      execution=Execution(cache=tmp_path, progress=False))) == 8
     assert len(list(store.directory.glob("*.parquet"))) == 1
+
+
+#: A sweep frame's dtypes: pandas' string dtype for text, int64 for counts, nullable Int64 for the caching
+#: metrics (null under flat), float64 for ratios and overheads.
+FRAME_DTYPES = {**{c: "str" for c in ("trace", "trace_hash", "policy", "policy_name", "policy_params", "status",
+                                       "withhold", "eviction_sha256", "dtrlab_version", "memory", "memory_options",
+                                       "oom_cause", "enforce", "device_capacity")},
+                **{c: "int64" for c in ("budget_bytes", "clock", "evictions", "remats", "peak_memory", "remat_compute",
+                                        "model_compute", "baseline_memory", "baseline_compute", "simulator_version")},
+                **{c: "Int64" for c in ("fragmentation_evictions", "peak_reserved_bytes", "peak_allocated_bytes",
+                                        "largest_free_block", "segments")},
+                **{c: "float64" for c in ("ratio", "overhead", "overhead_limit", "wall_seconds",
+                                          "fragmentation_at_peak")}}
+
+
+@pytest.mark.parametrize("semantics", [Semantics(), Semantics("caching")], ids=["flat", "caching"])
+def test_a_frame_has_the_same_dtypes_and_values_fresh_and_from_the_cache(small_resnet, tmp_path, semantics):
+    # The frame is built column by column with these dtypes; a fresh run's row dicts and a cached row's must give
+    # the same frame (an out-of-memory run leaves the caching metrics and the overhead null).
+    run = dict(ratios=[0.05, 0.5, 1.0], semantics=semantics, execution=Execution(cache=tmp_path, progress=False))
+    fresh, cached = sweep(small_resnet, "dtr", **run), sweep(small_resnet, "dtr", **run)
+    assert fresh["status"].tolist()[0] != "pass" and fresh["status"].tolist()[-1] == "pass"
+    # oom_cause: text under a caching model, nothing but None (object) under flat
+    expected = {c: FRAME_DTYPES[c] for c in budget_sweep.COLUMNS}
+    expected["oom_cause"] = "object" if semantics.memory == "flat" else "str"
+    assert {c: str(d) for c, d in fresh.dtypes.items()} == expected
+    pd.testing.assert_frame_equal(fresh, cached, check_exact=True)
+    memory = fresh[["peak_reserved_bytes", "segments", "fragmentation_at_peak"]]
+    assert memory.isna().all().all() if semantics.memory == "flat" else memory.iloc[-1].notna().all()

@@ -29,6 +29,11 @@ COLUMNS = [
     "baseline_memory", "baseline_compute", "overhead_limit", "withhold", "eviction_sha256", "wall_seconds",
     "dtrlab_version", "simulator_version", "memory", "memory_options", *MEMORY_COLUMNS, "enforce", "device_capacity",
 ]
+#: The dtypes of a sweep frame's numeric columns that pandas would not infer (the rest it infers).
+_DTYPES = {"budget_bytes": "int64", "clock": "int64", "evictions": "int64", "remats": "int64", "peak_memory": "int64",
+           "remat_compute": "int64", "model_compute": "int64", "simulator_version": "int64",
+           "fragmentation_evictions": "Int64", "peak_reserved_bytes": "Int64", "peak_allocated_bytes": "Int64",
+           "fragmentation_at_peak": "float64", "largest_free_block": "Int64", "segments": "Int64"}
 #: Columns that depend on the budget (the rest describe the configuration).
 _RESULT_COLUMNS = ["budget_bytes", "status", "overhead", "clock", "evictions", "remats", "peak_memory",
                    "remat_compute", "model_compute", "eviction_sha256", "wall_seconds", "simulator_version"]
@@ -157,6 +162,8 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
         store = SweepCache(default_cache_dir() if execution.cache is True else execution.cache, trace, policy,
                            semantics, intervention)
     cached = store.load() if store else pd.DataFrame(columns=_RESULT_COLUMNS)
+    if len(cached):  # only the rows asked for become dicts (a bisection round asks for a few of hundreds)
+        cached = cached[cached["budget_bytes"].isin(budget_list)]
     done = {row["budget_bytes"]: row for row in cached.to_dict("records")}
 
     todo: dict[int, float] = {}
@@ -182,12 +189,10 @@ def sweep(trace: Trace | str | os.PathLike, policy: str | Policy | type[Policy] 
               "dtrlab_version": __version__, "memory": semantics.memory,
               "memory_options": json.dumps(semantics.options, sort_keys=True) if semantics.memory_options else "",
               "enforce": semantics.enforce, "device_capacity": semantics.device_capacity or ""}
-    rows = [{**config, "ratio": r, **{c: done[b][c] for c in _RESULT_COLUMNS},
-             **{c: done[b].get(c) for c in MEMORY_COLUMNS}} for b, r in zip(budget_list, ratio_list)]
-    frame = pd.DataFrame(rows, columns=COLUMNS)
-    return frame.astype({"budget_bytes": "int64", "clock": "int64", "evictions": "int64", "remats": "int64",
-                         "peak_memory": "int64", "remat_compute": "int64", "model_compute": "int64",
-                         "simulator_version": "int64", "fragmentation_evictions": "Int64",
-                         "peak_reserved_bytes": "Int64", "peak_allocated_bytes": "Int64",
-                         "fragmentation_at_peak": "float64", "largest_free_block": "Int64", "segments": "Int64"})
+    # Column by column, each typed as it is built (a frame of row dicts cast afterwards took several times longer,
+    # and a census makes hundreds of these frames).
+    values = {**{c: [v] * len(budget_list) for c, v in config.items()}, "ratio": ratio_list,
+              **{c: [done[b][c] for b in budget_list] for c in _RESULT_COLUMNS},
+              **{c: [done[b].get(c) for b in budget_list] for c in MEMORY_COLUMNS}}
+    return pd.DataFrame({c: pd.array(values[c], dtype=_DTYPES[c]) if c in _DTYPES else values[c] for c in COLUMNS})
 
