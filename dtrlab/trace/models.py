@@ -287,7 +287,12 @@ def fake_build() -> Iterator[None]:
     * a factory call that names the CPU device itself (timm's drop-path rates:
       ``torch.linspace(..., device="cpu")`` then ``.item()``) makes a real CPU tensor, and
       calls on real CPU tensors only stay real, as when a model is built on the meta device
-      for ``dtrlab capture``.
+      for ``dtrlab capture``;
+    * a user's own cast (``model.to(torch.bfloat16)``, ``.half()``) works: ``Module._apply`` swaps a
+      fake parameter's contents with its cast (torch/nn/modules/module.py:969-988), and
+      ``torch.utils.swap_tensors`` refuses a tensor with a weak reference (torch/utils/__init__.py:43-47),
+      which every fake tensor has: the fake mode's memo (torch/_subclasses/fake_tensor.py:701, a
+      ``WeakValueDictionary``, torch/_subclasses/meta_utils.py:921-923). :func:`_swappable_fakes`.
     """
     from torch._subclasses.fake_tensor import FakeTensor
 
@@ -303,11 +308,40 @@ def fake_build() -> Iterator[None]:
     for name, function in originals.items():
         setattr(init, name, skipped(function))
     try:
-        with _RealCpuFactories():
+        with _RealCpuFactories(), _swappable_fakes():
             yield
     finally:
         for name, function in originals.items():
             setattr(init, name, function)
+
+
+@contextlib.contextmanager
+def _swappable_fakes() -> Iterator[None]:
+    """``torch.utils.swap_tensors`` that first drops the fake mode's memo entries of the two tensors. The memo
+    maps the meta tensor an operator returned to its fake tensor (``from_meta_and_device``,
+    torch/_subclasses/fake_tensor.py:684-702); that meta tensor is never converted again, and after the swap the
+    entry would name the other tensor's contents."""
+    import weakref
+
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    original = torch.utils.swap_tensors
+
+    def swap_tensors(t1, t2):
+        for tensor in (t1, t2):
+            if isinstance(tensor, FakeTensor):
+                memo = tensor.fake_mode.fake_tensor_converter.tensor_memo
+                keys = [ref.key for ref in weakref.getweakrefs(tensor) if isinstance(ref, weakref.KeyedRef)]
+                for key in keys:
+                    if memo.get(key) is tensor:
+                        del memo[key]
+        return original(t1, t2)
+
+    torch.utils.swap_tensors = swap_tensors
+    try:
+        yield
+    finally:
+        torch.utils.swap_tensors = original
 
 
 class _RealCpuFactories(torch.overrides.TorchFunctionMode):
