@@ -90,3 +90,36 @@ def test_pareto_and_overhead_legends_are_below_every_label(small_resnet, plot, p
     box = legend.get_window_extent(renderer)
     assert all(box.y1 <= ax.get_tightbbox(renderer).y0 for ax in fig.axes if ax.get_visible())
     plt.close(fig)
+
+
+def test_model_strips_draw_each_configurations_own_samples_and_holes():
+    # Two traces x two configurations, their rows interleaved: each strip must draw its own samples (one cell
+    # each, coloured by status, in ratio order) and mark its own holes, however the frame is ordered.
+    import numpy as np
+    import pandas as pd
+
+    from dtrlab.plots.memory import plot_model_strips
+    from dtrlab.plots.style import STATUS_COLORS
+
+    statuses = {("a", "flat"): ["oom", "pass", "pass"], ("a", "caching"): ["oom", "oom", "pass", "thrash"],
+                ("b", "flat"): ["pass", "oom"], ("b", "caching"): ["oom", "pass", "oom", "pass", "pass"]}
+    rows = [{"trace": t, "config": c, "ratio": 0.9 - 0.2 * i, "status": s}
+            for (t, c), seq in statuses.items() for i, s in enumerate(seq)]
+    samples = pd.DataFrame([rows[i] for i in np.random.default_rng(0).permutation(len(rows))])
+    holes = pd.DataFrame([{"trace": "b", "config": "caching", "fail_low_ratio": 0.45, "fail_high_ratio": 0.55},
+                          {"trace": "a", "config": "flat", "fail_low_ratio": 0.1, "fail_high_ratio": 0.2},
+                          {"trace": "a", "config": "flat", "fail_low_ratio": 0.3, "fail_high_ratio": 0.3}])
+    fig = plot_model_strips(samples, configs=["flat", "caching"], holes=holes)
+    traces = list(dict.fromkeys(samples["trace"]))  # panels in order of appearance, strips in the configs' order
+    keys = [(trace, config) for trace in traces for config in ["flat", "caching"]]
+    assert len(fig.axes) == len(keys)
+    colors = {matplotlib.colors.to_hex(c): s for s, c in STATUS_COLORS.items()}
+    for ax, key in zip(fig.axes, keys):
+        drawn = {}
+        for bars in ax.collections:
+            drawn[colors[matplotlib.colors.to_hex(bars.get_facecolor()[0])]] = len(bars.get_paths())
+        assert drawn == {s: statuses[key].count(s) for s in set(statuses[key])}, key
+        marks = sorted(x for line in ax.get_lines() for x in line.get_xdata())
+        wanted = holes[(holes["trace"] == key[0]) & (holes["config"] == key[1])]
+        assert marks == pytest.approx(sorted((wanted["fail_low_ratio"] + wanted["fail_high_ratio"]) / 2)), key
+    plt.close(fig)

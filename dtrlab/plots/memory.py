@@ -33,14 +33,15 @@ def plot_model_strips(samples: pd.DataFrame, *, titles: dict[str, str] | None = 
     # Fixed margins (in inches) for the legend on top and the axis label at the bottom.
     outer = fig.add_gridspec(len(traces), 1, left=0.3, right=0.9, top=1 - 0.5 / (height + 0.9),
                              bottom=0.55 / (height + 0.9), hspace=0.55)
+    # Split once (a boolean mask per strip copies the whole frame each time): each strip's rows in their order.
+    strips = dict(iter(samples.groupby(["trace", "config"], sort=False)))
+    marks = dict(iter(holes.groupby(["trace", "config"], sort=False))) if holes is not None else {}
     for t, trace in enumerate(traces):
-        rows = samples[samples["trace"] == trace]
         inner = outer[t].subgridspec(len(configs), 1, hspace=0.45)
         for i, config in enumerate(configs):
             strip = fig.add_subplot(inner[i])
-            frame = rows[rows["config"] == config]
-            if not frame.empty:
-                plot_strip(frame, strip, legend=False)
+            if (trace, config) in strips:
+                plot_strip(strips[trace, config], strip, legend=False)
             strip.set_xlim(0, 1.02)
             strip.set_yticks([])
             strip.set_xlabel("")
@@ -48,7 +49,7 @@ def plot_model_strips(samples: pd.DataFrame, *, titles: dict[str, str] | None = 
             strip.tick_params(axis="x", labelbottom=i == len(configs) - 1, length=2 if i == len(configs) - 1 else 0)
             strip.text(-0.01, 0.5, config, transform=strip.transAxes, ha="right", va="center", fontsize=8)
             if holes is not None:
-                _mark_holes(strip, holes[(holes["trace"] == trace) & (holes["config"] == config)])
+                _mark_holes(strip, marks.get((trace, config), holes.iloc[:0]))
             if i == 0:
                 strip.set_title((titles or {}).get(trace, trace), loc="left", fontsize=10, pad=7)
     fig.supxlabel("budget ratio (budget / unbounded peak memory)", x=0.6, y=0.05 / (height + 0.9), fontsize=9,
