@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from dtrlab.analysis.check import CheckPlan, KnobWarning, census_knob_warnings, check, knob_choices
-from dtrlab.analysis.knob_census import CPU_INDUCTOR_ANSWER, KnobPlan, analyse
+from dtrlab.analysis.knob_census import CPU_INDUCTOR_ANSWER, CUDA_INDUCTOR_ANSWER, KnobPlan, analyse
 from dtrlab.plots.check import plot_check_knob, report_html, write_check_report
 from dtrlab.sweep.execution import Execution
 
@@ -164,3 +164,18 @@ def test_an_inductor_census_answers_for_the_gpu_with_the_cpu_lowering(small_resn
     assert "cpu-lowering" in [w["kind"] for w in json.loads((tmp_path / "r.json").read_text())["knob_warnings"]]
     page = (tmp_path / "r.html").read_text()
     assert "cpu-lowering" in page and "18 MiB below ResNet-18" in page
+
+
+def test_a_census_lowered_for_a_gpu_says_so_under_the_knob_line(small_resnet):
+    """`dtrlab check --device H100-80GB --knob`: a census lowered by CUDA Inductor names that lowering (its
+    ``cuda-lowering`` line under the knob's, as `dtrlab knob` prints it), and no CPU line; aot_eager names none."""
+    gpu = replace(CENSUS, meta={"backend": "inductor", "inductor_lowering": "H100-80GB"})
+    line = CUDA_INDUCTOR_ANSWER.format(gpu="H100-80GB")
+    assert warnings_at(gpu, 100) == {"lowering-unsafe": warnings_at(CENSUS, 100)["lowering-unsafe"],
+                                     "cuda-lowering": line}
+    assert list(warnings_at(gpu, 80)) == ["below-reachable", "cuda-lowering"]
+    report = check(small_resnet, 100 * UNIT, "H100-80GB", knob=gpu,
+                   plan=CheckPlan(window=0.01, delta=0.005, policies=("dtr",), monotone=False), execution=QUIET)
+    summary = report.summary()
+    assert summary[summary.index(next(s for s in summary if s.startswith("torch.compile"))) + 1] == line
+    assert CPU_INDUCTOR_ANSWER not in summary

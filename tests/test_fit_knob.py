@@ -18,7 +18,7 @@ from torch.nn import functional as F  # noqa: E402
 
 import dtrlab  # noqa: E402
 from dtrlab.analysis.fit_knob import budget_bytes, fit_knob, search_budget, spread_budgets  # noqa: E402
-from dtrlab.analysis.knob_census import KnobPlan  # noqa: E402
+from dtrlab.analysis.knob_census import CPU_INDUCTOR_ANSWER, CUDA_INDUCTOR_ANSWER, KnobPlan  # noqa: E402
 from dtrlab.trace.partition import LossStep  # noqa: E402
 
 GRID = KnobPlan().grid()
@@ -170,7 +170,8 @@ def test_describe_and_warnings_word_for_word():
         lowering_is_safe=False, holes=((0.4, 0.44), (0.5, 0.5)), fails_below=0.19, min_peak_knob=0.5,
         min_peak=2 * mib, recomputed_random=("a", "b", "c", "d", "e"), seconds=1.25, from_cache="graph")
     assert unsafe.describe().splitlines() == [
-        "gpt: budget 3.00 MiB (3,145,728 bytes, allocated bytes, inductor graphs, solver dp, estimator flops)",
+        "gpt: budget 3.00 MiB (3,145,728 bytes, allocated bytes, inductor graphs for cpu, solver dp, estimator flops)",
+        CPU_INDUCTOR_ANSWER,
         "knob 0.7: predicted peak 2.50 MiB, margin 0.50 MiB; recomputes 123,456,789 FLOPs (partitioner's estimate "
         "0.1235 FLOPs); the grid knob above it, 0.71, does not fit",
         "smallest peak found: 2.00 MiB at knob 0.5; 3 knob values evaluated in 1.2 s (cached answer, found by the "
@@ -189,7 +190,7 @@ def test_describe_and_warnings_word_for_word():
                               runtime_estimator="profile", peak=700, margin=(80 << 30) - 700, peak_at_1=7 * mib,
                               peak_at_099=4 * mib, seconds=0.04, from_cache="fingerprint")
     assert top.cliff == 1.75 and top.describe().splitlines() == [
-        "planted: budget 80.00 GiB (85,899,345,920 bytes, reserved bytes, aot_eager graphs, solver greedy, "
+        "planted: budget 80.00 GiB (85,899,345,920 bytes, reserved bytes, aot_eager graphs for cpu, solver greedy, "
         "estimator profile)",
         "knob 1: predicted peak 0.00 MiB, margin 80.00 GiB; recomputes 0 FLOPs (partitioner's estimate 0 ms); the "
         "top of the knob's range",
@@ -198,7 +199,7 @@ def test_describe_and_warnings_word_for_word():
         "the model's fingerprint without tracing; checked against the graphs torch compiles)",
         "WARNING: cliff: the peak at knob 1.0 (knapsack skipped) is 7.00 MiB, 1.75x the 4.00 MiB at 0.99"]
     counted = dataclasses.replace(unsafe, runtime_estimator="testing", recompute_runtime=63.0)
-    assert "(partitioner's estimate 63 operators);" in counted.describe().splitlines()[1]  # testing: 1 per operator
+    assert "(partitioner's estimate 63 operators);" in counted.describe().splitlines()[2]  # testing: 1 per operator
     lower_at_1 = dataclasses.replace(top, knob=0.99, peak_at_1=49 * mib // 50, peak_at_099=mib)
     assert lower_at_1.warnings() == ["cliff: the peak at knob 1.0 (knapsack skipped) is 0.98 MiB, 0.98x the "
                                      "1.00 MiB at 0.99"]
@@ -211,7 +212,8 @@ def test_describe_and_warnings_word_for_word():
                                instead={"dtr": {"status": "thrash", "overhead": None},
                                         "monotone": {"status": "pass", "overhead": 1.25}})
     assert none.describe().splitlines() == [
-        "gpt: budget 3.00 MiB (3,145,728 bytes, allocated bytes, inductor graphs, solver dp, estimator flops)",
+        "gpt: budget 3.00 MiB (3,145,728 bytes, allocated bytes, inductor graphs for cpu, solver dp, estimator flops)",
+        CPU_INDUCTOR_ANSWER,
         "smallest peak found: 2.00 MiB at knob 0.5; 3 knob values evaluated in 1.2 s",
         "WARNING: no knob fits 3.00 MiB: the smallest peak found is 2.00 MiB (knob 0.5); instead: dtr thrash, "
         "monotone pass at overhead 1.250 at this budget (flat bytes, eager step)"]
@@ -243,7 +245,8 @@ def test_the_record_of_a_search_field_by_field():
                 "proxy_recompute_runtime": knob / 4}
 
     search = search_budget(evaluate, 650, "flat_peak", GRID)
-    key = {"accounting": "flat_peak", "budget": 650, "backend": "aot_eager", "graph": "g", "torch": "t"}
+    key = {"accounting": "flat_peak", "budget": 650, "backend": "aot_eager", "graph": "g", "torch": "t",
+           "lowering": "cpu"}
     fit = _record(SimpleNamespace(source="planted"), search, ("native_dropout",), key, 2.5, 1234)
     evaluated = tuple((k, curve(k)) for k in sorted(search.rows))
     assert fit == KnobFit(
@@ -319,15 +322,16 @@ def test_budget_parsing():
 
 
 def test_the_cache_key_holds_every_setting_of_the_search(monkeypatch):
-    """By hand: the record's format, the recording rules, the accounting, backend, solver, estimator, budget, the
-    census grid (0 to 1 in 101 knobs) and the scan's step."""
+    """By hand: the record's format, the recording rules, the accounting, backend, lowering's target, solver,
+    estimator, budget, the census grid (0 to 1 in 101 knobs) and the scan's step."""
     from dtrlab.analysis import fit_knob as module
     from dtrlab.trace.partition import RECORDING_VERSION
 
-    settings = dict(budget=7, column="flat_peak", backend="aot_eager", solver="greedy", runtime_estimator="flops")
+    settings = dict(budget=7, column="flat_peak", backend="aot_eager", solver="greedy", runtime_estimator="flops",
+                    lowering="H100-80GB")
     assert module.search_settings(**settings) == {
-        "format": "dtrlab-fit-knob-2", "recording": RECORDING_VERSION, "accounting": "flat_peak",
-        "backend": "aot_eager", "solver": "greedy", "runtime_estimator": "flops", "budget": 7,
+        "format": "dtrlab-fit-knob-3", "recording": RECORDING_VERSION, "accounting": "flat_peak",
+        "backend": "aot_eager", "lowering": "H100-80GB", "solver": "greedy", "runtime_estimator": "flops", "budget": 7,
         "grid": [0.0, 1.0, 101], "scan_step": 0.2}
     monkeypatch.setattr(module, "SCAN_STEP", 0.1)
     assert module.search_settings(**settings)["scan_step"] == 0.1
@@ -1250,3 +1254,27 @@ def test_knob_cli_censuses_each_solver_and_counts_overruns(capsys, tmp_path):
         code = main(["knob", "tests.test_partition:tiny_mlp", *argv])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and name in err, err
+
+
+def test_a_gpu_preset_device_picks_under_cuda_inductors_lowering_and_says_so(mlp, tmp_path):
+    """``device="H100-80GB"``: the step traced and lowered for that GPU (the rule of ``dtrlab knob --device``), the
+    answer naming it in its record and its lines; the CPU lowering otherwise; one cache holds both apart; and
+    dtrlab.compile's pick says the same (issue 54 item 3)."""
+    from dtrlab.trace.partition import joint_hash, trace_step
+
+    model, x = mlp
+    gpu = fit_knob(model, (x,), budget=1 << 30, device="H100-80GB", accounting="flat", cache=tmp_path)
+    assert gpu.lowering == "H100-80GB" and gpu.to_dict()["lowering"] == "H100-80GB"
+    assert gpu.describe().splitlines()[:2] == [
+        "DropoutMLP: budget 1.00 GiB (1,073,741,824 bytes, flat bytes, inductor graphs for H100-80GB, solver dp, "
+        "estimator flops)", CUDA_INDUCTOR_ANSWER.format(gpu="H100-80GB")]
+    # The graph searched is the one traced for the GPU (joint_hash holds the target), not the CPU's.
+    assert gpu.graph_hash == joint_hash(trace_step(model, (x,), source="m", backend="inductor", gpu="H100-80GB"))
+    cpu = fit_knob(model, (x,), budget=1 << 30, device="cpu", accounting="flat", cache=tmp_path)
+    assert cpu.from_cache is None and cpu.lowering == "cpu" and cpu.describe().splitlines()[1] == CPU_INDUCTOR_ANSWER
+    assert cpu.graph_hash == joint_hash(trace_step(model, (x,), source="m", backend="inductor")) != gpu.graph_hash
+    again = fit_knob(model, (x,), budget=1 << 30, device="H100-80GB", accounting="flat", cache=tmp_path)
+    assert again.from_cache == "graph" and again.lowering == "H100-80GB"
+    compiled = dtrlab.compile(model, budget=1 << 30, example_inputs=(x,), device="H100-80GB", accounting="flat",
+                              cache=False)
+    assert compiled.knob_fit.lowering == "H100-80GB" and compiled.knob_fit.evaluated == gpu.evaluated

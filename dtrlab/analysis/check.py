@@ -44,7 +44,7 @@ from ..sweep.execution import SERIAL, Execution
 from ..trace.model import Trace
 from .anatomy import LIMIT_READERS, hole_anatomy, unlimited_runs
 from .holes import HoleCensus, census_grid, delta_bytes, refine_holes
-from .knob_census import KnobCensus, KnobChoice, gpu_answer
+from .knob_census import KnobCensus, KnobChoice, gpu_answer, lowering_answer
 
 #: The policies censused by default: DTR and the zoo's policies with the fewest holes at a
 #: threshold near DTR's on the shipped censuses (README, docs/sweeps.md: h_DTR^eq and MSPS).
@@ -53,6 +53,8 @@ DEFAULT_POLICIES = ("dtr", "dtr_eq_class", "msps")
 MONOTONE = "monotone"
 #: The accounting the report's knob answers for: allocated bytes under the caching allocator.
 KNOB_ACCOUNTING = "allocated_peak"
+#: The warnings that say which Inductor lowering a knob census used (printed under the knob's line).
+LOWERING_KINDS = ("cpu-lowering", "cuda-lowering")
 
 _RATIO = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(%?)\s*$")
 
@@ -152,7 +154,7 @@ class CheckReport:
         if self.knob is not None:
             lines.append(f"torch.compile activation_memory_budget ({self.knob['accounting']}): "
                          f"{KnobChoice(**self.knob).describe()}")
-            lines += [w["message"] for w in self.knob_warnings or () if w["kind"] == "cpu-lowering"]
+            lines += [w["message"] for w in self.knob_warnings or () if w["kind"] in LOWERING_KINDS]
         if self.ac is not None:
             lines.append(self._checkpointing())
         return lines
@@ -326,7 +328,8 @@ class KnobWarning:
     """One thing the user must know at the chosen knob. ``kind``: ``lowering-unsafe`` (a smaller knob does
     not fit, in a hole or below the smallest fitting knob), ``cliff`` (the choice sits on either side of the
     1.0-to-below-1.0 step), ``below-reachable`` (no knob fits), ``cpu-lowering`` (an Inductor census lowered for
-    the CPU answers for the GPU: :func:`~dtrlab.analysis.knob_census.gpu_answer`), or a kind the caller adds
+    the CPU answers for the GPU: :func:`~dtrlab.analysis.knob_census.gpu_answer`), ``cuda-lowering`` (one lowered
+    for a GPU preset, on fake tensors: :data:`~dtrlab.analysis.knob_census.CUDA_INDUCTOR_ANSWER`), or a kind the caller adds
     (dtrlab.fit_knob: recomputed random operators)."""
 
     kind: str
@@ -342,7 +345,7 @@ def census_knob_warnings(census: KnobCensus, choice: KnobChoice) -> list[KnobWar
         return [KnobWarning("below-reachable", f"no knob value fits {choice.budget:,} bytes ({choice.accounting}): "
                             f"the smallest peak the knob reaches is {int(summary['min_peak']):,} bytes, at knob "
                             f"{summary['largest_knob_at_min']:g}; see DTR's and monotone(dtr)'s outcome at this "
-                            "budget above"), *_cpu_lowering(census)]
+                            "budget above"), *_lowering(census)]
     warnings = []
     if not choice.lowering_is_safe:
         warnings.append(KnobWarning("lowering-unsafe", f"{choice.describe()} at {choice.budget:,} bytes "
@@ -350,13 +353,16 @@ def census_knob_warnings(census: KnobCensus, choice: KnobChoice) -> list[KnobWar
     cliff = _cliff(knobs, peaks, knob)
     if cliff is not None:
         warnings.append(cliff)
-    return warnings + _cpu_lowering(census)
+    return warnings + _lowering(census)
 
 
-def _cpu_lowering(census: KnobCensus) -> list[KnobWarning]:
-    """``cpu-lowering``: an Inductor census lowered for the CPU answers for a GPU as the best available."""
-    answer = gpu_answer(census.meta)
-    return [] if answer is None else [KnobWarning("cpu-lowering", answer)]
+def _lowering(census: KnobCensus) -> list[KnobWarning]:
+    """Which lowering an Inductor census used: ``cpu-lowering`` (the CPU's answers for a GPU as the best available)
+    or ``cuda-lowering`` (CUDA Inductor's for a GPU preset, not yet measured on a GPU); none for aot_eager."""
+    answer = lowering_answer(census.meta)
+    if answer is None:
+        return []
+    return [KnobWarning("cpu-lowering" if gpu_answer(census.meta) else "cuda-lowering", answer)]
 
 
 def _cliff(knobs: list[float], peaks: list[int], knob: float) -> KnobWarning | None:

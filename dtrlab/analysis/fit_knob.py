@@ -41,6 +41,9 @@ so that a second run of a training script reads it without tracing (:mod:`dtrlab
 Accounting: ``backend="inductor"`` (the default: Inductor's own lowering of each partition,
 :mod:`dtrlab.trace.inductor`) or ``"aot_eager"`` (the partitioned graphs run node by node), both through
 :func:`dtrlab.memory.partitioned.knob_peaks` (a step with graph breaks graph by graph, under either).
+The lowering is the one ``dtrlab knob --device`` takes: a GPU preset as ``device`` (``"H100-80GB"``) traces the
+step for that GPU and lowers it with CUDA Inductor on fake tensors (:mod:`dtrlab.trace.cuda_joint`, no GPU
+needed); anything else, the CPU's. The answer names it (:attr:`KnobFit.lowering`) and its cache key holds it.
 The accounting of the peak is flat,
 allocated or reserved bytes, reserved by default for a GPU preset (what the device
 enforces), allocated otherwise.
@@ -58,15 +61,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..integrity import IntegrityError, atomic_write_json, quarantine, read_json
-from ..memory.device import PEAK_ACCOUNTINGS, budget_bytes, human_bytes
+from ..memory.device import PEAK_ACCOUNTINGS, budget_bytes, gpu_preset, human_bytes
 from ..suggest import did_you_mean
 from ..trace.partition import BACKENDS, RECORDING_VERSION
-from .knob_census import ACCOUNTINGS, KNOB_DECIMALS, KnobPlan
+from .knob_census import ACCOUNTINGS, KNOB_DECIMALS, KnobPlan, lowering_answer
 
 #: A cliff worth a warning: the peaks at 1.0 and 0.99 differ by more than this fraction.
 CLIFF_WARNING = 0.01
 #: In every cache key: a new format (here, the checksum's fields) is never read as an old one's entry.
-FIT_FORMAT = "dtrlab-fit-knob-2"
+FIT_FORMAT = "dtrlab-fit-knob-3"
 #: The scan's knob step (docs/compile.md, "Budget in bytes": 0.2 meets a tenth of a census on the full models).
 SCAN_STEP = 0.2
 #: How a cached answer was found (:attr:`KnobFit.from_cache`), as :meth:`KnobFit.describe` says it.
@@ -115,6 +118,8 @@ class KnobFit:
     seconds: float
     graph_hash: str
     torch_version: str
+    #: What the step was traced and lowered for: "cpu", or a GPU preset (CUDA Inductor's lowering for it).
+    lowering: str = "cpu"
     #: Not part of the record: None when searched in this call, else how the cached answer was found:
     #: "graph" (the traced graph's hash) or "fingerprint" (dtrlab.compile: the model's, no trace).
     from_cache: str | None = None
@@ -155,8 +160,11 @@ class KnobFit:
     def describe(self) -> str:
         """The choice in plain lines: what fits, what it costs, what lies below, the warnings."""
         head = (f"{self.source}: budget {human_bytes(self.budget)} ({self.budget:,} bytes, {_short(self.accounting)}, "
-                f"{self.backend} graphs, solver {self.solver}, estimator {self.runtime_estimator})")
+                f"{self.backend} graphs for {self.lowering}, solver {self.solver}, estimator {self.runtime_estimator})")
         lines = [head]
+        answer = lowering_answer({"backend": self.backend, "inductor_lowering": self.lowering})
+        if answer is not None:
+            lines.append(answer)
         if self.knob is not None:
             lines.append(f"knob {self.knob:g}: predicted peak {human_bytes(self.peak)}, "
                          f"margin {human_bytes(self.margin)}; "
@@ -287,8 +295,10 @@ def fit_knob(model, example_inputs=(), loss_fn=None, *, budget, device: str | No
 
     ``model``: a live ``nn.Module`` (with ``example_inputs``, a tensor or a tuple, and ``loss_fn(output)``
     returning the scalar loss; None sums the outputs) or a ``dtrlab capture`` source string (then
-    ``example_inputs`` is a dict of its build options: ``{"batch": 8, "seq": 1024}``). ``device``: the device
-    the fake tensors claim (default: the model's; ``"cuda"`` needs no GPU). ``budget``: int bytes, a size
+    ``example_inputs`` is a dict of its build options: ``{"batch": 8, "seq": 1024}``). ``device``: a GPU preset
+    (:data:`dtrlab.memory.device.GPU_PRESETS`, ``"H100-80GB"``: the step traced for it and lowered by CUDA
+    Inductor, no GPU needed), or the device the fake tensors claim (default: the model's; the CPU lowering).
+    ``budget``: int bytes, a size
     (``"40GiB"``) or a GPU preset (:data:`dtrlab.memory.device.GPU_PRESETS`). ``cache``: True
     (``$DTRLAB_CACHE``), a directory, or False."""
     budget, preset = budget_bytes(budget)
@@ -308,7 +318,7 @@ def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solve
 
     key = {"graph": joint_hash(joint), "torch": joint.torch_version,
            **search_settings(budget=budget, column=column, backend=backend, solver=solver,
-                             runtime_estimator=runtime_estimator)}
+                             runtime_estimator=runtime_estimator, lowering=joint.gpu or "cpu")}
     path = cache_path(cache, key)
     cached = read_entry(path, key) if path is not None else None
     if cached is not None:
@@ -330,25 +340,30 @@ def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solve
     return fit
 
 
-def search_settings(*, budget: int, column: str, backend: str, solver, runtime_estimator) -> dict:
+def search_settings(*, budget: int, column: str, backend: str, solver, runtime_estimator, lowering: str) -> dict:
     """What decides a pick besides the step: the cache key's other half (the record's format, the rules the step's
-    peaks are recorded by, and the search's grid)."""
+    peaks are recorded by, the lowering's target, and the search's grid)."""
     grid = KnobPlan().grid()
     return {"format": FIT_FORMAT, "recording": RECORDING_VERSION, "accounting": column, "backend": backend,
-            "solver": solver, "runtime_estimator": runtime_estimator, "budget": budget,
+            "lowering": lowering, "solver": solver, "runtime_estimator": runtime_estimator, "budget": budget,
             "grid": [grid[0], grid[-1], len(grid)], "scan_step": SCAN_STEP}
 
 
 def _trace(model, example_inputs, loss_fn, device, backend: str):
-    """The joint graph, and what the eager capture needs (a source's options, or the live step)."""
+    """The joint graph, and what the eager capture needs (a source's options, or the live step). For a GPU preset,
+    the step is traced on the CPU and re-traced for the GPU (:func:`dtrlab.trace.partition.trace_step`'s ``gpu``)."""
     from ..trace.partition import fake_module, trace_joint, trace_step
 
+    gpu = gpu_preset(device)
+    lowered = {} if gpu is None else {"gpu": gpu}
+    device = "cpu" if gpu is not None else device
     if isinstance(model, str):
         if not isinstance(example_inputs or {}, dict) or loss_fn is not None:
             raise ValueError("a model source takes its build options as a dict (example_inputs={'batch': 8}) and "
                              "its own loss (loss_fn=None)")
         options = dict(example_inputs or {})
-        return trace_joint(model, device=device or "cpu", backend=backend, **options), ("source", model, options)
+        joint = trace_joint(model, device=device or "cpu", backend=backend, **lowered, **options)
+        return joint, ("source", model, options)
     import torch
 
     if not isinstance(model, torch.nn.Module):
@@ -359,9 +374,9 @@ def _trace(model, example_inputs, loss_fn, device, backend: str):
     if device is None or torch.device(device) == own:
         # dynamo fakes the live model and inputs itself (no step runs, nothing is allocated), keeping what they
         # share with the loss (a closure's labels that are the inputs, tied weights) shared, as the real step does.
-        joint = trace_step(model, inputs, loss_fn, source=name, backend=backend)
+        joint = trace_step(model, inputs, loss_fn, source=name, backend=backend, **lowered)
     else:  # another device: a fake copy there (tensors a loss closes over must then not be on the model's device)
-        joint = trace_step(*fake_module(model, inputs, device), loss_fn, source=name, backend=backend)
+        joint = trace_step(*fake_module(model, inputs, device), loss_fn, source=name, backend=backend, **lowered)
     return joint, ("module", model, (inputs, loss_fn))
 
 
@@ -421,7 +436,7 @@ def _record(joint, search: BudgetSearch, random: tuple, key: dict, seconds: floa
         holes=search.holes, fails_below=search.fails_below, min_peak_knob=minimum, min_peak=int(rows[minimum][column]),
         peak_at_1=int(rows[1.0][column]), peak_at_099=int(rows[0.99][column]), recomputed_random=random,
         instead=None, evaluated=tuple((k, int(rows[k][column])) for k in knobs), seconds=seconds,
-        graph_hash=key["graph"], torch_version=key["torch"])
+        graph_hash=key["graph"], torch_version=key["torch"], lowering=key["lowering"])
 
 
 def _instead_of_knob(workload, budget: int) -> dict:

@@ -281,6 +281,19 @@ def gpu_answer(meta: dict) -> str | None:
     return CPU_INDUCTOR_ANSWER
 
 
+#: What an Inductor census lowered for a GPU (``{gpu}``) says of its lowering.
+CUDA_INDUCTOR_ANSWER = ("Inductor accounting: CUDA Inductor's lowering for {gpu}, on fake tensors without a GPU "
+                        "(dtrlab.trace.cuda_joint; not yet measured on a GPU)")
+
+
+def lowering_answer(meta: dict) -> str | None:
+    """The one line that says which Inductor lowering a census (its ``meta``) used: :func:`gpu_answer` for the
+    CPU's, :data:`CUDA_INDUCTOR_ANSWER` for a GPU's; None for an aot_eager census (nothing lowered)."""
+    if "inductor" not in meta.get("backend", ""):
+        return None
+    return gpu_answer(meta) or CUDA_INDUCTOR_ANSWER.format(gpu=meta["inductor_lowering"])
+
+
 def _check_shippable(evaluate, where: str) -> None:
     """A one-line error, before any worker starts, for an ``evaluate`` that cannot travel to ``where``'s workers
     (a traced joint bound into a closure holds objects pickle refuses)."""

@@ -39,6 +39,7 @@ import warnings
 
 from ..trace.fingerprint import dynamo_graph_hash, step_fingerprint
 from ..trace.partition import BACKENDS, partitioner_config
+from ..memory.device import gpu_preset
 from .fit_knob import (KnobFit, accounting_column, budget_bytes, cache_path, fit_knob, from_dict, read_entry,
                        search_settings, write_entry)
 
@@ -76,7 +77,8 @@ def compile(model, *, budget, example_inputs=(), loss_fn=None, device: str | Non
 
     ``budget``, ``example_inputs``, ``loss_fn``, ``device``, ``accounting`` and ``cache`` are
     :func:`~dtrlab.analysis.fit_knob.fit_knob`'s (``example_inputs`` are needed: the knob is
-    chosen before the first call). ``backend``: torch.compile's (a name or a callable; the pick uses the
+    chosen before the first call; a GPU preset as ``device``, ``"H100-80GB"``, picks under CUDA Inductor's
+    lowering for it, any other device under the CPU's, and ``knob_fit`` says which). ``backend``: torch.compile's (a name or a callable; the pick uses the
     Inductor accounting for ``"inductor"``, the aot_eager one for any other),
     ``solver``: ``activation_memory_budget_solver`` for the pick and the compile; the rest goes
     to torch.compile. The choice record is the result's ``knob_fit``. When no knob value fits,
@@ -136,7 +138,8 @@ def _fit_by_fingerprint(model, example_inputs, loss_fn, pick: dict) -> tuple[Kno
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     key = {"fingerprint": step_fingerprint(model, inputs, loss_fn), "device": pick["device"],
            **search_settings(budget=budget, column=accounting_column(pick["accounting"], preset),
-                             backend=pick["backend"], solver=pick["solver"], runtime_estimator=None)}
+                             backend=pick["backend"], solver=pick["solver"], runtime_estimator=None,
+                             lowering=gpu_preset(pick["device"]) or "cpu")}
     path = cache_path(pick["cache"], key, "by-fingerprint")
     document = read_entry(path, key, ENTRY_FIELDS)
     if document is not None and document["compiled"]:

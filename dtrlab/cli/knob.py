@@ -66,10 +66,9 @@ def lowering_device(text: str) -> str:
 def lowering_gpu(args) -> str | None:
     """The GPU preset the step is lowered for: knob's ``--device``, or check's when it names a preset (check's
     ``--device`` may also be bytes or a size: the CPU lowering then); None for the CPU."""
-    from ..memory.device import GPU_PRESETS
+    from ..memory.device import gpu_preset
 
-    device = getattr(args, "device", "cpu")
-    return device if device in GPU_PRESETS else None
+    return gpu_preset(getattr(args, "device", "cpu"))
 
 
 def solver_list(text: str) -> tuple[str, ...]:
@@ -169,7 +168,7 @@ def add_backend_argument(parser, flag: str) -> None:
 
 
 def run(args) -> int:
-    from ..analysis.knob_census import KnobPlan, census_knob, gpu_answer, read_census, write_census
+    from ..analysis.knob_census import KnobPlan, census_knob, lowering_answer, read_census, write_census
 
     plan = KnobPlan(**(args.knobs or knob_range("0:1:0.01")), resolution=args.resolution,
                     refine=args.refine)
@@ -189,11 +188,8 @@ def run(args) -> int:
         report(census, PEAK_ACCOUNTINGS[args.accounting], args.budget)
         written = write_census(census, args.out) if args.out else []
         backend = census.meta.get("backend", "aot_eager")
-        if gpu_answer(census.meta):
-            print(f"\n{gpu_answer(census.meta)}")
-        elif census.meta.get("inductor_lowering", "cpu") != "cpu":
-            print(f"\nInductor accounting: CUDA Inductor's lowering for {census.meta['inductor_lowering']}, on fake "
-                  "tensors without a GPU (dtrlab.trace.cuda_joint; not yet measured on a GPU)")
+        if lowering_answer(census.meta):
+            print(f"\n{lowering_answer(census.meta)}")
         print(f"\n{len(census.samples)} knob values ({census.plan.describe()}), {backend} accounting, in "
               f"{seconds:.1f} s" + (f"; wrote {written[-1]} and {len(written) - 1} tables" if written else ""))
     return 0

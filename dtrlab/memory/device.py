@@ -61,6 +61,12 @@ class DeviceCapacity:
         return UNLIMITED_BYTES if self.bytes is None else self.bytes
 
 
+def gpu_preset(device) -> str | None:
+    """``device`` when it names a GPU preset (a step traced and lowered for that GPU: dtrlab.trace.cuda_joint), None
+    for any other device (the CPU's lowering): ``dtrlab knob --device``'s, ``check``'s and ``dtrlab.fit_knob``'s rule."""
+    return device if isinstance(device, str) and device in GPU_PRESETS else None
+
+
 def human_bytes(count: int) -> str:
     """``count`` bytes as GiB from 1 GiB up, else as MiB, two decimals (``"80.00 GiB"``, ``"0.50 MiB"``)."""
     return f"{count / GiB:.2f} GiB" if count >= GiB else f"{count / UNITS['MiB']:.2f} MiB"
