@@ -161,7 +161,8 @@ def test_a_gpu_target_refuses_measured_temporaries():
     with pytest.raises(ValueError, match="^temporaries: .*CPU only.*H100"):
         op_temporaries.temporaries_setting(True, "H100-80GB")
     assert op_temporaries.temporaries_setting(None, "H100-80GB") is None
-    assert op_temporaries.temporaries_setting(None, None) == device_key()
+    assert op_temporaries.temporaries_setting(None, "cuda") is None  # a step traced on CUDA tensors
+    assert op_temporaries.temporaries_setting(None, "cpu") == device_key()
 
 
 MOBILENET = "tests.test_op_temporaries:mobilenet"

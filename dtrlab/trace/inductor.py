@@ -76,7 +76,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import lowering_cache
 from .op_temporaries import temporaries_setting
-from .partition import RECORDING_VERSION, JointGraph, PartitionedStep, joint_hash, partition, record_partitioned
+from .partition import (RECORDING_VERSION, JointGraph, PartitionedStep, joint_device, joint_hash, partition,
+                        record_partitioned, step_target)
 
 
 class InductorLoweringError(ValueError):
@@ -96,7 +97,8 @@ def partition_lowered(joint: JointGraph, knob: float, *, solver: str | None = No
     temporaries (:mod:`dtrlab.trace.op_temporaries`); None: on for a CPU target, off for a GPU's.
     """
     _check_inductor_joint(joint)
-    record = functools.partial(record_lowered, cache=cache, temporaries=temporaries_setting(temporaries, joint.gpu))
+    record = functools.partial(record_lowered, cache=cache,
+                               temporaries=temporaries_setting(temporaries, step_target(joint)))
     return partition(joint, knob, solver=solver, force=force, record_with=record)
 
 
@@ -146,7 +148,7 @@ def lowering_key(joint: JointGraph, knob: float, *, solver: str | None = None,
     """The disk key of the step :func:`partition_lowered` would lower at ``knob``: torch's partition, nothing
     lowered. Knob values with equal keys share one lowering (a parallel census lowers each key once)."""
     _check_inductor_joint(joint)
-    setting = temporaries_setting(temporaries, joint.gpu)
+    setting = temporaries_setting(temporaries, step_target(joint))
 
     def keyed(pairs: tuple, joint: JointGraph):
         raise _Keyed(disk_key(joint, _memo_keys(pairs, setting)))
@@ -176,10 +178,7 @@ def disk_key(joint: JointGraph, keys: tuple) -> str:
 
 def lowering_target(joint: JointGraph) -> str:
     """The device Inductor lowers for: the device type(s) of the joint graph's inputs (``cpu``)."""
-    devices = {node.meta["val"].device.type for part in joint.parts or (joint,)
-               for node in part.graph_module.graph.find_nodes(op="placeholder")
-               if isinstance(node.meta.get("val"), torch.Tensor)}
-    return ",".join(sorted(devices))
+    return joint_device(joint)
 
 
 #: :func:`~dtrlab.trace.partition.joint_hash` per joint graph object (id -> (weak reference, digest)): computed

@@ -74,13 +74,14 @@ class Temporaries:
     held: int
 
 
-def temporaries_setting(temporaries: bool | None, gpu: str | None) -> str | None:
-    """The measurements a step is recorded with: :func:`device_key` (on), or None (off). ``temporaries`` None: on
-    for a CPU target (``gpu`` None), off for a GPU's (its cuDNN workspaces are not measured: no GPU here)."""
+def temporaries_setting(temporaries: bool | None, target: str) -> str | None:
+    """The measurements a step is recorded with: :func:`device_key` (on), or None (off). ``target``: the device the
+    step runs on (``cpu``, ``cuda``, a GPU preset's name). ``temporaries`` None: on for the CPU, off for a GPU (its
+    cuDNN workspaces are not measured: no GPU here)."""
     if temporaries is None:
-        temporaries = gpu is None
-    if temporaries and gpu is not None:
-        raise ValueError(f"temporaries: operators' temporaries are measured on the CPU only, not for {gpu}")
+        temporaries = target == "cpu"
+    if temporaries and target != "cpu":
+        raise ValueError(f"temporaries: operators' temporaries are measured on the CPU only, not for {target}")
     return device_key() if temporaries else None
 
 

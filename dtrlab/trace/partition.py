@@ -743,7 +743,7 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
                 results.append(_partition_graph(part, knob, solver, forcings[c], reuse_min_cuts))
         pairs = tuple((r.forward, r.backward) for r in results)
         record = record_with or functools.partial(record_partitioned,
-                                                  temporaries=temporaries_setting(temporaries, joint.gpu))
+                                                  temporaries=temporaries_setting(temporaries, step_target(joint)))
         trace, peak, forward_ops = record(pairs, joint)
 
     saved = tuple(dataclasses.replace(s, name=named(c, s.name)) for c, r in enumerate(results) for s in r.saved)
@@ -759,6 +759,20 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
         backward=first.backward if keep_graphs and not joint.parts else None,
         forced=tuple(sorted((named(c, name), how) for c, r in enumerate(results) for name, how in r.forced)),
         graphs=pairs if keep_graphs else (), backend="aot_eager" if record_with is None else joint.backend)
+
+
+def joint_device(joint: JointGraph) -> str:
+    """The device type(s) of the joint graph's inputs (``cpu``; ``cuda`` for a GPU's step)."""
+    devices = {node.meta["val"].device.type for part in joint.parts or (joint,)
+               for node in part.graph_module.graph.find_nodes(op="placeholder")
+               if isinstance(node.meta.get("val"), torch.Tensor)}
+    return ",".join(sorted(devices))
+
+
+def step_target(joint: JointGraph) -> str:
+    """Where the step runs, as operators' temporaries are measured for it: the GPU it was traced for, else
+    :func:`joint_device` (a step traced on CUDA tensors is not the CPU's either)."""
+    return joint.gpu or joint_device(joint)
 
 
 def _fake_factories(joint: JointGraph):
