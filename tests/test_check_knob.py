@@ -179,3 +179,19 @@ def test_a_census_lowered_for_a_gpu_says_so_under_the_knob_line(small_resnet):
     summary = report.summary()
     assert summary[summary.index(next(s for s in summary if s.startswith("torch.compile"))) + 1] == line
     assert CPU_INDUCTOR_ANSWER not in summary
+
+
+def test_check_knob_on_a_model_source_lowers_for_its_gpu_preset():
+    """`dtrlab check MODEL --device H100-80GB --knob`'s census source: lowered for the H100 (check has no
+    --autocast: until 6 December 2026 reading it was an internal error); bytes as --device, the CPU's."""
+    pytest.importorskip("torch")
+    from dtrlab.cli import parse
+    from dtrlab.cli.knob import model_evaluation
+    from dtrlab.trace.sizes import SIZE_KEYS
+
+    for device, options in (("H100-80GB", {"gpu": "H100-80GB"}), ("80GiB", {})):
+        args = parse(["check", "tests.test_partition:tiny_mlp", "--device", device, "--budget", "0.5", "--knob"])
+        evaluate, name = model_evaluation(args)
+        assert dict(evaluate.options) == {"batch": None, "seq": None, "image": 224, "dtype": None, "autocast": None,
+                                          **dict.fromkeys(SIZE_KEYS), **options}
+        assert name == "tests.test_partition-tiny_mlp" + ("-H100-80GB" if options else "")

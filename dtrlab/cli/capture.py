@@ -40,10 +40,11 @@ def add_precision_arguments(parser) -> None:
 
 
 def precision_options(options) -> dict:
-    """The build options --dtype and --autocast give (torch dtypes, or None)."""
+    """The build options --dtype and --autocast give (torch dtypes, or None; a command without the option, such as
+    check without --autocast, gives None)."""
     import torch
 
-    return {key: getattr(torch, getattr(options, key)) if getattr(options, key) else None
+    return {key: getattr(torch, getattr(options, key)) if getattr(options, key, None) else None
             for key in ("dtype", "autocast")}
 
 
