@@ -3,10 +3,13 @@ outcomes) use the ``shared_dir``-based fixtures and skip with a reason when it i
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,11 @@ UNET_LOG = "unet-6-8000000000.0-2020-10-1-10-57-18-default.log"
 # dtrlab.trace.models sets HF_HUB_OFFLINE=1 for the whole process before transformers is imported (it builds configs,
 # never downloads); set here first, every test sees the same environment whichever runs first.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Every dtrlab cache a test does not name goes to one empty folder of this test run, never to the user's
+# ($DTRLAB_CACHE or ~/.cache/dtrlab): an answer an earlier run (or a developer) left there never stands in for what
+# a test computes, and a test run leaves nothing behind.
+os.environ["DTRLAB_CACHE"] = tempfile.mkdtemp(prefix="dtrlab-tests-cache-")
+atexit.register(shutil.rmtree, os.environ["DTRLAB_CACHE"], ignore_errors=True)
 #: Variables a library sets once per process to its own default when they are unset: torch's inductor cache directory
 #: (torch/_inductor/runtime/cache_dir_utils.py:19, first computed by whichever test compiles first) and joblib's
 #: KMP_INIT_AT_FORK (joblib/__init__.py:163, on its first import), and the address Inductor's CPU kernels read when
