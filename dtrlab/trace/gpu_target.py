@@ -38,7 +38,6 @@ Not thread-safe: the patches are process-wide while the block runs.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
