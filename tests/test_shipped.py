@@ -381,6 +381,29 @@ def test_a_file_is_hashed_once_per_process_while_unchanged(small_resnet, small_b
     assert len(hashed) == 1
 
 
+def test_only_the_asked_traces_files_are_read_and_their_rows_served(small_resnet, small_bundle, simulated, tmp_path,
+                                                                      monkeypatch):
+    # A census of one trace set reads the rows of its own traces' files alone (the others' schemas only); what
+    # it serves is still exactly the shipped rows. Another trace's file (the same rows under another hash) beside it.
+    import dtrlab.sweep.shipped as shipped
+
+    budgets, fresh, ship = small_bundle
+    ship()
+    rows, configs = rows_from_cache(tmp_path / "computed", small_resnet.content_hash)
+    other = bundle_table(rows.assign(trace_hash="0" * 64), trace="other", trace_hash="0" * 64, configs=configs)
+    write_bundle_file(other, tmp_path / "bundle" / "dtr-logs" / "other.parquet")
+    integrity.write_manifest(tmp_path / "bundle", [tmp_path / "bundle" / "dtr-logs" / "other.parquet"])
+    read = []
+    real = shipped._read_valid
+    monkeypatch.setattr(shipped, "_read_valid", lambda path: read.append(path.name) or real(path))
+    frame = sweep(small_resnet, "dtr", budgets=budgets, execution=Execution(cache=tmp_path / "empty", progress=False))
+    assert simulated == [] and read == [f"{small_resnet.name}.parquet"]
+    pd.testing.assert_frame_equal(frame, fresh)
+    key = SweepCache(tmp_path, small_resnet, get_policy("dtr")).config_key
+    assert len(shipped.shipped_rows("0" * 64, key)) == len(budgets)
+    assert read == [f"{small_resnet.name}.parquet", "other.parquet"]
+
+
 def test_edited_result_with_current_version_and_hash_is_trusted_so_the_sample_test_catches_it(
         small_resnet, small_bundle, tmp_path):
     """A wrong value under a valid key is what the field-by-field recomputation exists for."""

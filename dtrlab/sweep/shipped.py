@@ -70,12 +70,16 @@ def shipped_rows(trace_hash: str, config_key: str) -> pd.DataFrame:
     files = sorted(directory.glob("*/*.parquet"))  # <trace set>/<trace>.parquet (tables/ lie one level deeper)
     stamp = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in [directory / MANIFEST_NAME, *files]
                   if f.exists())
-    return _index(str(directory), stamp).get((trace_hash, config_key), pd.DataFrame()).copy()
+    found = pd.DataFrame()
+    for entry in _index(str(directory), stamp).get(trace_hash, ()):  # a later file's rows win, as in file order
+        found = _rows(*entry).get((trace_hash, config_key), found)
+    return found.copy()
 
 
 @functools.lru_cache(maxsize=2)
-def _index(directory: str, stamp: tuple) -> dict[tuple[str, str], pd.DataFrame]:
-    """Every valid row of the bundle by (trace hash, config key); rebuilt when a file changes."""
+def _index(directory: str, stamp: tuple) -> dict[str, list[tuple]]:
+    """The verified bundle files by the trace hash in their metadata (only their schemas read: a census
+    reads the rows of its own traces' files alone); rebuilt when a file changes."""
     try:
         read_manifest(directory)
     except (OSError, IntegrityError) as exc:
@@ -83,16 +87,30 @@ def _index(directory: str, stamp: tuple) -> dict[tuple[str, str], pd.DataFrame]:
                       "every run is simulated", stacklevel=4)
         return {}
     index = {}
-    for path, _, _ in stamp:
+    for entry in stamp:
+        path = entry[0]
         if Path(path).name == MANIFEST_NAME or not verified(path, directory):
             continue
-        rows, configs = _read_valid(Path(path))
-        for key, group in rows.groupby(INDEX_COLUMNS, sort=False):
-            # Only the columns this configuration's cached rows had: a file holds configurations with
-            # and without the memory metrics of non-flat models, null where absent.
-            columns = configs.get(key[1], {}).get("row_columns")
-            if columns:
-                index[key] = group[columns].reset_index(drop=True)
+        trace_hash = json.loads((pq.read_schema(path).metadata or {}).get(METADATA_KEY, b"{}")).get("trace_hash")
+        if trace_hash is None:
+            _read_valid(Path(path))  # not a shipped-results file: it says so
+        else:
+            index.setdefault(trace_hash, []).append(entry)
+    return index
+
+
+@functools.lru_cache(maxsize=32)
+def _rows(path: str, mtime_ns: int, size: int) -> dict[tuple[str, str], pd.DataFrame]:
+    """Every valid row of one verified bundle file by (trace hash, config key); ``mtime_ns`` and ``size`` key the
+    cache, so a changed file is read again."""
+    rows, configs = _read_valid(Path(path))
+    index = {}
+    for key, group in rows.groupby(INDEX_COLUMNS, sort=False):
+        # Only the columns this configuration's cached rows had: a file holds configurations with
+        # and without the memory metrics of non-flat models, null where absent.
+        columns = configs.get(key[1], {}).get("row_columns")
+        if columns:
+            index[key] = group[columns].reset_index(drop=True)
     return index
 
 
