@@ -322,8 +322,11 @@ def test_budget_parsing():
 
 
 def test_the_cache_key_holds_every_setting_of_the_search(monkeypatch):
-    """By hand: the record's format, the recording rules, the accounting, backend, lowering's target, solver,
-    estimator, budget, the census grid (0 to 1 in 101 knobs) and the scan's step."""
+    """By hand: the record's format, the recording rules, the accounting, backend, lowering's target, what a CPU
+    target's measured temporaries depend on (the threads among them), solver, estimator, budget, the census grid
+    (0 to 1 in 101 knobs) and the scan's step."""
+    import torch
+
     from dtrlab.analysis import fit_knob as module
     from dtrlab.trace.partition import RECORDING_VERSION
 
@@ -331,10 +334,15 @@ def test_the_cache_key_holds_every_setting_of_the_search(monkeypatch):
                     lowering="H100-80GB")
     assert module.search_settings(**settings) == {
         "format": "dtrlab-fit-knob-3", "recording": RECORDING_VERSION, "accounting": "flat_peak",
-        "backend": "aot_eager", "lowering": "H100-80GB", "solver": "greedy", "runtime_estimator": "flops", "budget": 7,
-        "grid": [0.0, 1.0, 101], "scan_step": 0.2}
+        "backend": "aot_eager", "lowering": "H100-80GB", "temporaries": None, "solver": "greedy",
+        "runtime_estimator": "flops", "budget": 7, "grid": [0.0, 1.0, 101], "scan_step": 0.2}
     monkeypatch.setattr(module, "SCAN_STEP", 0.1)
     assert module.search_settings(**settings)["scan_step"] == 0.1
+    on_the_cpu = {**settings, "lowering": "cpu"}
+    threads = torch.get_num_threads()
+    assert f"threads {threads}/" in module.search_settings(**on_the_cpu)["temporaries"]
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads + 1)
+    assert f"threads {threads + 1}/" in module.search_settings(**on_the_cpu)["temporaries"]
 
 
 def test_the_step_is_traced_where_it_is_asked(mlp, monkeypatch):

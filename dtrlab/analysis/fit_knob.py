@@ -63,6 +63,7 @@ from pathlib import Path
 from ..integrity import IntegrityError, atomic_write_json, quarantine, read_json
 from ..memory.device import PEAK_ACCOUNTINGS, budget_bytes, gpu_preset, human_bytes
 from ..suggest import did_you_mean
+from ..trace import op_temporaries
 from ..trace.partition import BACKENDS, RECORDING_VERSION
 from .knob_census import ACCOUNTINGS, KNOB_DECIMALS, KnobPlan, lowering_answer
 
@@ -342,11 +343,15 @@ def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solve
 
 def search_settings(*, budget: int, column: str, backend: str, solver, runtime_estimator, lowering: str) -> dict:
     """What decides a pick besides the step: the cache key's other half (the record's format, the rules the step's
-    peaks are recorded by, the lowering's target, and the search's grid)."""
+    peaks are recorded by, the lowering's target, what a CPU target's measured operator temporaries depend on, and
+    the search's grid)."""
     grid = KnobPlan().grid()
+    # A CPU target counts convolutions' temporaries as measured on this machine (torch, CPU, threads: an answer
+    # found under 16 threads is not one for 2); a GPU target measures none.
+    temporaries = op_temporaries.device_key() if lowering == "cpu" else None
     return {"format": FIT_FORMAT, "recording": RECORDING_VERSION, "accounting": column, "backend": backend,
-            "lowering": lowering, "solver": solver, "runtime_estimator": runtime_estimator, "budget": budget,
-            "grid": [grid[0], grid[-1], len(grid)], "scan_step": SCAN_STEP}
+            "lowering": lowering, "temporaries": temporaries, "solver": solver, "runtime_estimator": runtime_estimator,
+            "budget": budget, "grid": [grid[0], grid[-1], len(grid)], "scan_step": SCAN_STEP}
 
 
 def _trace(model, example_inputs, loss_fn, device, backend: str):
