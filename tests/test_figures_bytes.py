@@ -56,3 +56,25 @@ def test_feasibility_map_redrawn_from_shipped_results_is_byte_identical(tmp_path
         committed = ROOT / "figures" / "traces" / path.name
         assert path.read_bytes() == committed.read_bytes(), f"{path.name} differs from {committed}"
 
+
+def test_a_save_killed_while_drawing_leaves_the_previous_figure_whole(tmp_path, monkeypatch):
+    """save_figure draws into memory and renames: a failure mid-PDF keeps the old PDF and leaves no partial file."""
+    fig = plt.figure()
+    first = save_figure(fig, tmp_path, "figure")
+    before = {path: path.read_bytes() for path in first}
+    real_savefig = fig.savefig
+
+    def savefig_dying_in_the_pdf(target, **options):
+        if options.get("format") == "pdf":
+            target.write(b"%PDF-1.4 truncated")
+            raise KeyboardInterrupt
+        return real_savefig(target, **options)
+
+    monkeypatch.setattr(fig, "savefig", savefig_dying_in_the_pdf)
+    try:
+        save_figure(fig, tmp_path, "figure")
+    except KeyboardInterrupt:
+        pass
+    plt.close(fig)
+    assert {path: path.read_bytes() for path in first} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figure.pdf", "figure.png"]

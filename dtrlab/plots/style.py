@@ -7,12 +7,15 @@ their base policy's style.
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
+
+from dtrlab.integrity import atomic_write_bytes
 
 #: Outcome colours: pass green, out of memory red, thrash orange.
 STATUS_COLORS = {"pass": "#2ca02c", "oom": "#d62728", "thrash": "#ff7f0e"}
@@ -135,14 +138,19 @@ def short_trace_name(name: str) -> str:
 
 
 def save_figure(fig, directory: str | Path, name: str) -> list[Path]:
-    """Write ``name``.png and ``name``.pdf into ``directory`` (created); returns both paths."""
+    """Write ``name``.png and ``name``.pdf into ``directory`` (created); returns both paths.
+
+    Each file is drawn into memory and then written atomically, so a run killed while saving leaves the
+    previous figure whole, never a truncated PDF."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     png, pdf = directory / f"{name}.png", directory / f"{name}.pdf"
-    fig.savefig(png)
     # No creation date in the PDF, so that regenerating an unchanged figure changes no byte; the rest of the bytes
     # depend on the versions constraints.txt pins (fontTools writes the PDF's font subset).
-    fig.savefig(pdf, metadata={"CreationDate": None})
+    for path, options in ((png, {"format": "png"}), (pdf, {"format": "pdf", "metadata": {"CreationDate": None}})):
+        buffer = io.BytesIO()
+        fig.savefig(buffer, **options)
+        atomic_write_bytes(path, buffer.getvalue())
     return [png, pdf]
 
 
