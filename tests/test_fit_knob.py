@@ -138,7 +138,7 @@ def test_spread_budgets_stay_below_the_peak_at_1():
     assert spread_budgets(probe) == (500, 599, 649)  # up to 699: 1.0 (700) is below the largest peak (900)
     assert spread_budgets(fit_from({0.0: 500, 0.99: 600, 1.0: 900})) == (500, 700, 800)
     assert spread_budgets(fit_from({0.0: 900, 0.99: 600, 1.0: 500})) == (500, 700, 800)  # 1.0 the lowest: kept
-    with pytest.raises(ValueError, match=re.escape("planted: the knob does not move this step's peak (0.00 MiB at "
+    with pytest.raises(ValueError, match=re.escape("planted: the knob does not move this step's peak (0.49 KiB at "
                                                    "every knob evaluated): there is no budget between the smallest "
                                                    "and the largest peak")):
         spread_budgets(fit_from({0.0: 500, 0.99: 500, 1.0: 500}))
@@ -192,10 +192,10 @@ def test_describe_and_warnings_word_for_word():
     assert top.cliff == 1.75 and top.describe().splitlines() == [
         "planted: budget 80.00 GiB (85,899,345,920 bytes, reserved bytes, aot_eager graphs for cpu, solver greedy, "
         "estimator profile)",
-        "knob 1: predicted peak 0.00 MiB, margin 80.00 GiB; recomputes 0 FLOPs (partitioner's estimate 0 ms); the "
+        "knob 1: predicted peak 0.68 KiB, margin 80.00 GiB; recomputes 0 FLOPs (partitioner's estimate 0 ms); the "
         "top of the knob's range",
         "every smaller knob evaluated fits too",
-        "smallest peak found: 0.00 MiB at knob 0.99; 3 knob values evaluated in 0.0 s (cached answer, found by "
+        "smallest peak found: 0.59 KiB at knob 0.99; 3 knob values evaluated in 0.0 s (cached answer, found by "
         "the model's fingerprint without tracing; checked against the graphs torch compiles)",
         "WARNING: cliff: the peak at knob 1.0 (knapsack skipped) is 7.00 MiB, 1.75x the 4.00 MiB at 0.99"]
     counted = dataclasses.replace(unsafe, runtime_estimator="testing", recompute_runtime=63.0)
@@ -506,7 +506,7 @@ def test_compile_hands_its_arguments_to_the_search_and_to_torch_compile(monkeypa
     answer = dataclasses.replace(answer, knob=None, budget=1000, min_peak=600, min_peak_knob=0.99)
     with pytest.raises(ValueError) as refused:
         dtrlab.compile(model, budget=1000, example_inputs=(x,), cache=False)
-    assert str(refused.value) == "budget: no knob fits 0.00 MiB: the smallest peak found is 0.00 MiB (knob 0.99)"
+    assert str(refused.value) == "budget: no knob fits 0.98 KiB: the smallest peak found is 0.59 KiB (knob 0.99)"
 
 
 def test_recomputed_dropout_is_named(mlp):

@@ -571,3 +571,10 @@ def test_semantics_errors_word_for_word():
         memory_spec(CachingModel(0), {"max_split_size": 4})
     with pytest.raises(ValueError, match=r"unknown memory model 'cachng' \(did you mean 'caching'\?\)"):
         memory_spec("cachng", None, "allocated")
+
+
+def test_human_bytes_picks_the_unit_that_shows_the_count():
+    from dtrlab.memory.device import human_bytes
+
+    assert [human_bytes(n) for n in (512, 12 << 10, 102 << 10, 103 << 10, 512 << 10, 3 << 20, 80 << 30)] == [
+        "0.50 KiB", "12.00 KiB", "102.00 KiB", "0.10 MiB", "0.50 MiB", "3.00 MiB", "80.00 GiB"]

@@ -68,8 +68,12 @@ def gpu_preset(device) -> str | None:
 
 
 def human_bytes(count: int) -> str:
-    """``count`` bytes as GiB from 1 GiB up, else as MiB, two decimals (``"80.00 GiB"``, ``"0.50 MiB"``)."""
-    return f"{count / GiB:.2f} GiB" if count >= GiB else f"{count / UNITS['MiB']:.2f} MiB"
+    """``count`` bytes as GiB from 1 GiB up, MiB from 0.1 MiB up, else KiB, two decimals (``"80.00 GiB"``,
+    ``"0.50 MiB"``, ``"12.00 KiB"``): at least two significant digits, never ``"0.00 MiB"`` for a small count."""
+    if count >= GiB:
+        return f"{count / GiB:.2f} GiB"
+    mib = count / UNITS["MiB"]
+    return f"{mib:.2f} MiB" if mib >= 0.1 else f"{count / UNITS['KiB']:.2f} KiB"
 
 
 def device_capacity(spec) -> DeviceCapacity:
