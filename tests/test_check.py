@@ -673,7 +673,7 @@ def test_the_check_knob_figure_legend_is_legible():
 def test_describe_position_of_each_hole_kind():
     hole = {"fail_low_ratio": 0.16891, "fail_high_ratio": 0.17334, "width_bytes": 5 << 19}
     oom = policy_check(position="hole", status="oom", overhead=None, hole={**hole, "anatomy": "oom", "closes_at": None})
-    assert describe_position(oom) == "oom, inside a oom hole, ratios 0.1689-0.1733 (2.5 MiB wide; fails at any " \
+    assert describe_position(oom) == "oom, inside an oom hole, ratios 0.1689-0.1733 (2.5 MiB wide; fails at any " \
         "overhead limit)"
     # closes_at is the overhead limit from which the hole's budgets pass: an oom hole has none
     cliff = policy_check(position="hole", status="thrash", overhead=None,

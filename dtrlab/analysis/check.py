@@ -193,7 +193,9 @@ def describe_position(item: PolicyCheck) -> str:
         closes = hole.get("closes_at")
         closing = "fails at any overhead limit" if hole.get("anatomy") == "oom" else \
             (f"closes at overhead limit {closes:.2f}" if closes is not None else "")
-        return (f"{item.status}, inside a {hole.get('anatomy', 'hole')} hole, ratios {hole['fail_low_ratio']:.4f}-"
+        kind = hole.get("anatomy", "hole")
+        article = "an" if kind[:1] in "aeiou" else "a"
+        return (f"{item.status}, inside {article} {kind} hole, ratios {hole['fail_low_ratio']:.4f}-"
                 f"{hole['fail_high_ratio']:.4f} ({hole['width_bytes'] / 2**20:.1f} MiB wide; {closing})")
     if item.position == "below-threshold":
         return f"{item.status}, below the feasibility threshold ({item.threshold_ratio:.4f} of the peak)"
