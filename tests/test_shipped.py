@@ -27,7 +27,7 @@ from dtrlab.runtime import SIMULATOR_VERSION, Intervention, budget_for, memory_s
 from dtrlab.sweep import SweepCache, parse_ratios, sweep
 from dtrlab.sweep.cache import policy_fingerprint
 from dtrlab.sweep.cache import rows_from_cache
-from dtrlab.sweep.shipped import (DEFAULT_SHIPPED_DIR, INDEX_COLUMNS, METADATA_KEY, RECOMPUTE_ENV, SHIPPED_ENV,
+from dtrlab.sweep.shipped import (DEFAULT_SHIPPED_DIR, METADATA_KEY, RECOMPUTE_ENV, SHIPPED_ENV,
                                   bundle_table, read_metadata, shipped_dir, write_bundle_file)
 from dtrlab.trace import load_directory
 from dtrlab.runtime.semantics import Semantics

@@ -41,7 +41,7 @@ import sys
 from array import array
 from dataclasses import dataclass
 
-from ..trace.model import COMPUTE, GET, PIN, RELEASE, Trace
+from ..trace.model import COMPUTE, GET, RELEASE, Trace
 from .regions import PyRegionIndex
 
 try:
