@@ -312,3 +312,38 @@ def test_scripts_and_benchmarks_import_the_installed_package_not_paths():
              if isinstance(node, ast.Attribute) and node.attr == "path"
              and isinstance(node.value, ast.Name) and node.value.id == "sys"]
     assert not edits, edits
+
+
+# ------------------------------------------------------------------ each function small enough to read
+MAX_PARAMETERS, MAX_LINES = 10, 100
+
+
+def oversized_functions(source: str, where: str = "") -> list[str]:
+    """Functions of ``source`` with more than MAX_PARAMETERS parameters (``self``/``cls`` aside, ``*args`` and
+    ``**kwargs`` one each) or more than MAX_LINES lines (decorators aside, docstring included)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        arguments = node.args
+        named = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+        count = len(named) + (arguments.vararg is not None) + (arguments.kwarg is not None)
+        count -= bool(named) and named[0].arg in ("self", "cls")
+        lines = node.end_lineno - node.lineno + 1
+        if count > MAX_PARAMETERS or lines > MAX_LINES:
+            found.append(f"{where}{node.name}: {count} parameters, {lines} lines")
+    return found
+
+
+def test_no_function_has_over_ten_parameters_or_a_hundred_lines():
+    found = [item for name, path in MODULES.items() for item in oversized_functions(path.read_text(), f"{name}.")]
+    assert found == []
+
+
+def test_the_size_check_counts_parameters_and_lines():
+    eleven = "def f(self, a, b, c, d, e, f, g, h, i, *args, **kwargs):\n    pass\n"
+    long = "def g():\n" + "    x = 1\n" * 100
+    fine = "class C:\n    def m(self, a, b, c, d, e, f, g, h, i, j):\n" + "        x = 1\n" * 98
+    assert oversized_functions(eleven) == ["f: 11 parameters, 2 lines"]
+    assert oversized_functions(long) == ["g: 0 parameters, 101 lines"]
+    assert oversized_functions(fine) == []
