@@ -25,15 +25,17 @@ figures: setup
 test: setup
 	$(BIN)/python -m pytest -m "not slow"
 
-# test-all runs every test: the quick suite in a random order (a fixed seed, printed; SEED=N for another), the
-# slow-marked checks, then each test file's quick tests alone in its own process: a test that needs another to run
-# first, or that leaves state behind, fails one of them. The last two run TEST_JOBS processes at once (the slow
-# tests a whole file to a process, by pytest-xdist), since none of them reads the machine's speed.
+# test-all runs every test: the quick suite in a random order (a fixed seed, printed; SEED=N for another: the files
+# shuffled and each file's tests shuffled, each worker running its files in that order), the slow-marked checks
+# (the longest files handed out first, tests/file_seconds.json), then each test file's quick tests alone in its own
+# process: a test that needs another to run first, or that leaves state behind, fails one of them. Each runs
+# TEST_JOBS processes at once (a whole file to a process, by pytest-xdist), since no test reads the machine's speed.
 SEED ?= 45
 TEST_JOBS ?= 2
 test-all: setup
-	$(BIN)/python -m pytest -m "not slow" -p random_order --random-order-bucket=module --random-order-seed=$(SEED)
-	$(BIN)/python -m pytest -m slow -n $(TEST_JOBS) --dist loadfile
+	$(BIN)/python -m pytest -m "not slow" -p random_order --random-order-bucket=module --random-order-seed=$(SEED) \
+		-n $(TEST_JOBS) --dist loadfile
+	$(BIN)/python -m pytest -m slow -n $(TEST_JOBS) --dist loadfile --heaviest-files-first
 	$(BIN)/python scripts/tests_alone.py --jobs $(TEST_JOBS)
 
 # Mutation testing (mutmut, the `mutate` extra) of the modules where a wrong answer is silent, each against the

@@ -1,4 +1,4 @@
-"""Run each test file alone, in its own pytest process, in file order (part of ``make test-all``).
+"""Run each test file alone, in its own pytest process, the longest first (part of ``make test-all``).
 
     .venv/bin/python scripts/tests_alone.py                 # the quick tests of every tests/test_*.py
     .venv/bin/python scripts/tests_alone.py -m "" tests/test_check.py
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
 import subprocess
 import sys
 import time
@@ -20,6 +21,19 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 NO_TESTS_COLLECTED = 5  # pytest's exit code when a file holds only deselected (slow) tests
+
+
+def file_seconds() -> dict[str, dict[str, int]]:
+    """Each test file's measured seconds (tests/file_seconds.json): ``slow`` (its slow tests under ``-n 2``, which
+    tests/conftest.py's ``--heaviest-files-first`` reads) and ``alone`` (its quick tests alone)."""
+    return json.loads((TESTS / "file_seconds.json").read_text())
+
+
+def longest_first(files: list[Path]) -> list[Path]:
+    """``files`` in the order of their measured seconds alone, longest first, so that no long file starts when the
+    other jobs are nearly done; files not measured last, in their order."""
+    seconds = file_seconds()["alone"]
+    return sorted(files, key=lambda path: -seconds.get(path.name, 0))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     args = parser.parse_args(ours)
-    files = args.files or sorted(TESTS.glob("test_*.py"))
+    files = args.files or longest_first(sorted(TESTS.glob("test_*.py")))
     missing = [str(path) for path in files if not path.exists()]
     if missing:
         parser.error(f"no test file {missing[0]}")

@@ -163,12 +163,28 @@ def _mutmut_durations() -> dict | None:
     return None
 
 
-def pytest_collection_modifyitems(items):
+#: Each test file's seconds, measured (scripts/tests_alone.py reads tests/file_seconds.json for both):
+#: ``--heaviest-files-first`` and scripts/tests_alone.py hand the longest files out first.
+FILE_SECONDS = load_script("tests_alone").file_seconds()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--heaviest-files-first", action="store_true",
+                     help="run the test files in the order of their measured slow-test seconds, longest first "
+                          "(tests/file_seconds.json): with xdist's --dist loadfile, no long file starts last")
+
+
+def pytest_collection_modifyitems(config, items):
     """Under scripts/mutate.py, the quickest tests first: mutmut runs a mutant's tests with ``-x``, so a mutant
-    that a quick test kills stops there instead of waiting for the slow ones first."""
+    that a quick test kills stops there instead of waiting for the slow ones first. With
+    ``--heaviest-files-first`` (make test-all's slow run), the files longest first, each file's tests in their
+    order: the two workers finish together instead of one waiting on a long file handed out last."""
     durations = _mutmut_durations()
     if durations is not None:
         items.sort(key=lambda item: durations.get(item.nodeid, float("inf")))
+    elif config.getoption("heaviest_files_first"):
+        seconds = FILE_SECONDS["slow"]
+        items.sort(key=lambda item: -seconds.get(item.path.name, 0))  # stable: a file's tests keep their order
 
 
 class MutantTooSlow(Exception):
