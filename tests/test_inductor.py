@@ -27,7 +27,11 @@ CNN = "tests.test_inductor:tiny_cnn"
 FAMILIES = {
     "llama": ("hf:llama", dict(batch=8, seq=64, layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128,
                                vocab=256)),
-    "seq2seq": ("tests.compiled_steps:tiny_seq2seq", dict(batch=32)),
+    # batch 64: at 32 its largest tensor (294,912 B) was within peak RSS's noise from process to process (6 December,
+    # knob 0.1, 2 cores busy: -116..+318 kB of the prediction in 24 processes, and +347 kB in the make test-all run
+    # that failed); at 64 (589,824 B) -1..+241 kB in 8 processes. Not the compile's workers, tqdm's monitor thread,
+    # address randomisation or hash seeds: with each turned off the spread stayed.
+    "seq2seq": ("tests.compiled_steps:tiny_seq2seq", dict(batch=64)),
     "resnet18-224": ("torchvision:resnet18", dict(batch=8, image=224)),
     "resnet18-32": ("torchvision:resnet18", dict(batch=8, image=32)),
     "vit": ("tests.compiled_steps:tiny_vit", dict(batch=32)),
