@@ -449,7 +449,7 @@ def test_cli_names_the_executor(capsys, written):
 
 
 SHIPPED = ROOT / "results" / "shipped"
-SHIPPED_CENSUSES = sorted((SHIPPED / "knob").glob("*/*.json"))
+SHIPPED_CENSUSES = sorted(path for corpus in ("traces", "models") for path in (SHIPPED / "knob" / corpus).glob("*.json"))
 
 
 @pytest.mark.parametrize("path", SHIPPED_CENSUSES, ids=[f"{p.parent.name}/{p.stem}" for p in SHIPPED_CENSUSES])
@@ -1064,3 +1064,69 @@ def test_a_knob_source_is_traced_here_before_forked_workers(recorded_tracing):
     assert recorded_tracing == [("model:a", {"backend": "inductor"})]
     assert census.meta["execution"] == "fork" and census.meta["traces_per_process"] == [1] * census.meta["processes"]
     assert census.samples.joint.tolist() == ["joint of model:a"] * 3
+
+
+# ------------------------------------------------------------------ a shipped census served only for its own graph
+def test_a_shipped_census_is_served_only_for_its_own_graph_torch_configuration_and_plan(tmp_path, monkeypatch):
+    import functools
+
+    import torch
+    import torch._functorch.config as functorch_config
+
+    from dtrlab.analysis.knob_census import shipped_census_for
+    from dtrlab.integrity import write_manifest
+    from dtrlab.memory.partitioned import knob_peaks
+    from dtrlab.trace.partition import joint_hash, trace_joint
+
+    joint = trace_joint("tests.test_partition:tiny_mlp")
+    plan = KnobPlan(step=0.5, resolution=0.25, refine="against")
+    census = census_knob(functools.partial(knob_peaks, joint), plan, name="tiny")
+    census.meta.update(graph_hash=joint_hash(joint), torch_version=torch.__version__)
+    write_census(census, tmp_path / "knob")
+    write_manifest(tmp_path)
+    path = tmp_path / "knob" / "tiny.json"
+    served, how = shipped_census_for(path, joint, plan, tmp_path)
+    assert served.samples.equals(census.samples) and served.holes.equals(census.holes)
+    assert how == f"read from {path} (the same joint graph, torch {torch.__version__} and plan)"
+    other_plan = KnobPlan(step=0.25, resolution=0.25, refine="against")
+    assert shipped_census_for(path, joint, other_plan, tmp_path) == (None, "computed (tiny.json is of another plan)")
+    other_graph = trace_joint("tests.test_partition:tiny_mlp", batch=8)
+    assert shipped_census_for(path, other_graph, plan, tmp_path) == (None,
+                                                                     "computed (tiny.json is of another joint graph)")
+    with functorch_config.patch(activation_memory_budget_solver="greedy"):
+        assert shipped_census_for(path, joint, plan, tmp_path)[1] == "computed (tiny.json is of another partitioner " \
+                                                                      "configuration)"
+    with monkeypatch.context() as patched:
+        patched.setattr(torch, "__version__", "2.0.0")
+        assert shipped_census_for(path, joint, plan, tmp_path)[1] == \
+            f"computed (tiny.json is of torch {census.meta['torch_version']})"
+    assert shipped_census_for(tmp_path / "none.json", joint, plan, tmp_path) == (
+        None, f"computed (no shipped census at {tmp_path / 'none.json'})")
+    samples = tmp_path / "knob" / "tiny-samples.parquet"
+    samples.write_bytes(samples.read_bytes() + b"damaged")
+    served, how = shipped_census_for(path, joint, plan, tmp_path)
+    assert served is None and how.startswith("computed (the shipped census is not used: ") and "tiny-samples" in how
+
+
+def test_notebook_14_defaults_are_the_shipped_census_model_and_plan():
+    """dtrlab ship knob --sets notebooks censuses notebook 14's default model on its plan: the two stay one."""
+    import json
+
+    from dtrlab.pipeline.ship_knob import NOTEBOOK_PLAN, NOTEBOOKS, capture_options
+
+    cells = json.loads((ROOT / "notebooks" / "14-fit-budget.ipynb").read_text())["cells"]
+    parameters = {}
+    exec("".join(next(c["source"] for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))),
+         parameters)
+    command, _ = NOTEBOOKS["14-fit-budget"]
+    options = capture_options(command)
+    assert parameters["source"] == options.model and parameters["knobs"] == NOTEBOOK_PLAN["knobs"]
+    assert {key: getattr(options, key) for key in parameters["build_options"]} == parameters["build_options"]
+    assert f'resolution={NOTEBOOK_PLAN["resolution"]}, refine="{NOTEBOOK_PLAN["refine"]}"' in "".join(
+        "".join(c["source"]) for c in cells)
+
+
+def test_the_shipped_notebook_census_verifies():
+    census = read_census(SHIPPED / "knob" / "notebooks" / "14-fit-budget.json", SHIPPED)
+    assert census.meta["refinement_complete"] and census.check_resolution() == []
+    assert census.meta["backend"] == "aot_eager" and len(census.meta["graph_hash"]) == 64

@@ -36,6 +36,15 @@ def test_each_backend_has_its_default_plan(shipped_calls, backend, knobs, resolu
     assert plan == KnobPlan(**parse_knobs(knobs), resolution=resolution, refine=refine)
 
 
+def test_the_notebooks_set_is_notebook_14s_model_on_its_own_plan(shipped_calls):
+    from dtrlab.cli import main
+
+    assert main(["ship", "knob", "--sets", "notebooks", "--knobs", "0:1:0.5"]) == 0  # --knobs does not apply
+    [(set_name, name, plan, backend)] = shipped_calls
+    assert (set_name, name, backend) == ("notebooks", "14-fit-budget", "aot_eager")
+    assert plan == KnobPlan(step=0.02, resolution=0.01, refine="against") == ship_knob.notebook_plan()
+
+
 def test_a_given_option_overrides_the_backends_plan(shipped_calls):
     from dtrlab.cli import main
 

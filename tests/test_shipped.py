@@ -629,3 +629,27 @@ def test_edited_shipped_search_csv_is_refused_at_load(damage, tmp_path):
         match = "MANIFEST.json"
     with pytest.raises(integrity.IntegrityError, match=f"refusing the shipped search result .*{match}"):
         read_shipped_csv(path)
+
+
+@pytest.mark.slow
+def test_notebook_14_census_is_served_for_its_default_model_and_recomputes():
+    """The shipped census of notebook 14's default model (dtrlab ship knob --sets notebooks) is the one the notebook
+    reads for that model, and a census computed here on the same plan equals it row for row."""
+    import functools
+    import warnings
+
+    from dtrlab.analysis.knob_census import census_knob, shipped_census_for
+    from dtrlab.memory.partitioned import knob_peaks
+    from dtrlab.pipeline.ship_knob import NOTEBOOKS, build_options, capture_options, notebook_plan
+    from dtrlab.trace.partition import trace_joint
+
+    command, _ = NOTEBOOKS["14-fit-budget"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        joint = trace_joint(capture_options(command).model, **build_options(command))
+        served, how = shipped_census_for(DEFAULT_SHIPPED_DIR / "knob" / "notebooks" / "14-fit-budget.json", joint,
+                                         notebook_plan(), DEFAULT_SHIPPED_DIR)
+        assert served is not None, how
+        fresh = census_knob(functools.partial(knob_peaks, joint), notebook_plan(), name=served.name,
+                            execution=Execution(jobs=os.cpu_count() or 1, backend="fork", progress=False))
+    pd.testing.assert_frame_equal(fresh.samples, served.samples)

@@ -632,6 +632,42 @@ def read_census(path: str | os.PathLike, manifest_dir: str | os.PathLike | None 
     return census
 
 
+def shipped_census_for(path: str | os.PathLike, joint, plan: KnobPlan,
+                       manifest_dir: str | os.PathLike | None = None) -> tuple[KnobCensus | None, str]:
+    """The census at ``path`` (:func:`write_census`) when it is ``joint``'s own under ``plan``, else None; with why,
+    in words, either way.
+
+    It is ``joint``'s own when it was made by the aot_eager accounting of the same joint graph
+    (``meta["graph_hash"]``, :func:`dtrlab.trace.partition.joint_hash`: every node, shape, stride and dtype), by
+    this torch (``meta["torch_version"]``) and this partitioner configuration (each sample's solver and runtime
+    estimator, which ``torch._functorch.config`` sets), on an equal plan: the partitioner then answers every knob
+    as it did. A file missing, damaged or not listed in ``manifest_dir``'s MANIFEST.json is not served."""
+    import torch
+    import torch._functorch.config as functorch_config
+
+    from ..trace.partition import joint_hash
+
+    path = Path(path)
+    if not path.is_file():
+        return None, f"computed (no shipped census at {path})"
+    try:
+        census = read_census(path, manifest_dir)
+    except (IntegrityError, FileNotFoundError) as error:  # FileNotFoundError: no manifest, or a table missing
+        return None, f"computed (the shipped census is not used: {error})"
+    meta, samples = census.meta, census.samples
+    current = {"solver": functorch_config.activation_memory_budget_solver,
+               "runtime_estimator": functorch_config.activation_memory_budget_runtime_estimator}
+    for differs, what in ((meta.get("backend") != "aot_eager", "another accounting than aot_eager's"),
+                          (meta.get("torch_version") != torch.__version__, f"torch {meta.get('torch_version')}"),
+                          (any(set(samples[key]) != {value} for key, value in current.items()),
+                           "another partitioner configuration"),
+                          (census.plan != plan, "another plan"),
+                          (meta.get("graph_hash") != joint_hash(joint), "another joint graph")):
+        if differs:
+            return None, f"computed ({path.name} is of {what})"
+    return census, f"read from {path} (the same joint graph, torch {torch.__version__} and plan)"
+
+
 #: The DTR semantics that limit the same quantity as each knob accounting: flat bytes, the caching
 #: allocator's allocated bytes (the DTR prototype's enforcement) and its reserved bytes.
 DTR_SEMANTICS = {"flat_peak": {}, "allocated_peak": {"memory": "caching", "enforce": "allocated"},

@@ -60,6 +60,15 @@ MODELS = {
 }
 
 
+#: Notebook 14's census at its default parameters: its model (``source``, ``build_options``) as a capture command,
+#: and its plan (``knobs``; the resolution and refinement it fixes). The notebook reads it instead of computing
+#: it when its joint graph, torch and plan are this census's (knob_census.shipped_census_for); a test holds the
+#: notebook's defaults to these.
+NOTEBOOKS = {"14-fit-budget": ("dtrlab capture hf:llama --layers 2 --hidden 256 --heads 4 --kv-heads 2 "
+                               "--intermediate 512 --vocab 1024 --batch 4 --seq 256",
+                               "Notebook 14's default model: a 2-layer Llama-style decoder (4x256)")}
+NOTEBOOK_PLAN = {"knobs": "0:1:0.02", "resolution": 0.01, "refine": "against"}
+
 #: Each backend's default plan (``--knobs``, ``--resolution``, ``--refine``): aot_eager's every 0.01, every change
 #: bisected to 1e-4; Inductor's (a lowering takes seconds per distinct partition) every 0.1, each change against
 #: the knob bisected to 0.025.
@@ -78,6 +87,8 @@ def corpus(set_name: str) -> dict[str, tuple[str, str]]:
     """Trace name -> (the ``dtrlab capture`` command that builds it, its title), for a trace set."""
     if set_name == "models":
         return dict(MODELS)
+    if set_name == "notebooks":
+        return dict(NOTEBOOKS)
     entries = {Path(e["log"]).name.split(".")[0]: (e["command"], e["title"])
                for e in read_json(ROOT / "traces" / "manifest.json")["models"]}
     return {name: entries[name] for name in ZOO}
@@ -112,7 +123,9 @@ def ship_one(set_name: str, name: str, command: str, title: str, plan: KnobPlan,
     (``dtrlab capture``, FLOP costs)."""
     from ..memory.partitioned import knob_peaks
     from ..trace.capture import capture
-    from ..trace.partition import trace_joint
+    import torch
+
+    from ..trace.partition import joint_hash, trace_joint
 
     source, options = capture_options(command).model, build_options(command)
     directory = census_directory(set_name, backend)
@@ -124,12 +137,12 @@ def ship_one(set_name: str, name: str, command: str, title: str, plan: KnobPlan,
     census = census_knob(functools.partial(knob_peaks, joint), plan, name=name,
                          execution=Execution(jobs=jobs, backend="fork"))  # the traced joint inherited, not pickled
     census.meta.update(trace_seconds=round(traced, 1), command=command, title=title, desc=joint.desc,
-                       nodes=joint.node_count)
+                       nodes=joint.node_count, graph_hash=joint_hash(joint), torch_version=torch.__version__)
     print(f"dtrlab ship knob: {set_name}/{name} ({backend}): {len(census.samples)} knobs in {census.seconds:.0f} s"
           + (f", {sum(len(part.lowerings) for part in joint.parts or (joint,))} distinct partitions lowered here"
              if backend == "inductor" else ""), flush=True)
     written = write_census(census, directory)
-    if backend == "inductor":
+    if backend == "inductor" or set_name == "notebooks":  # a notebook's census: no DTR trace beside it
         return written
     return [capture(source, cost="flops", **options).write(directory / f"{name}.jsonl.gz"), *written]
 
@@ -158,9 +171,17 @@ def ship_interventions(set_name: str, name: str, command: str, knob: float) -> P
     return path
 
 
+def notebook_plan() -> KnobPlan:
+    """Notebook 14's census plan (:data:`NOTEBOOK_PLAN`)."""
+    return KnobPlan(**parse_knobs(NOTEBOOK_PLAN["knobs"]), resolution=NOTEBOOK_PLAN["resolution"],
+                    refine=NOTEBOOK_PLAN["refine"])
+
+
 def add_arguments(parser) -> None:
     """The options of ``dtrlab ship knob``."""
-    parser.add_argument("--sets", nargs="+", choices=("traces", "models"), default=["traces", "models"])
+    parser.add_argument("--sets", nargs="+", choices=("traces", "models", "notebooks"), default=["traces", "models"],
+                        help="the zoo (traces), the modern corpus (models), or notebook 14's default model on its own "
+                             "plan (notebooks; --knobs, --resolution and --refine do not apply)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="only these models (names as in the corpus)")
     parser.add_argument("--knobs", help="START:STOP:STEP or a list (default 0:1:0.01; inductor: 0:1:0.1)")
     parser.add_argument("--resolution", type=float, help="bisection resolution (default 1e-4; inductor: 0.025)")
@@ -192,7 +213,8 @@ def run(args, parser) -> int:
             if args.interventions is not None and name in (args.only or ()):
                 written.append(ship_interventions(set_name, name, command, args.interventions))
             elif args.interventions is None and (not args.only or name in args.only):
-                written += ship_one(set_name, name, command, title, plan, args.jobs, args.backend)
+                written += ship_one(set_name, name, command, title, notebook_plan() if set_name == "notebooks" else plan,
+                                    args.jobs, args.backend)
             else:
                 continue
             write_manifest(SHIPPED, written)  # after each model: a later failure keeps the earlier ones
