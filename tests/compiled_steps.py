@@ -5,12 +5,20 @@ Two independent instruments:
 * :func:`measure_compiled_run`: torch.profiler's memory events (``profile_memory=True``) during
   one compiled step; the peak of their running sum is the peak of CPU allocator bytes above
   those live when the step starts;
-* :func:`rss_peak`: the same step in a fresh process started with a low
+* peak RSS: the same step in a fresh process started with a low
   ``MALLOC_MMAP_THRESHOLD_`` (tensors above it are mmapped, and returned to the system when
   freed) and glibc's ``malloc_trim(0)`` called just before the step (whole free heap pages
   are given back, so a tensor served from a free heap chunk faults its pages in anew);
   writing 5 to ``/proc/self/clear_refs`` resets the peak RSS (``VmHWM``) just before the
   step, and the peak RSS above the RSS at that moment is the step's.
+
+:func:`both_instruments` measures one compiled step in such a fresh process with both, the RSS step first, then
+the profiler's: one compile where there were two (a compile in the test process for the profiler, another in
+the RSS process). Each instrument reads its own step and nothing the other wrote. The fresh process runs this
+process's intra-op threads: the operators' internal temporaries the prediction measured depend on them
+(ResNet-18 at 32x32, knob 0.0: the profiler read 229,376 B below the prediction at one thread, to the byte at
+two, as in the test process); the encoder-decoder at knob 0.1 read the same profiler peak there as in the test
+process (135,232 B above the prediction: dropout's mask, not measured).
 
 Tiny models of the families the knob tests compare (sources for ``module:function``).
 """
@@ -118,15 +126,20 @@ def _measure(compiled, inputs):
     return sorted(saved), peak
 
 
-def rss_peak(source: str, knob: float, backend: str = "aot_eager", fullgraph: bool = True, **options) -> int:
-    """The compiled step's peak RSS above its start, in bytes, measured in a fresh process (module docstring;
-    ``fullgraph``: :func:`measure_compiled_run`'s)."""
+def both_instruments(source: str, knob: float, backend: str = "aot_eager", fullgraph: bool = True,
+                     threads: int | None = None, **options) -> tuple[int, int]:
+    """(peak RSS, profiler peak) of the compiled step, each above its step's start, both measured in one fresh
+    process on one compile (module docstring), the RSS step first; ``threads``: torch's intra-op threads there
+    (default: this process's, which the prediction's measured operator temporaries were found under).
+    ``fullgraph``: :func:`measure_compiled_run`'s."""
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    arguments = json.dumps([source, knob, backend, fullgraph, options])
-    done = subprocess.run([sys.executable, "-c", f"from tests.compiled_steps import _rss_main; _rss_main({arguments!r})"],
+    threads = torch.get_num_threads() if threads is None else threads
+    arguments = json.dumps([source, knob, backend, fullgraph, options, threads])
+    done = subprocess.run([sys.executable, "-c", f"from tests.compiled_steps import _fresh_main; _fresh_main({arguments!r})"],
                           env=env, capture_output=True, text=True, check=True, cwd=ROOT)
-    return int(done.stdout.strip().splitlines()[-1])
+    rss, profiled = json.loads(done.stdout.strip().splitlines()[-1])
+    return rss, profiled
 
 
 def _status_kib(field: str) -> int:
@@ -136,23 +149,29 @@ def _status_kib(field: str) -> int:
     raise LookupError(field)
 
 
-def _rss_main(arguments: str) -> None:
-    source, knob, backend, fullgraph, options = json.loads(arguments)
+def _fresh_main(arguments: str) -> None:
+    source, knob, backend, fullgraph, options, threads = json.loads(arguments)
     import warnings
 
     warnings.simplefilter("ignore")
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     with torch._functorch.config.patch(activation_memory_budget=knob):
         _, compiled, inputs = compiled_step(source, backend, options, fullgraph)
-        print(_rss_measure(compiled, inputs))
+        rss = _rss_measure(compiled, inputs)
+        _drop_gradients(compiled)
+        print(json.dumps([rss, _measure(compiled, inputs)[1]]))
+
+
+def _drop_gradients(compiled) -> None:
+    for parameter in compiled._orig_mod.parameters():
+        parameter.grad = None
+    gc.collect()
 
 
 def _rss_measure(compiled, inputs) -> int:
     compiled(*inputs).backward()  # a second step: every lazy initialisation done
     gc.collect()
-    for parameter in compiled._orig_mod.parameters():
-        parameter.grad = None
-    gc.collect()
+    _drop_gradients(compiled)
     # Free heap chunks would serve the step's tensors from pages already resident, which RSS does not
     # see: glibc's malloc_trim gives every whole free page back (MADV_DONTNEED), so they fault in anew.
     ctypes.CDLL("libc.so.6").malloc_trim(0)

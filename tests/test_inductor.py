@@ -15,7 +15,7 @@ from torch.nn import functional as F  # noqa: E402
 from dtrlab.memory.partitioned import knob_peaks, step_peaks, step_record  # noqa: E402
 from dtrlab.trace.inductor import partition_lowered  # noqa: E402
 from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
-from tests.compiled_steps import measure_compiled_run, rss_peak  # noqa: E402
+from tests.compiled_steps import both_instruments  # noqa: E402
 
 MLP = "tests.test_partition:tiny_mlp"
 CNN = "tests.test_inductor:tiny_cnn"
@@ -431,9 +431,8 @@ def test_prediction_is_the_real_inductor_peak(name):
     peaks = set()
     for knob in KNOBS:
         predicted, largest = _prediction(partition_lowered(joint, knob))
-        _, profiled = measure_compiled_run(source, knob, "inductor", **options)
+        rss, profiled = both_instruments(source, knob, "inductor", **options)
         assert abs(profiled - predicted) <= largest, (knob, profiled, predicted, largest)
-        rss = rss_peak(source, knob, "inductor", **options)
         assert abs(rss - predicted) <= largest, (knob, rss, predicted, largest)
         peaks.add(predicted)
     assert len(peaks) > 1  # the knob reached Inductor's partitioner

@@ -22,7 +22,7 @@ from dtrlab.memory.partitioned import interventions, step_peaks  # noqa: E402
 from dtrlab.trace.inductor import partition_lowered  # noqa: E402
 from dtrlab.trace import partition as partition_module  # noqa: E402
 from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
-from tests.compiled_steps import measure_compiled_run, rss_peak  # noqa: E402
+from tests.compiled_steps import both_instruments, measure_compiled_run  # noqa: E402
 
 TINY_DECODER = ["--batch", "2", "--seq", "32", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
                 "--intermediate", "128", "--vocab", "256"]
@@ -215,9 +215,8 @@ def test_graph_break_peak_under_inductor_is_the_real_inductor_peak(source, optio
             # the constants are live before the step but the loss's gradient, declared last (run_parts)
             predicted = step_peaks(step)["flat_peak"] - sum(op.total_size for op in constants[:-1])
             largest = max(op.total_size for op in step.trace.operators)
-            _, profiled = measure_compiled_run(source, knob, "inductor", fullgraph=False, **options)
+            rss, profiled = both_instruments(source, knob, "inductor", fullgraph=False, **options)
             assert abs(profiled - predicted) <= largest, (knob, profiled, predicted, largest)
-            rss = rss_peak(source, knob, "inductor", fullgraph=False, **options)
             assert abs(rss - predicted) <= largest, (knob, rss, predicted, largest)
             peaks.add(predicted)
         assert len(peaks) > 1  # the knob reached every graph's partitioner
