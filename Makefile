@@ -22,8 +22,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt setup.py dtrlab/trace/_logpar
 figures: setup
 	$(BIN)/dtrlab figures
 
+# test runs the quick suite (every test not marked slow) on TEST_JOBS processes, a whole file to each at a time.
+TEST_JOBS ?= 2
 test: setup
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" -n $(TEST_JOBS) --dist loadfile
 
 # test-all runs every test: the quick suite in a random order (a fixed seed, printed; SEED=N for another: the files
 # shuffled and each file's tests shuffled, each worker running its files in that order), the slow-marked checks
@@ -31,7 +33,6 @@ test: setup
 # process: a test that needs another to run first, or that leaves state behind, fails one of them. Each runs
 # TEST_JOBS processes at once (a whole file to a process, by pytest-xdist), since no test reads the machine's speed.
 SEED ?= 45
-TEST_JOBS ?= 2
 test-all: setup
 	$(BIN)/python -m pytest -m "not slow" -p random_order --random-order-bucket=module --random-order-seed=$(SEED) \
 		-n $(TEST_JOBS) --dist loadfile
