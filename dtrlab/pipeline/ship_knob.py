@@ -121,10 +121,10 @@ def ship_one(set_name: str, name: str, command: str, title: str, plan: KnobPlan,
              backend: str = "aot_eager") -> list[Path]:
     """Census one model under ``backend`` and write it; under aot_eager with the DTR trace of the same step
     (``dtrlab capture``, FLOP costs)."""
-    from ..memory.partitioned import knob_peaks
-    from ..trace.capture import capture
     import torch
 
+    from ..memory.partitioned import knob_peaks
+    from ..trace.capture import capture
     from ..trace.partition import joint_hash, trace_joint
 
     source, options = capture_options(command).model, build_options(command)

@@ -15,7 +15,7 @@ from pathlib import Path
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 
-from dtrlab.integrity import atomic_write_bytes
+from ..integrity import atomic_write_bytes
 
 #: Outcome colours: pass green, out of memory red, thrash orange.
 STATUS_COLORS = {"pass": "#2ca02c", "oom": "#d62728", "thrash": "#ff7f0e"}
