@@ -1127,6 +1127,8 @@ def test_notebook_14_defaults_are_the_shipped_census_model_and_plan():
 
 
 def test_the_shipped_notebook_census_verifies():
-    census = read_census(SHIPPED / "knob" / "notebooks" / "14-fit-budget.json", SHIPPED)
+    from dtrlab.pipeline.ship_knob import census_directory
+
+    census = read_census(census_directory("notebooks", "aot_eager") / "14-fit-budget.json", SHIPPED)
     assert census.meta["refinement_complete"] and census.check_resolution() == []
     assert census.meta["backend"] == "aot_eager" and len(census.meta["graph_hash"]) == 64

@@ -646,14 +646,14 @@ def test_notebook_14_census_is_served_for_its_default_model_and_recomputes():
 
     from dtrlab.analysis.knob_census import census_knob, shipped_census_for
     from dtrlab.memory.partitioned import knob_peaks
-    from dtrlab.pipeline.ship_knob import NOTEBOOKS, build_options, capture_options, notebook_plan
+    from dtrlab.pipeline.ship_knob import NOTEBOOKS, build_options, capture_options, census_directory, notebook_plan
     from dtrlab.trace.partition import trace_joint
 
     command, _ = NOTEBOOKS["14-fit-budget"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         joint = trace_joint(capture_options(command).model, **build_options(command))
-        served, how = shipped_census_for(DEFAULT_SHIPPED_DIR / "knob" / "notebooks" / "14-fit-budget.json", joint,
+        served, how = shipped_census_for(census_directory("notebooks", "aot_eager") / "14-fit-budget.json", joint,
                                          notebook_plan(), DEFAULT_SHIPPED_DIR)
         assert served is not None, how
         # In this process, not forked workers: earlier tests ran real steps here, and a child forked after torch's
