@@ -163,7 +163,7 @@ def test_an_inductor_census_answers_for_the_gpu_with_the_cpu_lowering(small_resn
     write_check_report(report, tmp_path / "r.html", tmp_path / "r.json", tmp_path / "r.png")
     assert "cpu-lowering" in [w["kind"] for w in json.loads((tmp_path / "r.json").read_text())["knob_warnings"]]
     page = (tmp_path / "r.html").read_text()
-    assert "cpu-lowering" in page and "18 MiB below ResNet-18" in page
+    assert "cpu-lowering" in page and "ResNet-18 and MobileNetV3" in page
 
 
 def test_a_census_lowered_for_a_gpu_says_so_under_the_knob_line(small_resnet):

@@ -267,9 +267,9 @@ def census_knob(evaluate: Callable[[float], dict], plan: KnobPlan = KnobPlan(), 
 CPU_INDUCTOR_ANSWER = (
     "Inductor accounting: CPU Inductor's lowering (give --device with a GPU, e.g. H100-80GB, for CUDA Inductor's "
     "lowering on fake tensors, not yet measured on a GPU); measured against real CPU steps it is exact to within one "
-    "tensor on a decoder, an encoder-decoder and a ViT, and 18 MiB below ResNet-18's real peak (oneDNN convolution "
-    "temporaries); CUDA Inductor lowers attention, convolutions and fusions differently, so a GPU step's peak can "
-    "differ by more")
+    "tensor on a decoder, an encoder-decoder, a ViT, ResNet-18 and MobileNetV3 (their convolutions' oneDNN "
+    "temporaries measured and counted); CUDA Inductor lowers attention, convolutions and fusions differently, so a "
+    "GPU step's peak can differ by more")
 
 
 def gpu_answer(meta: dict) -> str | None:
