@@ -14,7 +14,8 @@ pytest.importorskip("triton")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from dtrlab.trace.cuda_joint import SWAPPED, CudaTraceError, retrace_on_cuda, sdp_order, sdpa_backend  # noqa: E402
+from dtrlab.trace.cuda_joint import (SWAPPED, CudaTraceError, additive_mask, efficient_mask, retrace_on_cuda,  # noqa: E402
+                                     sdp_order, sdpa_backend)
 from dtrlab.trace.gpu_target import GPU_TARGETS, gpu_target, patched_names  # noqa: E402
 from dtrlab.trace.partition import for_gpu, joint_hash, trace_joint  # noqa: E402
 
@@ -142,6 +143,24 @@ def test_attention_rules_follow_the_enabled_kernels_and_shapes():
     assert sdpa_backend(wide, wide, wide, None, False, H100, sdp_order()) == "efficient"  # head above 256
     assert sdpa_backend(q, q, q, None, False, H100, ("efficient", "math")) == "efficient"  # flash disabled
     assert sdpa_backend(q, q, q, None, False, H100, ("math",)) == "math"
+
+
+def test_a_boolean_mask_reaches_the_efficient_kernel_as_the_composite_hands_it():
+    """attention.cpp's ``convert_boolean_attn_mask`` (0 where True, minus infinity where False, in the query's
+    dtype) and ``preprocess_mask`` (aligned: a view expanded to batch, heads, queries, keys; unaligned: first a
+    copy padded to a multiple of 8 columns, sliced back)."""
+    mask = torch.tensor([[True, False, True]] * 2)
+    additive = additive_mask(mask, torch.bfloat16)
+    assert additive.dtype == torch.bfloat16 and additive.tolist() == [[0.0, float("-inf"), 0.0]] * 2
+    assert additive_mask(additive, torch.float32) is additive and additive_mask(None, torch.float32) is None
+    query, key = torch.empty(2, 4, 8, 16), torch.empty(2, 4, 24, 16)
+    aligned = torch.zeros(2, 1, 8, 24)
+    expanded = efficient_mask(aligned, query, key)
+    assert expanded.shape == (2, 4, 8, 24) and expanded.data_ptr() == aligned.data_ptr()
+    unaligned = torch.zeros(2, 1, 8, 21)
+    padded = efficient_mask(unaligned, query, key[:, :, :21])
+    assert padded.shape == (2, 4, 8, 21) and padded.data_ptr() != unaligned.data_ptr()
+    assert padded.untyped_storage().nbytes() == 2 * 8 * 24 * 4 and padded.stride()[-2] == 24
 
 
 def _trace(source: str, **options):

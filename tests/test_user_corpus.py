@@ -9,6 +9,7 @@ import inspect
 import json
 import re
 import warnings
+from collections import Counter
 
 import pytest
 
@@ -22,6 +23,7 @@ from dtrlab.memory.partitioned import interventions, step_peaks  # noqa: E402
 from dtrlab.trace.inductor import partition_lowered  # noqa: E402
 from dtrlab.trace import partition as partition_module  # noqa: E402
 from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
+from conftest import ROOT  # noqa: E402
 from tests.compiled_steps import both_instruments, measure_compiled_run  # noqa: E402
 
 TINY_DECODER = ["--batch", "2", "--seq", "32", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
@@ -74,6 +76,48 @@ def test_source_passes_capture_and_knob(capsys, tmp_path, monkeypatch, name):
         assert _passes_or_names_its_limit(code, err), err
         assert code == 0, (backend, err)  # every source of the corpus passes today
         assert "3 knob values" in out and f"{backend} accounting" in out
+
+
+def _operator_counts(joint) -> Counter:
+    return Counter(str(node.target) for node in joint.graph_module.graph.nodes if node.op == "call_function")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_the_cuda_joint_differs_from_the_cpu_joint_only_by_the_table(name):
+    """Every corpus source's joint traced for an H100 (dtrlab.trace.cuda_joint) against its CPU joint, operator by
+    operator (counted): the CPU's fused attention becomes CUDA's (SWAPPED), one for one; a math attention (dropout
+    in training) becomes the memory-efficient kernel's pair, one per ``_safe_softmax``; the CUDA joint's only other
+    operators are those the fused kernels bring (CUDA_ATTENTION_EXTRAS), and only where one runs. A source without
+    attention has the same operators on both devices. docs/compile.md's table names every one."""
+    pytest.importorskip("triton")
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name])
+    from dtrlab.trace.cuda_joint import CUDA_ATTENTION_EXTRAS, MATH_ATTENTION, SWAPPED
+
+    source, options = CORPUS[name][0], _build_options(CORPUS[name])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cpu, gpu = (trace_joint(source, backend="inductor", **options, **extra) for extra in ({}, {"gpu": "H100-80GB"}))
+    assert {node.meta["val"].device.type for node in gpu.graph_module.graph.find_nodes(op="placeholder")} == {"cuda"}
+    assert not [node.name for node in gpu.graph_module.graph.nodes
+                if torch.device("cpu") in (*node.args, *node.kwargs.values())]
+    cpu_counts, gpu_counts = _operator_counts(cpu), _operator_counts(gpu)
+    removed, added = cpu_counts - gpu_counts, gpu_counts - cpu_counts
+    cuda_kernels = {op for pair in SWAPPED.values() for op in pair}
+    assert not any(gpu_counts[op] for op in SWAPPED)  # no CPU-only kernel left
+    fused_cpu = sum(cpu_counts[op] for op in SWAPPED)  # forwards and backwards
+    fused_gpu = sum(gpu_counts[op] for op in cuda_kernels)
+    math_calls = removed["aten.any.dim"]  # one _safe_softmax per math attention
+    assert fused_gpu == fused_cpu + 2 * math_calls, (name, fused_cpu, fused_gpu, math_calls)
+    assert set(removed) - set(SWAPPED) <= (MATH_ATTENTION if math_calls else set()), (name, removed)
+    assert set(added) - cuda_kernels <= CUDA_ATTENTION_EXTRAS, (name, added)
+    if not fused_gpu:
+        assert cpu_counts == gpu_counts, name
+    documented = (ROOT / "docs" / "compile.md").read_text()
+    named = {*SWAPPED, *cuda_kernels, *CUDA_ATTENTION_EXTRAS, *MATH_ATTENTION} - {"<built-in function getitem>"}
+    for operator in named:
+        assert f"`{operator.removesuffix('.default')}`" in documented, operator
 
 
 def test_autocast_runs_the_forward_in_bfloat16():

@@ -24,9 +24,10 @@ device (its joint holds them on the CPU too); CUDA Inductor lowers them to Trito
 CUDA's fused attention kernels take their dropout as a Philox seed and offset, outputs of the forward kernel
 that its backward reads (the efficient kernel's ``philox_seed, philox_offset``; flash's ``rng_state``).
 
-Not handled (one-line ValueError naming it): a graph holding a tensor constant (a ``get_attr``: its real
-CPU value would need a CUDA twin), a CPU-only operator left in the joint (``_for_cpu``: a joint traced
-without :func:`cuda_attention`), a fused attention choice whose head size CUDA's composite would pad first.
+Not handled (one-line ValueError naming it): a graph holding a tensor constant a node reads (a ``get_attr``:
+its real CPU value would need a CUDA twin; one nothing reads is dropped), a CPU-only operator left in the joint
+(``_for_cpu``: a joint traced without :func:`cuda_attention`), a fused attention choice whose head size CUDA's
+composite would pad first.
 """
 
 from __future__ import annotations
@@ -60,6 +61,26 @@ SWAPPED = {
         "aten._scaled_dot_product_efficient_attention_backward.default"),
 }
 
+#: What else a CUDA joint holds where it runs a fused kernel (docs/compile.md's table): ``getitem`` of the kernels'
+#: further outputs (the memory-efficient kernel's Philox seed and offset); on the memory-efficient kernel, the mask
+#: expanded to (batch, heads, queries, keys) (``preprocess_mask``: a view, after a padded copy when unaligned), and
+#: grouped-query attention's key and value repeated to the query's heads (``repeat_interleave`` as decomposed),
+#: their gradients summed back in the backward.
+CUDA_ATTENTION_EXTRAS = frozenset({
+    "<built-in function getitem>", "aten.expand.default", "aten.constant_pad_nd.default", "aten.slice.Tensor",
+    "aten.unsqueeze.default", "aten.clone.default", "aten.view.default", "aten.sum.dim_IntList", "aten.squeeze.dim"})
+#: The math attention's operators as Inductor's decompositions leave them (``_scaled_dot_product_attention_math``:
+#: scaling, ``bmm``, ``_safe_softmax``, dropout as ``inductor_random``, and their backward), which a CPU joint holds
+#: where its fused kernel cannot run (dropout in training) and a CUDA joint replaces by a fused kernel's pair.
+MATH_ATTENTION = frozenset({
+    "aten.bmm.default", "aten.amax.default", "aten.exp.default", "aten.sum.dim_IntList", "aten.div.Tensor",
+    "aten.sub.Tensor", "aten.mul.Tensor", "aten.mul.Scalar", "aten.add.Tensor", "aten.neg.default",
+    "prims.fma.default", "aten.eq.Scalar", "aten.logical_not.default", "aten.any.dim", "aten.where.self",
+    "aten.full.default", "prims.inductor_lookup_seed.default", "prims.inductor_random.default", "aten.gt.Scalar",
+    "prims.convert_element_type.default", "aten.view.default", "aten.permute.default", "aten.clone.default",
+    "aten.expand.default", "prims.iota.default", "aten.unsqueeze.default", "aten.le.Scalar",
+    "aten.logical_and.default"})
+
 
 def retrace_on_cuda(graph_module: fx.GraphModule, joint_inputs: tuple, cpu_mode, gpu: str,
                     source: str) -> tuple[fx.GraphModule, tuple, object]:
@@ -88,7 +109,12 @@ def _on_cuda(value: torch.Tensor, mode) -> torch.Tensor:
 
 
 def _refuse_cpu_only(graph_module: fx.GraphModule, source: str) -> None:
-    for node in graph_module.graph.nodes:
+    """Refuses what the re-trace cannot move to the GPU; drops a tensor constant nothing reads (T5's joint holds
+    one, a 0-dimensional int64 left behind by its trace), which holds no memory in the step on either device."""
+    for node in list(graph_module.graph.nodes):
+        if node.op == "get_attr" and not node.users:
+            graph_module.graph.erase_node(node)
+            continue
         if node.op == "get_attr" and isinstance(getattr(graph_module, str(node.target), None), torch.Tensor):
             raise CudaTraceError(f"{source}: its joint graph holds a tensor constant ({node.target}), which the CUDA "
                                  "re-trace does not move to the GPU yet")
@@ -162,6 +188,33 @@ def sdp_order() -> tuple[str, ...]:
                  if enabled.get(int(backend), ("", False))[1])
 
 
+# The mask as the composite ``scaled_dot_product_attention`` (aten/src/ATen/native/transformers/attention.cpp; C++,
+# not in the installed package, read in PyTorch's source at a revision with ``enable_gqa``, not 2.14.1's own) hands
+# it to the kernel it picked: each of its cases but cuDNN's first converts a boolean mask into an additive one
+# (``convert_boolean_attn_mask``), and its memory-efficient case then pads and expands it (``preprocess_mask``).
+def additive_mask(attn_mask, dtype: torch.dtype):
+    """``convert_boolean_attn_mask``: a boolean mask becomes a new tensor of ``dtype``, 0 where it is True and
+    minus infinity where False, in the form the installed torch's CPU joint holds it (a ``where`` between two
+    0-dimensional tensors); an additive mask (or None) is passed through."""
+    if attn_mask is None or attn_mask.dtype != torch.bool:
+        return attn_mask
+    zero, minus_infinity = (torch.scalar_tensor(value, dtype=dtype, device=attn_mask.device)
+                            for value in (0.0, float("-inf")))
+    return torch.where(attn_mask, zero, minus_infinity)
+
+
+def efficient_mask(attn_mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """``preprocess_mask``: a mask whose strides (all but the last) are not multiples of 8 elements, or whose last
+    stride is not 1, is copied into a buffer padded to the next multiple of 8 in its last dimension (``pad_bias``)
+    and sliced back; then it is expanded to (batch, heads, queries, keys), a view."""
+    alignment = 8
+    aligned = attn_mask.stride(-1) == 1 and all(stride % alignment == 0 for stride in attn_mask.stride()[:-1])
+    if not aligned:
+        length = attn_mask.shape[-1]
+        attn_mask = F.pad(attn_mask, (0, alignment - length % alignment))[..., :length]
+    return attn_mask.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+
+
 @contextlib.contextmanager
 def cuda_attention(gpu: str) -> Iterator[None]:
     """``F.scaled_dot_product_attention`` runs the kernel :func:`sdpa_backend` picks for ``gpu`` (on whatever
@@ -171,6 +224,7 @@ def cuda_attention(gpu: str) -> Iterator[None]:
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         backend = sdpa_backend(query, key, value, attn_mask, is_causal, target, order)
+        attn_mask = additive_mask(attn_mask, query.dtype)
         if backend == "math":
             return torch.ops.aten._scaled_dot_product_attention_math(
                 query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
@@ -185,6 +239,8 @@ def cuda_attention(gpu: str) -> Iterator[None]:
             # the C++ composite, not checked on a GPU).
             repeats = query.shape[-3] // key.shape[-3]
             key, value = key.repeat_interleave(repeats, -3), value.repeat_interleave(repeats, -3)
+        if attn_mask is not None:
+            attn_mask = efficient_mask(attn_mask, query, key)
         return torch.ops.aten._scaled_dot_product_efficient_attention(
             query, key, value, attn_mask, True, dropout_p, is_causal, scale=scale)[0]
 
