@@ -223,6 +223,14 @@ def cuda_attention(gpu: str) -> Iterator[None]:
     original = F.scaled_dot_product_attention
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if torch.is_autocast_enabled(query.device.type):
+            # Autocast casts scaled_dot_product_attention's floating inputs to its dtype on CUDA as on the CPU
+            # (aten/src/ATen/autocast_mode.cpp: KERNEL_CUDA(scaled_dot_product_attention, lower_precision_fp)),
+            # before the dispatcher picks a kernel; the kernels called here are not on its lists, so cast first.
+            low = torch.get_autocast_dtype(query.device.type)
+            query, key, value, attn_mask = (
+                tensor.to(low) if tensor is not None and tensor.is_floating_point() and tensor.dtype != torch.float64
+                else tensor for tensor in (query, key, value, attn_mask))
         backend = sdpa_backend(query, key, value, attn_mask, is_causal, target, order)
         attn_mask = additive_mask(attn_mask, query.dtype)
         if backend == "math":
