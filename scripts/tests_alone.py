@@ -119,5 +119,6 @@ def _run_in_child(path: Path, options: list[str], log: Path) -> None:
         sys.stderr.flush()
         os._exit(code)
 
+
 if __name__ == "__main__":
     sys.exit(main())
