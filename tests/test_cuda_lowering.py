@@ -130,10 +130,29 @@ def test_a_cpu_compile_after_the_gpu_lowering_is_unchanged():
     (torch.bfloat16, "V100-32GB", False, False, "math"),  # nor bfloat16 on the memory-efficient kernel before 8.0
 ])
 def test_attention_kernel_is_cuda_dispatchers_choice(dtype, gpu, mask, causal, expected):
+    """In torch's default order (cuDNN after math: never reached), as on GPUs below capability 9."""
     q = torch.empty(2, 4, 16, 64, dtype=dtype, device="meta")
     attn_mask = torch.empty(16, 16, dtype=torch.bool, device="meta") if mask else None
-    assert sdp_order() == ("flash", "efficient", "math")
+    assert sdp_order() == ("flash", "efficient", "math", "cudnn") == sdp_order(GPU_TARGETS["A100-80GB"])
     assert sdpa_backend(q, q, q, attn_mask, causal, GPU_TARGETS[gpu], sdp_order()) == expected
+
+
+def test_on_an_h100_cudnn_attention_comes_first_for_16_bit_attention(monkeypatch):
+    """sdp_utils.cpp puts cuDNN first on capability 9.x/10.x with a cuDNN above 9.15 (torch 2.14.1+cu130 brings
+    9.24), unless TORCH_CUDNN_SDPA_DEPRIORITIZED is set; cuDNN takes float16/bfloat16 with a mask or grouped
+    heads, a dropout in sixteenths, and is ruled out by enforced deterministic algorithms or an old cuDNN."""
+    assert sdp_order(H100) == ("cudnn", "flash", "efficient", "math") == sdp_order(GPU_TARGETS["H200-141GB"])
+    q, kv = torch.empty(2, 4, 16, 64, dtype=torch.bfloat16), torch.empty(2, 2, 16, 64, dtype=torch.bfloat16)
+    mask = torch.ones(16, 16, dtype=torch.bool)
+    order, runtime = sdp_order(H100), (92400, False)
+    assert sdpa_backend(q, q, q, None, True, H100, order, 0.0, runtime) == "cudnn"
+    assert sdpa_backend(q, kv, kv, mask, False, H100, order, 0.125, runtime) == "cudnn"  # 2/16
+    assert sdpa_backend(q, q, q, None, False, H100, order, 0.1, runtime) == "flash"  # 0.1 is no sixteenth
+    assert sdpa_backend(q, q, q, None, False, H100, order, 0.0, (92400, True)) == "flash"  # deterministic
+    assert sdpa_backend(q.float(), q.float(), q.float(), None, False, H100, order, 0.0, runtime) == "efficient"
+    assert sdpa_backend(q, q, q, None, False, H100, order, 0.125, (91200, False)) == "flash"  # 9.11-9.13: no dropout
+    monkeypatch.setenv("TORCH_CUDNN_SDPA_DEPRIORITIZED", "1")
+    assert sdp_order(H100) == sdp_order()
 
 
 def test_attention_rules_follow_the_enabled_kernels_and_shapes():

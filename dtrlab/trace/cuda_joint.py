@@ -49,26 +49,28 @@ class CudaTraceError(ValueError):
     """A joint graph dtrlab cannot turn into its CUDA form (one line, naming the model and the cause)."""
 
 
-#: The CPU joint's fused attention operators and what the CUDA joint holds in their place (flash's, or the
-#: memory-efficient kernel's, as :func:`sdpa_backend` picks; docs/compile.md's table names each). Where the CPU's
-#: fused kernel cannot run (dropout in training) its joint holds the math attention's generic operators, which
-#: the memory-efficient kernel's pair replaces on CUDA.
+#: The CPU joint's fused attention operators and what the CUDA joint holds in their place (flash's, the
+#: memory-efficient kernel's or cuDNN's, as :func:`sdpa_backend` picks; docs/compile.md's table names each).
+#: Where the CPU's fused kernel cannot run (dropout in training) its joint holds the math attention's generic
+#: operators, which a fused kernel's pair replaces on CUDA.
 SWAPPED = {
     "aten._scaled_dot_product_flash_attention_for_cpu.default": (
-        "aten._scaled_dot_product_flash_attention.default", "aten._scaled_dot_product_efficient_attention.default"),
+        "aten._scaled_dot_product_flash_attention.default", "aten._scaled_dot_product_efficient_attention.default",
+        "aten._scaled_dot_product_cudnn_attention.default"),
     "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": (
         "aten._scaled_dot_product_flash_attention_backward.default",
-        "aten._scaled_dot_product_efficient_attention_backward.default"),
+        "aten._scaled_dot_product_efficient_attention_backward.default",
+        "aten._scaled_dot_product_cudnn_attention_backward.default"),
 }
 
 #: What else a CUDA joint holds where it runs a fused kernel (docs/compile.md's table): ``getitem`` of the kernels'
-#: further outputs (the memory-efficient kernel's Philox seed and offset); on the memory-efficient kernel, the mask
-#: expanded to (batch, heads, queries, keys) (``preprocess_mask``: a view, after a padded copy when unaligned), and
-#: grouped-query attention's key and value repeated to the query's heads (``repeat_interleave`` as decomposed),
-#: their gradients summed back in the backward.
+#: further outputs (the Philox seed and offset); copies where a CUDA kernel's outputs have other strides than the
+#: CPU kernel's (``clone``: torchvision's ViT, the memory-efficient backward's gradients); on the memory-efficient
+#: kernel, the mask expanded to (batch, heads, queries, keys) (``preprocess_mask``: a view, after a padded copy
+#: when unaligned).
 CUDA_ATTENTION_EXTRAS = frozenset({
-    "<built-in function getitem>", "aten.expand.default", "aten.constant_pad_nd.default", "aten.slice.Tensor",
-    "aten.unsqueeze.default", "aten.clone.default", "aten.view.default", "aten.sum.dim_IntList", "aten.squeeze.dim"})
+    "<built-in function getitem>", "aten.clone.default", "aten.expand.default", "aten.constant_pad_nd.default",
+    "aten.slice.Tensor"})
 #: The math attention's operators as Inductor's decompositions leave them (``_scaled_dot_product_attention_math``:
 #: scaling, ``bmm``, ``_safe_softmax``, dropout as ``inductor_random``, and their backward), which a CPU joint holds
 #: where its fused kernel cannot run (dropout in training) and a CUDA joint replaces by a fused kernel's pair.
@@ -145,27 +147,48 @@ def _tensor_metadata_again(graph_module: fx.GraphModule) -> None:
 # ---- attention as CUDA's dispatcher picks it ----------------------------------------------------------------
 
 def sdpa_backend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask, is_causal: bool,
-                 target: GpuTarget, order: tuple[str, ...]) -> str:
-    """The attention kernel CUDA's dispatcher picks for these inputs on ``target``: "flash", "efficient" or
-    "math". ``order``: the enabled kernels in the dispatcher's order (:func:`sdp_order`).
+                 target: GpuTarget, order: tuple[str, ...], dropout_p: float = 0.0,
+                 runtime: tuple[int, bool] | None = None) -> str:
+    """The attention kernel CUDA's dispatcher picks for these inputs on ``target``: "cudnn", "flash", "efficient"
+    or "math". ``order``: the enabled kernels in the dispatcher's order (:func:`sdp_order`). ``runtime``: cuDNN's
+    version and whether deterministic algorithms are enforced (:func:`sdp_runtime`, read now when None).
 
     Each kernel's conditions are those of aten/src/ATen/native/transformers/cuda/sdp_utils.cpp (C++, not in
-    the installed package; the checks of its ``use_flash_attention`` and ``use_mem_efficient_attention``):
+    the installed package; read in PyTorch's source at a revision whose rules match 2.14.1's docstring; the
+    checks of its ``can_use_cudnn_attention``, ``can_use_flash_attention``, ``can_use_mem_efficient_attention``):
 
-    * flash: capability 8.0 or newer (``check_sm_version``), float16 or bfloat16
-      (``check_dtypes_low_precision``), no attention mask (``check_for_attn_mask``), a head size of at most
+    * cuDNN: capability 8.0 to 12.1 (``check_cudnn_hardware_support``), float16 or bfloat16
+      (``check_dtypes_low_precision``), a dropout that is a multiple of 1/16 (``check_cudnn_dropout``; none on
+      cuDNN 9.11-9.13), head sizes multiples of 8 and at most 128, or 256 on capability 9.0 and 10.x with cuDNN
+      above 9.22 (``check_cudnn_tensor_shapes``; with 256, a backward only for heads up to 128, 192/128 or 256/256,
+      ``check_cudnn_d256_bprop_head_dim``), more than one key, not with deterministic algorithms
+      (``check_cudnn_deterministic``); masks and grouped-query attention allowed;
+    * flash: capability 8.0 or newer (``check_flash_attention_hardware_support``), float16 or bfloat16
+      (``check_dtypes_flash_attention``), no attention mask (``check_for_attn_mask``), a head size of at most
       256, equal for query, key and value (``check_head_dim_size_flash``), a causal mask only on square
       attention (``check_flash_causal_non_square_seqlens``);
     * memory-efficient: capability 5.0 or newer, float32, float16 or bfloat16 (bfloat16 from 8.0), equal head
       sizes (``check_head_dim_size_mem_efficient``).
 
-    Grouped-query attention runs on each of them on NVIDIA CUDA (torch/nn/functional.py:6473-6475).
-    Plain Python on shapes and dtypes: dynamo traces through it without a graph break.
+    Grouped-query attention runs on each fused kernel on NVIDIA CUDA, its key and value as they are
+    (torch/nn/functional.py:6473-6475; ``check_batch_size_and_num_heads_dense<supports_gqa=true>``; their meta
+    kernels take fewer key/value heads). Plain Python on shapes and dtypes: dynamo traces through it without a
+    graph break.
     """
-    head = query.shape[-1]
-    same_heads = key.shape[-1] == head and value.shape[-1] == head
+    head, head_value = query.shape[-1], value.shape[-1]
+    same_heads = key.shape[-1] == head and head_value == head
+    sixteen_bit = query.dtype in (torch.float16, torch.bfloat16)
+    cudnn, deterministic = sdp_runtime() if runtime is None else runtime
+    wide = (target.major, target.minor) == (9, 0) or target.major == 10
+    cudnn_limit = 256 if wide and cudnn > 92200 else 128
+    cudnn_backward = (cudnn_limit == 128 or (head <= 128 and head_value <= 128) or (head, head_value) in
+                      ((192, 128), (256, 256)) or not any(t.requires_grad for t in (query, key, value)))
     usable = {
-        "flash": (target.major >= 8 and query.dtype in (torch.float16, torch.bfloat16) and attn_mask is None
+        "cudnn": (8 <= target.major <= 12 and sixteen_bit and cudnn >= 90000 and (dropout_p * 16).is_integer()
+                  and not (dropout_p > 0 and 91100 < cudnn < 91400) and head <= cudnn_limit
+                  and head_value <= cudnn_limit and head % 8 == 0 and head_value % 8 == 0 and cudnn_backward
+                  and key.shape[-2] != 1 and not (dropout_p > 0 and query.shape[-2] == 1) and not deterministic),
+        "flash": (target.major >= 8 and sixteen_bit and attn_mask is None
                   and same_heads and head <= 256 and not (is_causal and query.shape[-2] != key.shape[-2])),
         "efficient": (target.major >= 5 and query.dtype in (torch.float32, torch.float16, torch.bfloat16)
                       and (query.dtype != torch.bfloat16 or target.major >= 8) and same_heads),
@@ -174,18 +197,43 @@ def sdpa_backend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, at
     return next((name for name in order if usable.get(name)), "math")
 
 
-def sdp_order() -> tuple[str, ...]:
-    """The attention kernels enabled now, in the dispatcher's order (``torch._C._get_sdp_priority_order()``, read
-    as torch/nn/attention/__init__.py:92 reads it: flash, memory-efficient, math, cuDNN by default, so cuDNN is not
-    reached while math is enabled); disabled ones left out (torch/backends/cuda/__init__.py:510
-    ``flash_sdp_enabled``, :528 ``mem_efficient_sdp_enabled``, :546 ``math_sdp_enabled``)."""
+def sdp_runtime() -> tuple[int, bool]:
+    """cuDNN's version as torch reports it (0 without cuDNN), and whether deterministic algorithms are enforced
+    (not only warned about), which rules cuDNN attention out."""
+    enforced = torch.are_deterministic_algorithms_enabled()
+    return torch.backends.cudnn.version() or 0, enforced and not torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+def sdp_order(target: GpuTarget | None = None) -> tuple[str, ...]:
+    """The attention kernels enabled now, in the dispatcher's order; disabled ones left out
+    (torch/backends/cuda/__init__.py ``flash_sdp_enabled``, ``mem_efficient_sdp_enabled``, ``math_sdp_enabled``,
+    ``cudnn_sdp_enabled``). The order is ``torch._C._get_sdp_priority_order()``, read as
+    torch/nn/attention/__init__.py reads it (flash, memory-efficient, math, cuDNN by default), except on a
+    ``target`` where the dispatcher puts cuDNN first at its first call: capability 9.x or 10.x with a cuDNN above
+    9.15 (9.24 comes with torch 2.14.1+cu130), unless ``TORCH_CUDNN_SDPA_DEPRIORITIZED`` is set
+    (sdp_utils.cpp's ``check_prefer_cudnn_attention``, ``priority_order``; below CUDA 13, capability 9.0, 9.3,
+    10.0 and 10.3 only)."""
     from torch._C import _SDPBackend
 
     enabled = {int(_SDPBackend.FLASH_ATTENTION): ("flash", torch.backends.cuda.flash_sdp_enabled()),
                int(_SDPBackend.EFFICIENT_ATTENTION): ("efficient", torch.backends.cuda.mem_efficient_sdp_enabled()),
-               int(_SDPBackend.MATH): ("math", torch.backends.cuda.math_sdp_enabled())}
-    return tuple(enabled[int(backend)][0] for backend in torch._C._get_sdp_priority_order()
-                 if enabled.get(int(backend), ("", False))[1])
+               int(_SDPBackend.MATH): ("math", torch.backends.cuda.math_sdp_enabled()),
+               int(_SDPBackend.CUDNN_ATTENTION): ("cudnn", torch.backends.cuda.cudnn_sdp_enabled())}
+    order = [int(backend) for backend in torch._C._get_sdp_priority_order()]
+    if target is not None and _prefers_cudnn(target):
+        order = [int(_SDPBackend.CUDNN_ATTENTION), int(_SDPBackend.FLASH_ATTENTION),
+                 int(_SDPBackend.EFFICIENT_ATTENTION), int(_SDPBackend.MATH)]
+    return tuple(enabled[backend][0] for backend in order if enabled.get(backend, ("", False))[1])
+
+
+def _prefers_cudnn(target: GpuTarget) -> bool:
+    import os
+
+    if os.environ.get("TORCH_CUDNN_SDPA_DEPRIORITIZED", "").lower() in ("1", "true", "on", "yes"):
+        return False
+    cuda = tuple(int(part) for part in (torch.version.cuda or "0").split(".")[:1])
+    minors_ok = cuda >= (13,) or target.minor in (0, 3)
+    return (torch.backends.cudnn.version() or 0) > 91500 and target.major in (9, 10) and minors_ok
 
 
 # The mask as the composite ``scaled_dot_product_attention`` (aten/src/ATen/native/transformers/attention.cpp; C++,
@@ -219,7 +267,8 @@ def efficient_mask(attn_mask: torch.Tensor, query: torch.Tensor, key: torch.Tens
 def cuda_attention(gpu: str) -> Iterator[None]:
     """``F.scaled_dot_product_attention`` runs the kernel :func:`sdpa_backend` picks for ``gpu`` (on whatever
     fake tensors it is given), for the duration of the block."""
-    target, order = gpu_target_named(gpu), sdp_order()  # read here: dynamo would break its graph on them
+    target = gpu_target_named(gpu)
+    order, runtime = sdp_order(target), sdp_runtime()  # read here: dynamo would break its graph on them
     original = F.scaled_dot_product_attention
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -231,7 +280,7 @@ def cuda_attention(gpu: str) -> Iterator[None]:
             query, key, value, attn_mask = (
                 tensor.to(low) if tensor is not None and tensor.is_floating_point() and tensor.dtype != torch.float64
                 else tensor for tensor in (query, key, value, attn_mask))
-        backend = sdpa_backend(query, key, value, attn_mask, is_causal, target, order)
+        backend = sdpa_backend(query, key, value, attn_mask, is_causal, target, order, dropout_p, runtime)
         attn_mask = additive_mask(attn_mask, query.dtype)
         if backend == "math":
             return torch.ops.aten._scaled_dot_product_attention_math(
@@ -239,14 +288,13 @@ def cuda_attention(gpu: str) -> Iterator[None]:
         if query.shape[-1] % 8:
             raise CudaTraceError(f"attention with head size {query.shape[-1]}: CUDA's composite pads it to a "
                                  "multiple of 8 before its fused kernel, which dtrlab does not model")
-        if backend == "flash":  # flash takes grouped-query attention's fewer key/value heads as they are
+        # Each fused kernel takes grouped-query attention's fewer key/value heads as they are.
+        if backend == "cudnn":  # the mask as converted, not padded or expanded (attention.cpp's cuDNN case)
+            return torch.ops.aten._scaled_dot_product_cudnn_attention(
+                query, key, value, attn_mask, True, dropout_p, is_causal, False, scale=scale)[0]
+        if backend == "flash":
             return torch.ops.aten._scaled_dot_product_flash_attention(
                 query, key, value, dropout_p, is_causal, False, scale=scale)[0]
-        if enable_gqa and key.shape[-3] != query.shape[-3]:
-            # The memory-efficient kernel's inputs have one key/value head per query head (an assumption about
-            # the C++ composite, not checked on a GPU).
-            repeats = query.shape[-3] // key.shape[-3]
-            key, value = key.repeat_interleave(repeats, -3), value.repeat_interleave(repeats, -3)
         if attn_mask is not None:
             attn_mask = efficient_mask(attn_mask, query, key)
         return torch.ops.aten._scaled_dot_product_efficient_attention(
