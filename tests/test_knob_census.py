@@ -404,7 +404,8 @@ def test_an_inductor_census_names_its_cpu_lowering_in_its_meta_and_output(capsys
         return {**BUMP(knob), "backend": "inductor"}
     census = census_knob(inductor, KnobPlan(step=0.1, resolution=0.05), name="bump")
     assert census.meta["inductor_lowering"] == "cpu" and census.meta["gpu_answer"] == CPU_INDUCTOR_ANSWER
-    assert "oneDNN temporaries measured and counted" in CPU_INDUCTOR_ANSWER and "attention, convolutions and fusions differently" in CPU_INDUCTOR_ANSWER
+    assert "oneDNN temporaries measured and counted" in CPU_INDUCTOR_ANSWER
+    assert "attention, convolutions and fusions differently" in CPU_INDUCTOR_ANSWER
     write_census(census, tmp_path)
     assert read_census(tmp_path / "bump.json").meta["gpu_answer"] == CPU_INDUCTOR_ANSWER
     assert main(["knob", str(tmp_path / "bump.json"), "--budget", "A100-80GB"]) == 0

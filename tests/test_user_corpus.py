@@ -87,7 +87,7 @@ def _operator_counts(joint) -> Counter:
 def test_the_cuda_joint_differs_from_the_cpu_joint_only_by_the_table(name):
     """Every corpus source's joint traced for an H100 (dtrlab.trace.cuda_joint) against its CPU joint, operator by
     operator (counted): the CPU's fused attention becomes CUDA's (SWAPPED), one for one; a math attention (dropout
-    in training) becomes the memory-efficient kernel's pair, one per ``_safe_softmax``; the CUDA joint's only other
+    in training) becomes a fused kernel's pair, one per ``_safe_softmax``; the CUDA joint's only other
     operators are those the fused kernels bring (CUDA_ATTENTION_EXTRAS), and only where one runs. A source without
     attention has the same operators on both devices. docs/compile.md's table names every one."""
     pytest.importorskip("triton")
