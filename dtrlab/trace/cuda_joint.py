@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 from collections.abc import Iterator
 
 import torch
@@ -227,13 +228,10 @@ def sdp_order(target: GpuTarget | None = None) -> tuple[str, ...]:
 
 
 def _prefers_cudnn(target: GpuTarget) -> bool:
-    import os
-
     if os.environ.get("TORCH_CUDNN_SDPA_DEPRIORITIZED", "").lower() in ("1", "true", "on", "yes"):
         return False
-    cuda = tuple(int(part) for part in (torch.version.cuda or "0").split(".")[:1])
-    minors_ok = cuda >= (13,) or target.minor in (0, 3)
-    return (torch.backends.cudnn.version() or 0) > 91500 and target.major in (9, 10) and minors_ok
+    minors_ok = int((torch.version.cuda or "0").split(".")[0]) >= 13 or target.minor in (0, 3)
+    return sdp_runtime()[0] > 91500 and target.major in (9, 10) and minors_ok
 
 
 # The mask as the composite ``scaled_dot_product_attention`` (aten/src/ATen/native/transformers/attention.cpp; C++,
