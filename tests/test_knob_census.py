@@ -505,6 +505,27 @@ def test_cli_censuses_a_model_end_to_end(capsys, tmp_path):
     assert census.meta["refinement_complete"]
 
 
+@pytest.mark.parametrize("options, plan", [
+    ([], KnobPlan(step=0.1, resolution=0.025, refine="against")),  # Inductor: each distinct partition a lowering
+    (["--backend", "aot_eager"], KnobPlan()),
+    (["--knobs", "0:1:0.5", "--resolution", "0.1", "--refine", "changes"],
+     KnobPlan(step=0.5, resolution=0.1, refine="changes"))])
+def test_cli_default_plan_is_its_backends(monkeypatch, tmp_path, capsys, options, plan):
+    """`dtrlab knob` without --knobs, --resolution or --refine takes its backend's plan (DEFAULT_PLANS), the one
+    `dtrlab ship knob` takes; given options win."""
+    import dtrlab.analysis.knob_census as knob_census
+    from dtrlab.cli import main
+
+    planned = []
+
+    def census(evaluate, plan, **kwargs):  # the plan noted; the model never traced
+        planned.append(plan)
+        return census_knob(lambda knob: {**BUMP(knob), "backend": "aot_eager"}, plan, name="bump")
+    monkeypatch.setattr(knob_census, "census_knob", census)
+    assert main(["knob", "tests.test_partition:tiny_mlp", *options, "--quiet"]) == 0
+    assert planned == [plan]
+
+
 TINY = KnobSource("tests.test_partition:tiny_mlp", (("batch", 256),), backend="aot_eager")  # its peak moves
 
 

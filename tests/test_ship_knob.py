@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import ROOT
-from dtrlab.analysis.knob_census import KnobPlan, census_knob, parse_knobs, read_census
+from dtrlab.analysis.knob_census import DEFAULT_PLANS, KnobPlan, census_knob, parse_knobs, read_census
 from dtrlab.pipeline import ship_knob
 
 SHIPPED = ROOT / "results" / "shipped"
@@ -13,11 +13,12 @@ SHIPPED = ROOT / "results" / "shipped"
 
 @pytest.fixture
 def shipped_calls(monkeypatch):
-    """``dtrlab ship knob`` with nothing traced or written: (set, name, plan, backend) of each census asked for."""
+    """``dtrlab ship knob`` with nothing traced or written: (set, name, plan, backend) of each census asked for, and
+    the GPU it is lowered for where one is named."""
     calls = []
 
-    def ship_one(set_name, name, command, title, plan, jobs, backend="aot_eager"):
-        calls.append((set_name, name, plan, backend))
+    def ship_one(set_name, name, command, title, plan, jobs, backend="aot_eager", gpu=None):
+        calls.append((set_name, name, plan, backend) + ((gpu,) if gpu else ()))
         return []
 
     monkeypatch.setattr(ship_knob, "ship_one", ship_one)
@@ -58,6 +59,8 @@ def test_a_given_option_overrides_the_backends_plan(shipped_calls):
     (["--backend", "inductor", "--interventions", "0.05", "--only", "llama-tiny-l2-b2-s64"], "aot_eager's only"),
     (["--backend", "inductor", "--knobs", "0:2:0.1"], "fractions in [0, 1]"),
     (["--backend", "tvm"], "invalid choice"),
+    (["--device", "H100-80GB"], "--device: a GPU lowering is Inductor's"),
+    (["--backend", "inductor", "--device", "H100-80G"], "unknown GPU 'H100-80G' (did you mean 'H100-80GB'?)"),
 ])
 def test_ship_knob_refuses_in_one_line(shipped_calls, capsys, argv, message):
     from dtrlab.cli import main
@@ -74,6 +77,16 @@ def test_ship_knob_refuses_in_one_line(shipped_calls, capsys, argv, message):
 def test_an_inductor_census_ships_in_its_own_folder():
     assert ship_knob.census_directory("models", "aot_eager") == SHIPPED / "knob" / "models"
     assert ship_knob.census_directory("models", "inductor") == SHIPPED / "knob" / "models" / "inductor"
+    assert ship_knob.census_directory("models", "inductor", "H100-80GB") == \
+        SHIPPED / "knob" / "models" / "inductor-H100-80GB"
+
+
+def test_a_gpu_lowering_is_asked_for_each_model_on_inductors_plan(shipped_calls):
+    from dtrlab.cli import main
+
+    assert main(["ship", "knob", "--sets", "traces", "--backend", "inductor", "--device", "H100-80GB"]) == 0
+    plan = KnobPlan(step=0.1, resolution=0.025, refine="against")
+    assert shipped_calls == [("traces", name, plan, "inductor", "H100-80GB") for name in ship_knob.ZOO]
 
 
 SHIPPED_INDUCTOR = sorted((SHIPPED / "knob").glob("*/inductor/*.json"))
@@ -85,9 +98,9 @@ def test_shipped_inductor_censuses_verify_and_sit_beside_their_aot_eager_census(
     default plan (every grid knob evaluated), and the aot_eager census of the same step is shipped beside it."""
     census = read_census(path, SHIPPED)
     assert census.meta["backend"] == "inductor" and census.meta["refinement_complete"]
-    assert census.plan == KnobPlan(**parse_knobs(ship_knob.PLANS["inductor"]["knobs"]),
-                                   resolution=ship_knob.PLANS["inductor"]["resolution"],
-                                   refine=ship_knob.PLANS["inductor"]["refine"])
+    assert census.plan == KnobPlan(**parse_knobs(DEFAULT_PLANS["inductor"]["knobs"]),
+                                   resolution=DEFAULT_PLANS["inductor"]["resolution"],
+                                   refine=DEFAULT_PLANS["inductor"]["refine"])
     assert set(census.plan.grid()) <= set(census.samples.knob)
     beside = read_census(path.parents[1] / path.name, SHIPPED)
     assert beside.meta.get("backend", "aot_eager") == "aot_eager" and beside.name == census.name

@@ -113,6 +113,14 @@ class KnobPlan:
         return any(below[c] != above[c] for c in self.accountings)
 
 
+#: Each backend's default plan (``--knobs``, ``--resolution``, ``--refine``) for ``dtrlab knob`` and ``dtrlab ship
+#: knob``: aot_eager's every 0.01, every change bisected to 1e-4; Inductor's every 0.1, each change against the knob
+#: bisected to 0.025, since each distinct partition costs a lowering (seconds on a small model, about 20 s a lowering
+#: on the 12-layer GPT-2: docs/compile.md).
+DEFAULT_PLANS = {"aot_eager": {"knobs": "0:1:0.01", "resolution": 1e-4, "refine": "changes"},
+                 "inductor": {"knobs": "0:1:0.1", "resolution": 0.025, "refine": "against"}}
+
+
 def parse_knobs(text: str) -> dict:
     """``START:STOP:STEP`` (e.g. ``0:1:0.01``) or a list ``0.05,0.15`` as :class:`KnobPlan` fields."""
     text = text.strip()

@@ -122,12 +122,14 @@ def register(subparsers) -> None:
                              "fake tensors: no GPU needed; not yet measured on a GPU)")
     parser.add_argument("--knobs", type=knob_range, default=None, metavar="START:STOP:STEP",
                         help="knob values to evaluate: a range with both ends included, or a list such as 0.05,0.15 "
-                             "(default 0:1:0.01); every change of the peak between neighbours is then bisected")
-    parser.add_argument("--resolution", type=positive_float, default=1e-4,
-                        help="bisect every change of the peak down to this knob width (default 1e-4)")
-    parser.add_argument("--refine", choices=("changes", "against"), default="changes",
-                        help="bisect every change of the peak (default), or only where it moves against the knob "
-                             "(fewer evaluations; other edges stay at the grid step)")
+                             "(default 0:1:0.01 under aot_eager, 0:1:0.1 under inductor: each distinct partition "
+                             "costs a lowering); every change of the peak between neighbours is then bisected")
+    parser.add_argument("--resolution", type=positive_float, default=None,
+                        help="bisect every change of the peak down to this knob width (default 1e-4 under "
+                             "aot_eager, 0.025 under inductor)")
+    parser.add_argument("--refine", choices=("changes", "against"), default=None,
+                        help="bisect every change of the peak (aot_eager's default), or only where it moves against "
+                             "the knob (inductor's default: fewer evaluations; other edges stay at the grid step)")
     parser.add_argument("--budget", type=byte_budget, action="append", default=[], metavar="BYTES",
                         help="answer for this byte budget (40GiB, bytes or a GPU preset; repeatable): the largest "
                              "knob that fits and whether every smaller knob fits too")
@@ -168,10 +170,11 @@ def add_backend_argument(parser, flag: str) -> None:
 
 
 def run(args) -> int:
-    from ..analysis.knob_census import KnobPlan, census_knob, lowering_answer, read_census, write_census
+    from ..analysis.knob_census import DEFAULT_PLANS, KnobPlan, census_knob, lowering_answer, read_census, write_census
 
-    plan = KnobPlan(**(args.knobs or knob_range("0:1:0.01")), resolution=args.resolution,
-                    refine=args.refine)
+    defaults = DEFAULT_PLANS[args.compile_backend]
+    plan = KnobPlan(**(args.knobs or knob_range(defaults["knobs"])),
+                    resolution=args.resolution or defaults["resolution"], refine=args.refine or defaults["refine"])
     if args.source.endswith(".json"):
         censuses = [(lambda: read_census(args.source), "")]
     else:

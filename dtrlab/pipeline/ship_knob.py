@@ -22,7 +22,9 @@ corpus was computed with ``--resolution 1e-3`` (``--refine against`` but for the
 partition, dtrlab.trace.inductor; seconds per partition, so on a coarser plan). An Inductor census is written
 to ``results/shipped/knob/<set>/inductor/<name>.json``, beside the aot_eager one of the same name (its DTR
 trace is the aot_eager folder's); notebook 13 draws the two side by side. The shipped Inductor censuses are
-on its own default plan (:data:`PLANS`; docs/results.md says which models).
+on its own default plan (:data:`dtrlab.analysis.knob_census.DEFAULT_PLANS`; docs/results.md says which models).
+``--device H100-80GB`` (Inductor only) lowers for that GPU instead, on fake tensors (dtrlab.trace.cuda_joint), into
+``knob/<set>/inductor-H100-80GB/``; notebook 13 draws it beside the CPU's lowering.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ import shlex
 import time
 from pathlib import Path
 
-from ..analysis.knob_census import REFINE_MODES, KnobPlan, census_knob, parse_knobs, write_census
+from ..analysis.knob_census import DEFAULT_PLANS, REFINE_MODES, KnobPlan, census_knob, parse_knobs, write_census
 from ..integrity import read_json, write_manifest
+from ..memory.device import GPU_PRESETS, gpu_preset
+from ..suggest import did_you_mean
 from ..sweep.execution import Execution
 from ..sweep.shipped import DEFAULT_SHIPPED_DIR as SHIPPED
 from ..trace.sizes import SIZE_KEYS
@@ -69,18 +73,14 @@ NOTEBOOKS = {"14-fit-budget": ("dtrlab capture hf:llama --layers 2 --hidden 256 
                                "Notebook 14's default model: a 2-layer Llama-style decoder (4x256)")}
 NOTEBOOK_PLAN = {"knobs": "0:1:0.02", "resolution": 0.01, "refine": "against"}
 
-#: Each backend's default plan (``--knobs``, ``--resolution``, ``--refine``): aot_eager's every 0.01, every change
-#: bisected to 1e-4; Inductor's (a lowering takes seconds per distinct partition) every 0.1, each change against
-#: the knob bisected to 0.025.
-PLANS = {"aot_eager": {"knobs": "0:1:0.01", "resolution": 1e-4, "refine": "changes"},
-         "inductor": {"knobs": "0:1:0.1", "resolution": 0.025, "refine": "against"}}
-
-
-def census_directory(set_name: str, backend: str) -> Path:
+def census_directory(set_name: str, backend: str, gpu: str | None = None) -> Path:
     """Where a trace set's censuses under ``backend`` are shipped: aot_eager's in ``knob/<set>/``, beside the DTR
-    traces of the same steps; Inductor's in ``knob/<set>/inductor/``."""
+    traces of the same steps; Inductor's in ``knob/<set>/inductor/``, or ``knob/<set>/inductor-<gpu>/`` when lowered
+    for GPU ``gpu``."""
     directory = SHIPPED / "knob" / set_name
-    return directory / "inductor" if backend == "inductor" else directory
+    if backend != "inductor":
+        return directory
+    return directory / ("inductor" if gpu is None else f"inductor-{gpu}")
 
 
 def corpus(set_name: str) -> dict[str, tuple[str, str]]:
@@ -118,9 +118,9 @@ def build_options(command: str) -> dict:
 
 
 def ship_one(set_name: str, name: str, command: str, title: str, plan: KnobPlan, jobs: int,
-             backend: str = "aot_eager") -> list[Path]:
-    """Census one model under ``backend`` and write it; under aot_eager with the DTR trace of the same step
-    (``dtrlab capture``, FLOP costs)."""
+             backend: str = "aot_eager", gpu: str | None = None) -> list[Path]:
+    """Census one model under ``backend`` (lowered for GPU ``gpu``, else the CPU) and write it; under aot_eager with
+    the DTR trace of the same step (``dtrlab capture``, FLOP costs)."""
     import torch
 
     from ..memory.partitioned import knob_peaks
@@ -128,9 +128,9 @@ def ship_one(set_name: str, name: str, command: str, title: str, plan: KnobPlan,
     from ..trace.partition import joint_hash, trace_joint
 
     source, options = capture_options(command).model, build_options(command)
-    directory = census_directory(set_name, backend)
+    directory = census_directory(set_name, backend, gpu)
     started = time.perf_counter()
-    joint = trace_joint(source, backend=backend, **options)
+    joint = trace_joint(source, backend=backend, gpu=gpu, **options)
     traced = time.perf_counter() - started
     print(f"dtrlab ship knob: {set_name}/{name} ({backend}): traced {source} ({joint.node_count} joint-graph nodes) "
           f"in {traced:.0f} s", flush=True)
@@ -189,15 +189,18 @@ def add_arguments(parser) -> None:
                         help="bisect every change (default) or only those against the knob (inductor's default)")
     parser.add_argument("--interventions", type=float, metavar="KNOB",
                         help="instead of censuses: the single-node interventions at this knob of each --only model")
-    parser.add_argument("--backend", choices=tuple(PLANS), default="aot_eager",
+    parser.add_argument("--backend", choices=tuple(DEFAULT_PLANS), default="aot_eager",
                         help="whose step is accounted: aot_eager (default; knob/<set>/) or inductor "
                              "(knob/<set>/inductor/)")
+    parser.add_argument("--device", metavar="GPU",
+                        help="inductor only: lower for this GPU (H100-80GB, ...: CUDA Inductor on fake tensors) into "
+                             "knob/<set>/inductor-GPU/ (default: the CPU's lowering)")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="processes per census (default 1)")
 
 
 def run(args, parser) -> int:
-    given = {key: getattr(args, key) for key in PLANS[args.backend] if getattr(args, key) is not None}
-    options = {**PLANS[args.backend], **given}
+    given = {key: getattr(args, key) for key in DEFAULT_PLANS[args.backend] if getattr(args, key) is not None}
+    options = {**DEFAULT_PLANS[args.backend], **given}
     try:
         plan = KnobPlan(**parse_knobs(options["knobs"]), resolution=options["resolution"], refine=options["refine"])
     except ValueError as exc:
@@ -207,6 +210,11 @@ def run(args, parser) -> int:
         parser.error(f"--only {sorted(set(args.only) - known)}: not in {args.sets}; known: {sorted(known)}")
     if args.interventions is not None and args.backend != "aot_eager":
         parser.error("--interventions: the single-node interventions are aot_eager's only (--backend aot_eager)")
+    if args.device is not None and (args.backend != "inductor" or "notebooks" in args.sets):
+        parser.error("--device: a GPU lowering is Inductor's, for the traces and models sets (--backend inductor)")
+    if args.device is not None and gpu_preset(args.device) is None:
+        parser.error(f"--device: unknown GPU {args.device!r}{did_you_mean(args.device, list(GPU_PRESETS))}; "
+                     f"known: {', '.join(GPU_PRESETS)}")
     written = []
     for set_name in args.sets:
         for name, (command, title) in corpus(set_name).items():
@@ -214,7 +222,7 @@ def run(args, parser) -> int:
                 written.append(ship_interventions(set_name, name, command, args.interventions))
             elif args.interventions is None and (not args.only or name in args.only):
                 written += ship_one(set_name, name, command, title, notebook_plan() if set_name == "notebooks" else plan,
-                                    args.jobs, args.backend)
+                                    args.jobs, args.backend, args.device)
             else:
                 continue
             write_manifest(SHIPPED, written)  # after each model: a later failure keeps the earlier ones
