@@ -589,8 +589,10 @@ def _user_workload(source: str, function: Callable, batch: int | None, seq: int 
     ignored = [key for key in kwargs if key not in accepted]
     if ignored:
         raise ModelSourceError(f"{source}: the function takes no {', '.join(ignored)} argument")
+    on_build_device = _CudaOnBuildDevice()
     try:
-        built = function(**kwargs)
+        with on_build_device:
+            built = function(**kwargs)
         model, inputs, loss_fn = built
     except Exception as exc:
         raise ModelSourceError(f"{source}: the function did not return (model, inputs, loss_fn): "
@@ -601,4 +603,33 @@ def _user_workload(source: str, function: Callable, batch: int | None, seq: int 
     first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
     batch_size = batch or (first.shape[0] if first is not None and first.dim() else 1)
     shape = "x".join(map(str, first.shape)) if first is not None else ""
-    return Workload(model, inputs, loss_fn, batch_size, shape, f"{source}")
+    return Workload(model, inputs, loss_fn, batch_size, shape, f"{source}", built_for_cuda=on_build_device.asked)
+
+
+def _is_cuda(device) -> bool:
+    return (isinstance(device, torch.device) and device.type == "cuda") or \
+        (isinstance(device, str) and device.split(":")[0] == "cuda")
+
+
+class _CudaOnBuildDevice(torch.overrides.TorchFunctionMode):
+    """A user's function that puts its model or tensors on CUDA (``model.cuda()``, ``.to("cuda")``,
+    ``device="cuda"``, ``with torch.device("cuda")``) gets them on the device the build is for (meta, CPU or fake
+    CPU), and :attr:`asked` says so: such a step is its GPU's, traced on the CPU and re-traced for that GPU
+    (dtrlab.trace.cuda_joint), as for ``--device``, whether or not this machine has one."""
+
+    def __init__(self):
+        super().__init__()
+        self.asked = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.cuda:
+            self.asked = True
+            return args[0].to(torch.get_default_device())
+        if func is torch.Tensor.to and any(_is_cuda(a) for a in args[1:]):
+            self.asked = True
+            args = tuple(torch.get_default_device() if _is_cuda(a) else a for a in args)
+        if _is_cuda(kwargs.get("device")):
+            self.asked = True
+            kwargs["device"] = torch.get_default_device()
+        return func(*args, **kwargs)

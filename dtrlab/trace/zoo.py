@@ -29,6 +29,8 @@ class Workload:
     batch: int
     input_shape: str
     desc: str
+    #: the user's function asked for CUDA (``model.cuda()``, ...): the step is a GPU's (models._CudaOnBuildDevice)
+    built_for_cuda: bool = False
 
 
 @dataclass(frozen=True)
