@@ -580,7 +580,7 @@ def test_forked_workers_lower_each_partition_once_and_give_the_serial_census(tmp
 
     pytest.importorskip("torch")
     from dtrlab.analysis import knob_census
-    from dtrlab.trace.lowering_cache import cache_entries
+    from dtrlab.trace.torch_compile.lowering_cache import cache_entries
 
     phased = []
     split = knob_census._lowering_phases
@@ -1016,8 +1016,8 @@ def recorded_tracing(monkeypatch) -> list:
     import dtrlab.analysis.knob_census as knob_census
     import dtrlab.analysis.knob_solvers as knob_solvers
     import dtrlab.memory.partitioned as partitioned
-    import dtrlab.trace.inductor as inductor
-    import dtrlab.trace.partition as partition
+    import dtrlab.trace.torch_compile.inductor as inductor
+    import dtrlab.trace.torch_compile.partition as partition
 
     traced = []
     monkeypatch.setattr(knob_census, "_JOINT_MEMO", {})
@@ -1077,7 +1077,7 @@ def test_a_shipped_census_is_served_only_for_its_own_graph_torch_configuration_a
     from dtrlab.analysis.knob_census import shipped_census_for
     from dtrlab.integrity import write_manifest
     from dtrlab.memory.partitioned import knob_peaks
-    from dtrlab.trace.partition import joint_hash, trace_joint
+    from dtrlab.trace.torch_compile.partition import joint_hash, trace_joint
 
     joint = trace_joint("tests.test_partition:tiny_mlp")
     plan = KnobPlan(step=0.5, resolution=0.25, refine="against")

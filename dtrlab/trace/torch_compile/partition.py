@@ -48,7 +48,7 @@ the loss's targets) and the backward's tangent (the loss's gradient, a scalar); 
 through the whole step. The forward's outputs other than the loss are the saved tensors:
 each lives until its last use in the backward. The backward's outputs (the gradients) live
 to the end of the step. Not modelled here: Inductor's lowering (fusion, reordering and
-buffer reuse: the graphs run node by node, as aot_eager runs them; dtrlab.trace.inductor
+buffer reuse: the graphs run node by node, as aot_eager runs them; dtrlab.trace.torch_compile.inductor
 lowers them as Inductor does), the optimizer step, and autograd's own small tensors
 outside the graphs.
 
@@ -72,12 +72,12 @@ import torch
 import torch._dynamo  # noqa: F401
 from torch import fx, nn
 
-from .capture import Recorder
+from ..capture import Recorder
+from ..model import Trace
+from ..op_temporaries import OpTemporaries, temporaries_setting
+from ..simrd_log import parse_lines
 from .cuda_joint import cuda_attention, retrace_on_cuda
 from .gpu_target import device_answers
-from .model import Trace
-from .op_temporaries import OpTemporaries, temporaries_setting
-from .simrd_log import parse_lines
 
 KNOB = "activation_memory_budget"
 SOLVERS = ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg")
@@ -124,12 +124,12 @@ class JointGraph:
     backend: str = "aot_eager"
     #: Inductor's: what its compile held when it partitioned (:class:`InductorCapture`), for lowering later.
     inductor: InductorCapture | None = field(default=None, compare=False, repr=False)
-    #: Lowered partitions by content (dtrlab.trace.inductor): many knob values give the same graphs. For a step
+    #: Lowered partitions by content (dtrlab.trace.torch_compile.inductor): many knob values give the same graphs. For a step
     #: with graph breaks, each graph's lowerings are its part's.
     lowerings: dict = field(default_factory=dict, compare=False, repr=False)
-    #: The lowered step's records by its graphs' content (dtrlab.trace.inductor).
+    #: The lowered step's records by its graphs' content (dtrlab.trace.torch_compile.inductor).
     lowered_records: dict = field(default_factory=dict, compare=False, repr=False)
-    #: The GPU the graph was re-traced for (dtrlab.trace.cuda_joint: a :data:`~dtrlab.trace.gpu_target.GPU_TARGETS`
+    #: The GPU the graph was re-traced for (dtrlab.trace.torch_compile.cuda_joint: a :data:`~dtrlab.trace.torch_compile.gpu_target.GPU_TARGETS`
     #: name; partitioned and lowered under its answers), or None: the device its fake tensors claim answers itself.
     gpu: str | None = None
 
@@ -210,7 +210,7 @@ class PartitionedStep:
     #: (forward, backward) graph modules per compiled graph in forward order (``keep_graphs``; else empty).
     graphs: tuple[tuple[fx.GraphModule, fx.GraphModule], ...] = field(default=(), compare=False, repr=False)
     #: Whose step the trace is: ``"aot_eager"`` (the graphs run node by node) or ``"inductor"``
-    #: (Inductor's lowered wrappers, dtrlab.trace.inductor).
+    #: (Inductor's lowered wrappers, dtrlab.trace.torch_compile.inductor).
     backend: str = "aot_eager"
 
     @property
@@ -261,13 +261,13 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
     (``torch/_inductor/compile_fx.py:2466``, ``partition_fn``: Inductor's decompositions, then
     its joint-graph passes at :2484, then ``min_cut_rematerialization_partition(...,
     compiler="inductor")`` at :2506) and keeps the graph it hands the partitioner.
-    ``gpu``: a :data:`~dtrlab.trace.gpu_target.GPU_TARGETS` name: the step as torch.compile traces it for
-    that GPU, without one (:mod:`dtrlab.trace.cuda_joint`: traced on the CPU with CUDA's attention kernels,
+    ``gpu``: a :data:`~dtrlab.trace.torch_compile.gpu_target.GPU_TARGETS` name: the step as torch.compile traces it for
+    that GPU, without one (:mod:`dtrlab.trace.torch_compile.cuda_joint`: traced on the CPU with CUDA's attention kernels,
     then re-traced on fake CUDA tensors); partitioned and lowered under the GPU's answers.
     Raises ``ValueError`` (one line) for an unknown source or backend or a step dynamo cannot
     capture (graph breaks are followed under aot_eager: see ``parts``).
     """
-    from .models import fake_workload
+    from ..models import fake_workload
 
     check_torch_has_knob()
     options = {"batch": batch, "seq": seq, "image": image, "dtype": dtype, "autocast": autocast, **sizes}
@@ -280,7 +280,7 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
 
 
 def for_gpu(joint: JointGraph, gpu: str) -> JointGraph:
-    """``joint`` re-traced on fake CUDA tensors for GPU ``gpu`` (:func:`dtrlab.trace.cuda_joint.retrace_on_cuda`),
+    """``joint`` re-traced on fake CUDA tensors for GPU ``gpu`` (:func:`dtrlab.trace.torch_compile.cuda_joint.retrace_on_cuda`),
     each graph of a step with graph breaks on its own. Node names stay ``joint``'s."""
     if not joint.parts:
         return _graph_for_gpu(joint, gpu)
@@ -319,7 +319,7 @@ def trace_step(module: nn.Module, inputs, loss_fn=None, *, source: str, build_op
     (with ``gpu``, ``module`` and ``inputs`` on the CPU).
     Raises :class:`~dtrlab.trace.models.ModelSourceError` (a ValueError, one line) for a step dynamo
     cannot capture at all or one that does not return one scalar."""
-    from .models import ModelSourceError
+    from ..models import ModelSourceError
 
     check_torch_has_knob()
     check_backend(backend)
@@ -381,7 +381,7 @@ def _one_graph(step: nn.Module, inputs: tuple, source: str, backend: str) -> dic
 
 
 def _untraceable(source: str, exc: BaseException) -> ValueError:
-    from .models import ModelSourceError
+    from ..models import ModelSourceError
 
     cause = getattr(exc, "inner_exception", None) or exc  # what the backend itself raised
     # The error at the chain's root: dynamo raises its own (TorchRuntimeError: "RuntimeError when making fake tensor
@@ -405,7 +405,7 @@ def _graph_parts(step: nn.Module, inputs: tuple, source: str, build_options: tup
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
 
-    from .models import ModelSourceError
+    from ..models import ModelSourceError
 
     graphs: list[dict | None] = []
     calls: list[tuple[int, list, list]] = []
@@ -491,7 +491,7 @@ def _calls_noted(compiled, index: int, calls: list):
 
 
 def _step_links(source: str, used: list, loss) -> StepLinks:
-    from .models import ModelSourceError
+    from ..models import ModelSourceError
 
     first_seen: dict[int, tuple[str, int, int]] = {}
     inputs, needs_grad, loss_at = [], [], None
@@ -589,7 +589,7 @@ def joint_hash(joint: JointGraph) -> str:
 
 def check_backend(backend) -> str:
     """``backend`` if it is one of :data:`BACKENDS`, else a one-line ValueError naming the option."""
-    from ..suggest import did_you_mean
+    from ...suggest import did_you_mean
 
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}"
@@ -686,7 +686,7 @@ def partitioner_config(knob: float | None, solver: str | None = None,
     None leaves a setting as it is."""
     import torch._functorch.config as functorch_config
 
-    from ..suggest import did_you_mean
+    from ...suggest import did_you_mean
 
     settings = {KNOB: check_knob(knob)} if knob is not None else {}
     if solver is not None:
@@ -723,7 +723,7 @@ def partition(joint: JointGraph, knob: float, *, solver: str | None = None,
     torch's either way (tests/test_partition.py compares with ``reuse_min_cuts=False``).
     ``record_with``: how the graphs become the step's trace, a function of ``(pairs, joint)``
     (``pairs``: a (forward, backward) pair per graph) returning ``(trace, recorded peak, forward
-    operator count)``; None: run as aot_eager runs them (dtrlab.trace.inductor passes Inductor's lowering).
+    operator count)``; None: run as aot_eager runs them (dtrlab.trace.torch_compile.inductor passes Inductor's lowering).
     ``temporaries``: give each call of an operator that allocates inside (convolutions, batch norm's backward) its
     temporaries, measured once per call on the CPU (:mod:`dtrlab.trace.op_temporaries`); None: on for a CPU
     target, off for a GPU's. Only with ``record_with`` None (Inductor's takes its own).
@@ -788,7 +788,7 @@ def _fake_factories(joint: JointGraph):
 
 def _forcings_by_graph(joint: JointGraph, force: dict[str, str]) -> list[dict[str, str]]:
     """``force`` split by graph: a step with graph breaks names its nodes ``g<graph>.<node>``."""
-    from ..suggest import did_you_mean
+    from ...suggest import did_you_mean
 
     if not joint.parts:
         return [force]
@@ -873,7 +873,7 @@ def _reused_min_cuts(joint: JointGraph, forced: tuple) -> Iterator[None]:
 def _apply_forcing(graph_module: fx.GraphModule, force: dict[str, str]) -> tuple[tuple[str, str], ...]:
     from torch.utils.checkpoint import CheckpointPolicy
 
-    from ..suggest import did_you_mean
+    from ...suggest import did_you_mean
 
     nodes = {node.name: node for node in graph_module.graph.nodes if node.op == "call_function"}
     for name, how in sorted(force.items()):
@@ -931,7 +931,7 @@ def run_graphs(forward: fx.GraphModule, backward: fx.GraphModule, primals: list[
     outputs: new values of buffers the step updates), and so are ``primals`` (held by the caller, as
     a module holds its parameters). ``calls``: the (forward, backward) callables that run
     each graph on its boxed argument list (None: the graphs themselves, node by node; Inductor's
-    lowered wrappers in dtrlab.trace.inductor).
+    lowered wrappers in dtrlab.trace.torch_compile.inductor).
     """
     device = primals[0].device
     # A fresh interpreter per call: one kept alive would hold the values of its graph's output node.
