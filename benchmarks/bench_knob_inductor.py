@@ -1,6 +1,6 @@
 """Knob evaluations per minute, Inductor accounting against aot_eager, in one run on the same knobs.
 
-The source is traced once per backend (:func:`dtrlab.trace.torch_compile.partition.trace_joint`), then each of
+The source is traced once per backend (:func:`dtrlab.trace.torch_compile.tracing.trace_joint`), then each of
 ``--knobs`` values evenly spread over [0, 1] is partitioned by torch and accounted under each:
 aot_eager (the partitioned graphs run node by node) and inductor (Inductor's lowering of each
 distinct partition, dtrlab.trace.torch_compile.inductor; a partition met at an earlier knob is not lowered
@@ -44,7 +44,8 @@ from dtrlab.analysis.knob_census import KnobPlan, census_knob, parse_knobs
 from dtrlab.memory.partitioned import knob_peaks, step_record
 from dtrlab.pipeline.ship_knob import PLANS
 from dtrlab.trace.torch_compile import inductor
-from dtrlab.trace.torch_compile.partition import partition, trace_joint
+from dtrlab.trace.torch_compile.partition import partition
+from dtrlab.trace.torch_compile.tracing import trace_joint
 
 
 def timed(function):

@@ -1,6 +1,7 @@
-"""dtrlab.trace.torch_compile.fingerprint: a step's fingerprint is equal when what decides the graph is equal and differs when
-one thing its module docstring lists differs; the hash of a graph dynamo hands a backend. The expected outcome of
-each pair is that list (what torch.compile's graph depends on), or the helpers' outputs written out by hand."""
+"""dtrlab.trace.torch_compile.fingerprint: a step's fingerprint is equal when what decides the graph is equal and
+differs when one thing its module docstring lists differs; the hash of a graph dynamo hands a backend. The expected
+outcome of each pair is that list (what torch.compile's graph depends on), or the helpers' outputs written out
+by hand."""
 
 from __future__ import annotations
 

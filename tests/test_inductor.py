@@ -1,5 +1,5 @@
-"""The Inductor accounting (dtrlab.trace.torch_compile.inductor): Inductor's own lowering of each partition, checked against
-real ``torch.compile(backend="inductor")`` steps on the CPU with two instruments (tests/compiled_steps.py)."""
+"""The Inductor accounting (dtrlab.trace.torch_compile.inductor): Inductor's own lowering of each partition, checked
+against real ``torch.compile(backend="inductor")`` steps on the CPU with two instruments (tests/compiled_steps.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from torch.nn import functional as F  # noqa: E402
 
 from dtrlab.memory.partitioned import knob_peaks, step_peaks, step_record  # noqa: E402
 from dtrlab.trace.torch_compile.inductor import partition_lowered  # noqa: E402
-from dtrlab.trace.torch_compile.partition import partition, trace_joint  # noqa: E402
+from dtrlab.trace.torch_compile.partition import partition  # noqa: E402
+from dtrlab.trace.torch_compile.tracing import trace_joint  # noqa: E402
 from tests.compiled_steps import both_instruments  # noqa: E402
 
 MLP = "tests.test_partition:tiny_mlp"
@@ -97,7 +98,7 @@ def _prediction(step) -> tuple[int, int]:
     peaks = step_peaks(step)
     assert peaks["flat_peak"] == step.recorded_peak_bytes  # the log's replay and the storages' own count agree
     constants = [op for op in step.trace.operators if op.is_constant]
-    tangent = constants[-1].total_size  # declared last (dtrlab.trace.torch_compile.partition.run_graphs)
+    tangent = constants[-1].total_size  # declared last (dtrlab.trace.torch_compile.record.run_graphs)
     return peaks["flat_peak"] - sum(op.total_size for op in constants) + tangent, \
         max(op.total_size for op in step.trace.operators if not op.name.endswith(("_temporary", "_held")))
 
@@ -134,7 +135,7 @@ def test_the_lowering_is_the_wrapper_a_real_inductor_compile_generates(cnn_joint
     from torch._inductor.utils import run_and_get_code
 
     from dtrlab.trace.models import build
-    from dtrlab.trace.torch_compile.partition import LossStep
+    from dtrlab.trace.torch_compile.tracing import LossStep
 
     with torch._functorch.config.patch(activation_memory_budget=0.5):
         workload = build(CNN, device="cpu")
@@ -193,8 +194,8 @@ def test_the_wrapper_helpers_allocate_and_view_as_inductors_do():
     dtype; a placeholder's fake value is restrided only where the strides differ."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from dtrlab.trace.torch_compile.inductor import (_dispatched_empty_strided, _dispatched_reinterpret, _meta_like, _MetaDevices,
-                                       _restrided)
+    from dtrlab.trace.torch_compile.inductor import (_dispatched_empty_strided, _dispatched_reinterpret, _meta_like,
+                                                     _MetaDevices, _restrided)
 
     base = torch.empty(12, device="meta")
     for view, offset, storage_offset in ((base, 4, 4), (base[6:], 0, 6), (base[6:], 2, 8)):
@@ -559,7 +560,7 @@ _LOWER_IN_A_PROCESS = """
 import json, sys, warnings
 warnings.simplefilter("ignore")
 from dtrlab.memory.partitioned import knob_peaks
-from dtrlab.trace.torch_compile.partition import trace_joint
+from dtrlab.trace.torch_compile.tracing import trace_joint
 joint = trace_joint(sys.argv[1], backend="inductor")
 row = knob_peaks(joint, 1.0, cache=sys.argv[2])
 print(json.dumps({"lowered": len(joint.lowerings), "row": row}))

@@ -1017,12 +1017,12 @@ def recorded_tracing(monkeypatch) -> list:
     import dtrlab.analysis.knob_solvers as knob_solvers
     import dtrlab.memory.partitioned as partitioned
     import dtrlab.trace.torch_compile.inductor as inductor
-    import dtrlab.trace.torch_compile.partition as partition
+    import dtrlab.trace.torch_compile.tracing as tracing
 
     traced = []
     monkeypatch.setattr(knob_census, "_JOINT_MEMO", {})
     monkeypatch.setattr(knob_census, "_JOINT_TRACES", {})
-    monkeypatch.setattr(partition, "trace_joint",
+    monkeypatch.setattr(tracing, "trace_joint",
                         lambda source, **options: traced.append((source, options)) or f"joint of {source}")
     peaks = {accounting: 1 for accounting in ACCOUNTINGS}
     monkeypatch.setattr(partitioned, "knob_peaks",
@@ -1077,7 +1077,8 @@ def test_a_shipped_census_is_served_only_for_its_own_graph_torch_configuration_a
     from dtrlab.analysis.knob_census import shipped_census_for
     from dtrlab.integrity import write_manifest
     from dtrlab.memory.partitioned import knob_peaks
-    from dtrlab.trace.torch_compile.partition import joint_hash, trace_joint
+    from dtrlab.trace.torch_compile.joint import joint_hash
+    from dtrlab.trace.torch_compile.tracing import trace_joint
 
     joint = trace_joint("tests.test_partition:tiny_mlp")
     plan = KnobPlan(step=0.5, resolution=0.25, refine="against")

@@ -44,7 +44,8 @@ import contextlib
 import tempfile
 
 from ..trace.torch_compile.inductor import partition_lowered
-from ..trace.torch_compile.partition import JointGraph, PartitionedStep, check_backend, partition
+from ..trace.torch_compile.joint import JointGraph, check_backend
+from ..trace.torch_compile.partition import PartitionedStep, partition
 from .peaks import trace_peaks
 from .replay import unbounded_events
 
@@ -67,7 +68,8 @@ def knob_peaks(joint: JointGraph, knob: float, *, solver: str | None = None,
     ``"inductor"`` (Inductor's lowering of the partition, :mod:`dtrlab.trace.torch_compile.inductor`;
     needs a joint traced with ``backend="inductor"``) or ``"aot_eager"`` (the partitioned
     graphs run node by node, on either joint). ``cache``: where Inductor's lowered steps are kept across runs
-    (:func:`~dtrlab.trace.torch_compile.inductor.partition_lowered`'s: True for ``$DTRLAB_CACHE``, a directory, or False).
+    (:func:`~dtrlab.trace.torch_compile.inductor.partition_lowered`'s: True for ``$DTRLAB_CACHE``, a directory, or
+    False).
     ``temporaries``: operators' measured temporaries in the step (:mod:`dtrlab.trace.op_temporaries`; None: on for
     a CPU target, off for a GPU's).
     """

@@ -1,6 +1,6 @@
 """A step's joint graph as torch.compile would partition it on a GPU, traced on a machine without one.
 
-API (through :func:`dtrlab.trace.torch_compile.partition.trace_joint`)::
+API (through :func:`dtrlab.trace.torch_compile.tracing.trace_joint`)::
 
     joint = trace_joint("hf:gpt2", backend="inductor", gpu="H100-80GB")   # the step for an H100
     partition_lowered(joint, 0.5)                 # torch's partitioner, then CUDA Inductor's lowering
