@@ -1,9 +1,9 @@
 """Knob evaluations per minute, Inductor accounting against aot_eager, in one run on the same knobs.
 
-The source is traced once per backend (:func:`dtrlab.trace.partition.trace_joint`), then each of
+The source is traced once per backend (:func:`dtrlab.trace.torch_compile.tracing.trace_joint`), then each of
 ``--knobs`` values evenly spread over [0, 1] is partitioned by torch and accounted under each:
 aot_eager (the partitioned graphs run node by node) and inductor (Inductor's lowering of each
-distinct partition, dtrlab.trace.inductor; a partition met at an earlier knob is not lowered
+distinct partition, dtrlab.trace.torch_compile.inductor; a partition met at an earlier knob is not lowered
 again, so the rate depends on how many distinct partitions the knobs give). Printed per backend:
 the trace's and each knob's CPU seconds of this process (wall beside), knob evaluations per CPU
 minute, and for inductor the check that each distinct partition is lowered once: Inductor's
@@ -43,8 +43,9 @@ import warnings
 from dtrlab.analysis.knob_census import KnobPlan, census_knob, parse_knobs
 from dtrlab.memory.partitioned import knob_peaks, step_record
 from dtrlab.pipeline.ship_knob import PLANS
-from dtrlab.trace import inductor
-from dtrlab.trace.partition import partition, trace_joint
+from dtrlab.trace.torch_compile import inductor
+from dtrlab.trace.torch_compile.partition import partition
+from dtrlab.trace.torch_compile.tracing import trace_joint
 
 
 def timed(function):
@@ -54,7 +55,7 @@ def timed(function):
 
 
 def counting_lowerings(counter: list):
-    """dtrlab.trace.inductor's ``lower``, counting its calls (one per graph Inductor lowers)."""
+    """dtrlab.trace.torch_compile.inductor's ``lower``, counting its calls (one per graph Inductor lowers)."""
     original = inductor.lower
 
     def counted(*args, **kwargs):

@@ -41,8 +41,8 @@ import pandas as pd
 from dtrlab.analysis.knob_census import KnobPlan, census_knob, parse_knobs
 from dtrlab.memory.partitioned import knob_peaks
 from dtrlab.pipeline.ship_knob import PLANS
-from dtrlab.trace import inductor
-from dtrlab.trace.partition import trace_joint
+from dtrlab.trace.torch_compile import inductor
+from dtrlab.trace.torch_compile.tracing import trace_joint
 
 
 def timed(function):

@@ -1,7 +1,7 @@
 """Knob values partitioned per minute: trace once, then torch's partitioner per activation_memory_budget value.
 
 A Llama-style decoder (``hf:llama``: Llama 3.2 1B's shape by default, 16 layers of width
-2048) is traced once on fake tensors (:func:`dtrlab.trace.partition.trace_joint`), then
+2048) is traced once on fake tensors (:func:`dtrlab.trace.torch_compile.tracing.trace_joint`), then
 partitioned at ``--knobs`` values evenly spread over [0, 1]. Printed per phase (CPU seconds
 of this process, wall seconds beside):
 
@@ -23,7 +23,8 @@ import time
 import warnings
 
 from dtrlab.memory.partitioned import step_peaks
-from dtrlab.trace.partition import partition, trace_joint
+from dtrlab.trace.torch_compile.partition import partition
+from dtrlab.trace.torch_compile.tracing import trace_joint
 
 
 def timed(function):

@@ -39,8 +39,11 @@ MODULES = {
     "dtrlab/analysis/holes.py": ["tests/test_holes.py", "tests/test_census_guarantee.py"],
     "dtrlab/analysis/anatomy.py": ["tests/test_anatomy.py"],
     # With test_inductor's quick tests: the Inductor accounting's path through both (joints traced for Inductor,
-    # graph breaks, knob_peaks's backend); test_user_corpus's: a step with graph breaks under aot_eager.
-    "dtrlab/trace/partition.py": ["tests/test_partition.py", "tests/test_inductor.py", "tests/test_user_corpus.py"],
+    # graph breaks, knob_peaks's backend); test_user_corpus's: a step with graph breaks under aot_eager. The same
+    # tests for the five modules that were partition.py's with it (the joint trace, its graph breaks, the recording).
+    **{f"dtrlab/trace/torch_compile/{name}.py": ["tests/test_partition.py", "tests/test_inductor.py",
+                                                 "tests/test_user_corpus.py"]
+       for name in ("tracing", "intercept", "graph_breaks", "joint", "partition", "record")},
     "dtrlab/memory/partitioned.py": ["tests/test_partition.py", "tests/test_inductor.py"],
     "dtrlab/memory/caching.py": ["tests/test_memory_models.py", "tests/test_memory_core.py"],
     "dtrlab/runtime/semantics.py": ["tests/test_memory_semantics.py", "tests/test_memory_runtime.py",
@@ -51,11 +54,11 @@ MODULES = {
     "dtrlab/solvers/replay.py": ["tests/test_solvers.py"],
     # Not test_fit_knob's tests of dtrlab.compile's cache by fingerprint: they compile (seconds each), and a mutant that
     # makes two steps' keys differ sends them searching past mutmut's limit, a timeout whether or not a test failed.
-    "dtrlab/trace/fingerprint.py": ["tests/test_fingerprint.py",
+    "dtrlab/trace/torch_compile/fingerprint.py": ["tests/test_fingerprint.py",
                                     "tests/test_fit_knob.py::test_step_fingerprint_sees_what_decides_the_graph"],
     # The Inductor accounting and the byte budget: their quick tests trace and lower small models (tens of seconds
     # a test), so a run takes hours.
-    "dtrlab/trace/inductor.py": ["tests/test_inductor.py"],
+    "dtrlab/trace/torch_compile/inductor.py": ["tests/test_inductor.py"],
     "dtrlab/analysis/fit_knob.py": ["tests/test_fit_knob.py"],
     "dtrlab/analysis/knob_compile.py": ["tests/test_fit_knob.py"],
 }
@@ -76,7 +79,8 @@ def configuration(module: str, tests: list[str]) -> str:
             # CPU, or half that of wall time (mutmut's default multiplier, 15, let one hold a module's run for minutes on
             # busy cores); it counts as killed. The 10 s (mutmut's default: 1 s) cover the forked pytest's own start:
             # on busy cores it took more than the 3 s of wall time that 1 s gave a mutant whose tests take 0.02 s, so
-            # such mutants were "timeouts" whether their tests failed or passed (trace/fingerprint.py's first run).
+            # such mutants were "timeouts" whether their tests failed or passed (trace/torch_compile/fingerprint.py's
+            # first run).
             "timeout_multiplier = 3.0\ntimeout_constant = 10.0\n"
             # Each mutant's tests in a process forked from mutmut's fork server, which has imported the tests but run
             # none: torch's autograd refuses a backward in a process forked after one ran a backward, so under mutmut's
@@ -126,7 +130,8 @@ def run(module: str, jobs: int) -> dict:
     directory = prepare(module)
     started = time.perf_counter()
     # One OpenMP thread: mutmut forks each mutant's tests from a process that has run torch, and a fork after torch
-    # ran a parallel region can hang in the next one (trace/fingerprint.py's first run: a model's .double() did).
+    # ran a parallel region can hang in the next one (trace/torch_compile/fingerprint.py's first run: a model's
+    # .double() did).
     result = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)], cwd=directory,
                             env={**os.environ, "PYTHONPATH": "", "DTRLAB_RECOMPUTE": "1", "DTRLAB_MUTATE": "1",
                                  "OMP_NUM_THREADS": "1"})

@@ -45,13 +45,13 @@ PYTORCH_CUDA_ALLOC_CONF is read once, when torch's allocator starts):
   for the budget (:func:`dtrlab.execute.gpu_check.check_execution`).
 
 * ``knob`` (only when named: ``--sections knob``): torch.compile's ``activation_memory_budget``
-  (dtrlab.trace.partition, dtrlab.memory.partitioned): ``--knob-model``'s training step
+  (dtrlab.trace.torch_compile.partition, dtrlab.memory.partitioned): ``--knob-model``'s training step
   (default ``transformer``) compiled with each of ``--knob-backends`` (default ``inductor`` then
   ``aot_eager``: torch's min-cut partitioner, then Inductor's kernels or eager ones) at each of
   ``--knob-values`` after ``torch._dynamo.reset()``, run once on the GPU; ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` above the bytes allocated
   before the step, against the prediction from the step traced on fake CUDA tensors and
   partitioned by torch at the same knob, for ``inductor`` lowered by Inductor for CUDA
-  (dtrlab.trace.inductor; on the GPU machine, where Inductor can target the device) (the
+  (dtrlab.trace.torch_compile.inductor; on the GPU machine, where Inductor can target the device) (the
   ``caching`` model's allocated peak less the
   constants the real step allocated beforehand). A run whose allocated peak differs from the
   prediction by more than the step's largest tensor is a mismatch; reserved bytes and the
@@ -70,17 +70,17 @@ PYTORCH_CUDA_ALLOC_CONF is read once, when torch's allocator starts):
   knob above the pick with its predicted peak (over the budget: the pick is the largest at the grid's
   resolution).
 
-* ``cuda-lowering`` (only when named: ``--sections cuda-lowering``): CUDA Inductor's lowering on fake tensors
-  without a GPU (dtrlab.trace.cuda_joint, dtrlab.trace.gpu_target) against the real thing. For each of
-  ``--lowering-models`` (a JSON object, source -> build options; default four families: :data:`LOWERING_MODELS`)
-  at each of ``--knob-values``: the step traced on fake CUDA tensors on this GPU and lowered by Inductor
-  (``trace_joint(device="cuda")``, the real route), and traced through the fake target named after this GPU
-  (``trace_joint(gpu=...)``, :func:`dtrlab.trace.gpu_target.matching_target`; a GPU no target matches is
-  refused in one line). Each distinct lowered wrapper of one route is compared line by line with the other's
-  (``difflib``; allowed: nothing; each differing line is reported, the first 20 kept); the fake route's
+* ``cuda-lowering`` (only when named: ``--sections cuda-lowering``): CUDA Inductor's lowering on fake tensors without
+  a GPU (dtrlab.trace.torch_compile.cuda_joint, dtrlab.trace.torch_compile.gpu_target) against the real thing. For
+  each of ``--lowering-models`` (a JSON object, source -> build options; default four families:
+  :data:`LOWERING_MODELS`) at each of ``--knob-values``: the step traced on fake CUDA tensors on this GPU and lowered
+  by Inductor (``trace_joint(device="cuda")``, the real route), and traced through the fake target named after this
+  GPU (``trace_joint(gpu=...)``, :func:`dtrlab.trace.torch_compile.gpu_target.matching_target`; a GPU no target
+  matches is refused in one line). Each distinct lowered wrapper of one route is compared line by line with the
+  other's (``difflib``; allowed: nothing; each differing line is reported, the first 20 kept); the fake route's
   predicted allocated and reserved peaks are set against the step compiled at the knob and run once:
-  ``torch.cuda.max_memory_allocated`` above the bytes allocated before it (within the step's largest tensor:
-  else a mismatch) and ``max_memory_reserved`` (reported beside).
+  ``torch.cuda.max_memory_allocated`` above the bytes allocated before it (within the step's largest tensor: else a
+  mismatch) and ``max_memory_reserved`` (reported beside).
 
 Results are printed and written as JSON to ``--out``, else to ``$OUT/validate_allocator_cuda.json``
 when ``$OUT`` is set.
@@ -551,8 +551,9 @@ def execute_section(spec: dict) -> dict:
 def knob_section(spec: dict, torch) -> dict:
     """torch.compile's activation_memory_budget on the GPU against dtrlab's prediction (see the module docstring)."""
     from dtrlab.memory.partitioned import step_peaks
-    from dtrlab.trace.inductor import partition_lowered
-    from dtrlab.trace.partition import partition, trace_joint
+    from dtrlab.trace.torch_compile.inductor import partition_lowered
+    from dtrlab.trace.torch_compile.partition import partition
+    from dtrlab.trace.torch_compile.tracing import trace_joint
 
     backend = spec.get("backend", "aot_eager")
     joint = trace_joint(spec["model"], device="cuda", backend=backend)
@@ -575,7 +576,7 @@ def measured_against(torch, step, predicted: dict, model: str, options: dict, kn
     less the step's constants, plus the loss's gradient), reserved bytes, saved tensors (autograd's saved-tensor
     hooks)."""
     from dtrlab.trace.models import build
-    from dtrlab.trace.partition import LossStep
+    from dtrlab.trace.torch_compile.tracing import LossStep
 
     constants = sum(-(-op.total_size // 512) * 512 for op in step.trace.operators if op.is_constant)
     tangent = 512  # the loss's gradient, allocated by autograd during the real step
@@ -613,9 +614,9 @@ def cuda_lowering_section(spec: dict, torch) -> dict:
     """CUDA Inductor's lowering through the fake target against the real one, and its peaks against the real
     step's (see the module docstring)."""
     from dtrlab.memory.partitioned import step_peaks
-    from dtrlab.trace.gpu_target import matching_target
-    from dtrlab.trace.inductor import partition_lowered
-    from dtrlab.trace.partition import trace_joint
+    from dtrlab.trace.torch_compile.gpu_target import matching_target
+    from dtrlab.trace.torch_compile.inductor import partition_lowered
+    from dtrlab.trace.torch_compile.tracing import trace_joint
 
     gpu = matching_target(torch.cuda.get_device_properties(0))
     if gpu is None:
@@ -665,7 +666,7 @@ def compile_section(spec: dict, torch) -> dict:
     import dtrlab
     from dtrlab.analysis.fit_knob import fit_knob, spread_budgets
     from dtrlab.trace.models import build
-    from dtrlab.trace.partition import LossStep
+    from dtrlab.trace.torch_compile.tracing import LossStep
 
     backend, runs = spec["backend"], []
     workload = build(spec["model"], device="cuda", **spec["options"])

@@ -38,7 +38,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from dtrlab.trace.models import build
-from dtrlab.trace.partition import LossStep
+from dtrlab.trace.torch_compile.tracing import LossStep
 from dtrlab.trace.profiled import cpu_peak_bytes
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
-"""CUDA Inductor's lowering on a machine without a GPU (dtrlab.trace.gpu_target, dtrlab.trace.cuda_joint): a named
-GPU's answers inside the block only, a small graph and a tiny step lowered for an H100, attention as CUDA's
-dispatcher picks it."""
+"""CUDA Inductor's lowering on a machine without a GPU (dtrlab.trace.torch_compile.gpu_target,
+dtrlab.trace.torch_compile.cuda_joint): a named GPU's answers inside the block only, a small graph and a tiny step
+lowered for an H100, attention as CUDA's dispatcher picks it."""
 
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ pytest.importorskip("triton")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from dtrlab.trace.cuda_joint import (CUDA_ATTENTION_EXTRAS, MATH_ATTENTION, SWAPPED, CudaTraceError,  # noqa: E402
-                                     additive_mask, efficient_mask, retrace_on_cuda, sdp_order, sdpa_backend)
-from dtrlab.trace.gpu_target import GPU_TARGETS, gpu_target, patched_names  # noqa: E402
-from dtrlab.trace.partition import for_gpu, joint_hash, trace_joint  # noqa: E402
+from dtrlab.trace.torch_compile.cuda_joint import (CUDA_ATTENTION_EXTRAS, MATH_ATTENTION, SWAPPED,  # noqa: E402
+                                                   CudaTraceError, additive_mask, efficient_mask, retrace_on_cuda,
+                                                   sdp_order, sdpa_backend)
+from dtrlab.trace.torch_compile.gpu_target import GPU_TARGETS, gpu_target, patched_names  # noqa: E402
+from dtrlab.trace.torch_compile.joint import joint_hash  # noqa: E402
+from dtrlab.trace.torch_compile.tracing import for_gpu, trace_joint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = "tests.test_partition:tiny_mlp"
@@ -246,7 +248,7 @@ def test_every_gpu_preset_is_a_lowering_target_and_a_real_device_finds_its_own()
     from types import SimpleNamespace
 
     from dtrlab.memory.device import GPU_PRESETS
-    from dtrlab.trace.gpu_target import matching_target
+    from dtrlab.trace.torch_compile.gpu_target import matching_target
 
     assert {name: target.total_memory for name, target in GPU_TARGETS.items()} == GPU_PRESETS
     assert matching_target(SimpleNamespace(name=H100.name)) == "H100-80GB"

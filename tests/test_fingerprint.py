@@ -1,6 +1,7 @@
-"""dtrlab.trace.fingerprint: a step's fingerprint is equal when what decides the graph is equal and differs when
-one thing its module docstring lists differs; the hash of a graph dynamo hands a backend. The expected outcome of
-each pair is that list (what torch.compile's graph depends on), or the helpers' outputs written out by hand."""
+"""dtrlab.trace.torch_compile.fingerprint: a step's fingerprint is equal when what decides the graph is equal and
+differs when one thing its module docstring lists differs; the hash of a graph dynamo hands a backend. The expected
+outcome of each pair is that list (what torch.compile's graph depends on), or the helpers' outputs written out
+by hand."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import torch._dynamo.config  # noqa: E402,F401
 import torch._inductor.config  # noqa: E402,F401
 from torch import nn  # noqa: E402
 
-from dtrlab.trace import fingerprint  # noqa: E402
-from dtrlab.trace.fingerprint import dynamo_graph_hash, step_fingerprint  # noqa: E402
+from dtrlab.trace.torch_compile import fingerprint  # noqa: E402
+from dtrlab.trace.torch_compile.fingerprint import dynamo_graph_hash, step_fingerprint  # noqa: E402
 
 X = torch.zeros(2, 4)
 

@@ -19,7 +19,7 @@ from torch.nn import functional as F  # noqa: E402
 import dtrlab  # noqa: E402
 from dtrlab.analysis.fit_knob import budget_bytes, fit_knob, search_budget, spread_budgets  # noqa: E402
 from dtrlab.analysis.knob_census import CPU_INDUCTOR_ANSWER, CUDA_INDUCTOR_ANSWER, KnobPlan  # noqa: E402
-from dtrlab.trace.partition import LossStep  # noqa: E402
+from dtrlab.trace.torch_compile.tracing import LossStep  # noqa: E402
 
 GRID = KnobPlan().grid()
 
@@ -328,7 +328,7 @@ def test_the_cache_key_holds_every_setting_of_the_search(monkeypatch):
     import torch
 
     from dtrlab.analysis import fit_knob as module
-    from dtrlab.trace.partition import RECORDING_VERSION
+    from dtrlab.trace.torch_compile.record import RECORDING_VERSION
 
     settings = dict(budget=7, column="flat_peak", backend="aot_eager", solver="greedy", runtime_estimator="flops",
                     lowering="H100-80GB")
@@ -348,7 +348,7 @@ def test_the_cache_key_holds_every_setting_of_the_search(monkeypatch):
 def test_the_step_is_traced_where_it_is_asked(mlp, monkeypatch):
     """The live model and inputs on their own device (none given, or theirs), a fake copy on another; a source
     built on the CPU unless told, with its options; the backend and the model's name passed on (trace stubbed)."""
-    import dtrlab.trace.partition as partition
+    import dtrlab.trace.torch_compile.tracing as tracing
 
     model, x = mlp
     traced = []
@@ -364,8 +364,8 @@ def test_the_step_is_traced_where_it_is_asked(mlp, monkeypatch):
         traced.append((source, options))
         raise Traced
 
-    monkeypatch.setattr(partition, "trace_step", trace_step)
-    monkeypatch.setattr(partition, "trace_joint", trace_joint)
+    monkeypatch.setattr(tracing, "trace_step", trace_step)
+    monkeypatch.setattr(tracing, "trace_joint", trace_joint)
     loss = lambda out: out.sum()  # noqa: E731
     for device, inputs in ((None, (x,)), ("cpu", x), ("cuda", (x,))):
         with pytest.raises(Traced):
@@ -439,7 +439,8 @@ def test_what_the_choice_recomputes_is_the_chosen_partitions(monkeypatch):
     """Below the cliff (a batch whose activations move the peak), the FLOPs and random operators reported are
     those of torch's partition at the chosen knob."""
     from dtrlab.analysis import fit_knob as module
-    from dtrlab.trace.partition import partition, trace_step
+    from dtrlab.trace.torch_compile.partition import partition
+    from dtrlab.trace.torch_compile.tracing import trace_step
 
     torch.manual_seed(0)
     model, x = DropoutMLP(0.0), torch.randn(1024, 64)
@@ -458,7 +459,7 @@ def test_what_the_choice_recomputes_is_the_chosen_partitions(monkeypatch):
 def test_fit_knob_takes_inductors_accounting_by_default(mlp):
     """The default pick is Inductor's accounting (the peak knob_peaks lowers with Inductor)."""
     from dtrlab.memory.partitioned import knob_peaks
-    from dtrlab.trace.partition import trace_step
+    from dtrlab.trace.torch_compile.tracing import trace_step
 
     model, x = mlp
     fit = fit_knob(model, (x,), budget=1 << 30, accounting="flat", cache=False)
@@ -513,15 +514,15 @@ def test_recomputed_dropout_is_named(mlp):
     """At knob 0 the partitioner recomputes the dropout (pytorch#190758); at 1.0 nothing random is recomputed; the
     solver is passed on."""
     from dtrlab.analysis.fit_knob import recomputed_random
-    from dtrlab.trace.partition import fake_module, trace_step
+    from dtrlab.trace.torch_compile.tracing import fake_module, trace_step
 
     model, x = mlp
     joint = trace_step(*fake_module(model, (x,), "cpu"), source="mlp")
     assert recomputed_random(joint, 0.0) == ("native_dropout",)
     assert recomputed_random(joint, 1.0) == ()
-    asked, partition = [], dtrlab.trace.partition.partition
+    asked, partition = [], dtrlab.trace.torch_compile.partition.partition
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(dtrlab.trace.partition, "partition",
+        patch.setattr(dtrlab.trace.torch_compile.partition, "partition",
                       lambda joint, knob, solver=None: asked.append((knob, solver)) or partition(joint, knob))
         assert recomputed_random(joint, 0.0, "greedy") == ("native_dropout",) and asked == [(0.0, "greedy")]
     fit = fit_knob(model, (x,), backend="aot_eager", budget=1 << 30, accounting="flat", cache=False)
@@ -608,7 +609,7 @@ def _dtr_by_hand(model, x, labels, budget: int) -> dict:
     from dtrlab.runtime.semantics import REFERENCE
     from dtrlab.trace.capture import record
     from dtrlab.trace.models import meta_patches
-    from dtrlab.trace.partition import meta_module
+    from dtrlab.trace.torch_compile.tracing import meta_module
     from dtrlab.trace.simrd_log import parse_lines
 
     meta_labels = torch.empty_like(labels, device="meta")
@@ -694,9 +695,9 @@ def test_the_record_names_the_solver_and_estimator_it_ran_with_and_torch_keys_th
     asked ones; an answer cached under another torch version is not served."""
     model, x = mlp
     asked = dict(backend="aot_eager", budget=1 << 30, accounting="flat", cache=tmp_path)
-    solvers, partition = [], dtrlab.trace.partition.partition
+    solvers, partition = [], dtrlab.trace.torch_compile.partition.partition
     with monkeypatch.context() as patch:  # the chosen partition's too (what it recomputes)
-        patch.setattr(dtrlab.trace.partition, "partition",
+        patch.setattr(dtrlab.trace.torch_compile.partition, "partition",
                       lambda *args, solver=None, **kwargs: solvers.append(solver) or partition(*args, solver=solver,
                                                                                              **kwargs))
         fit = fit_knob(model, (x,), solver="greedy", runtime_estimator="testing", **asked)
@@ -747,7 +748,7 @@ EXTRA_OPERATOR = {"on": False}
 
 def test_step_fingerprint_sees_what_decides_the_graph():
     """Equal for the same model rebuilt (other weights' values), different for each change a graph depends on."""
-    from dtrlab.trace.fingerprint import step_fingerprint
+    from dtrlab.trace.torch_compile.fingerprint import step_fingerprint
 
     def built(seed=0, dropout=0.1, width=256):
         torch.manual_seed(seed)
@@ -1159,7 +1160,7 @@ def _constant_bytes(model, inputs) -> int:
 def _traced_once(monkeypatch):
     """fit_knob's trace of one step shared between its calls in a test (the probe and each budget's pick), so a
     partition Inductor lowered for one budget is not lowered again for the next (the joint keeps its lowerings)."""
-    import dtrlab.trace.partition as module
+    import dtrlab.trace.torch_compile.tracing as module
 
     memo, trace_step = {}, module.trace_step
 
@@ -1228,7 +1229,7 @@ def test_solver_limits_flag_a_choice_over_its_limit(monkeypatch):
     from torch._functorch import partitioners
 
     from dtrlab.analysis.knob_solvers import solver_limits
-    from dtrlab.trace.partition import fake_module, trace_step
+    from dtrlab.trace.torch_compile.tracing import fake_module, trace_step
 
     torch.manual_seed(0)
     joint = trace_step(*fake_module(DropoutMLP(0.0), (torch.randn(1024, 64),), "cpu"), source="mlp")
@@ -1268,7 +1269,8 @@ def test_a_gpu_preset_device_picks_under_cuda_inductors_lowering_and_says_so(mlp
     """``device="H100-80GB"``: the step traced and lowered for that GPU (the rule of ``dtrlab knob --device``), the
     answer naming it in its record and its lines; the CPU lowering otherwise; one cache holds both apart; and
     dtrlab.compile's pick says the same (issue 54 item 3)."""
-    from dtrlab.trace.partition import joint_hash, trace_step
+    from dtrlab.trace.torch_compile.joint import joint_hash
+    from dtrlab.trace.torch_compile.tracing import trace_step
 
     model, x = mlp
     gpu = fit_knob(model, (x,), budget=1 << 30, device="H100-80GB", accounting="flat", cache=tmp_path)

@@ -1,5 +1,5 @@
-"""The Inductor accounting (dtrlab.trace.inductor): Inductor's own lowering of each partition, checked against
-real ``torch.compile(backend="inductor")`` steps on the CPU with two instruments (tests/compiled_steps.py)."""
+"""The Inductor accounting (dtrlab.trace.torch_compile.inductor): Inductor's own lowering of each partition, checked
+against real ``torch.compile(backend="inductor")`` steps on the CPU with two instruments (tests/compiled_steps.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from dtrlab.memory.partitioned import knob_peaks, step_peaks, step_record  # noqa: E402
-from dtrlab.trace.inductor import partition_lowered  # noqa: E402
-from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
+from dtrlab.trace.torch_compile.inductor import partition_lowered  # noqa: E402
+from dtrlab.trace.torch_compile.partition import partition  # noqa: E402
+from dtrlab.trace.torch_compile.tracing import trace_joint  # noqa: E402
 from tests.compiled_steps import both_instruments  # noqa: E402
 
 MLP = "tests.test_partition:tiny_mlp"
@@ -73,8 +74,8 @@ def cnn_joint():
 
 
 def _count_lowerings(monkeypatch) -> list:
-    """A list that grows by one at each graph dtrlab.trace.inductor lowers."""
-    import dtrlab.trace.inductor as module
+    """A list that grows by one at each graph dtrlab.trace.torch_compile.inductor lowers."""
+    import dtrlab.trace.torch_compile.inductor as module
 
     lowered = []
     lower = module.lower
@@ -97,7 +98,7 @@ def _prediction(step) -> tuple[int, int]:
     peaks = step_peaks(step)
     assert peaks["flat_peak"] == step.recorded_peak_bytes  # the log's replay and the storages' own count agree
     constants = [op for op in step.trace.operators if op.is_constant]
-    tangent = constants[-1].total_size  # declared last (dtrlab.trace.partition.run_graphs)
+    tangent = constants[-1].total_size  # declared last (dtrlab.trace.torch_compile.record.run_graphs)
     return peaks["flat_peak"] - sum(op.total_size for op in constants) + tangent, \
         max(op.total_size for op in step.trace.operators if not op.name.endswith(("_temporary", "_held")))
 
@@ -134,7 +135,7 @@ def test_the_lowering_is_the_wrapper_a_real_inductor_compile_generates(cnn_joint
     from torch._inductor.utils import run_and_get_code
 
     from dtrlab.trace.models import build
-    from dtrlab.trace.partition import LossStep
+    from dtrlab.trace.torch_compile.tracing import LossStep
 
     with torch._functorch.config.patch(activation_memory_budget=0.5):
         workload = build(CNN, device="cpu")
@@ -193,8 +194,8 @@ def test_the_wrapper_helpers_allocate_and_view_as_inductors_do():
     dtype; a placeholder's fake value is restrided only where the strides differ."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from dtrlab.trace.inductor import (_dispatched_empty_strided, _dispatched_reinterpret, _meta_like, _MetaDevices,
-                                       _restrided)
+    from dtrlab.trace.torch_compile.inductor import (_dispatched_empty_strided, _dispatched_reinterpret, _meta_like,
+                                                     _MetaDevices, _restrided)
 
     base = torch.empty(12, device="meta")
     for view, offset, storage_offset in ((base, 4, 4), (base[6:], 0, 6), (base[6:], 2, 8)):
@@ -248,7 +249,7 @@ def test_a_wrapper_runs_through_the_dispatcher_on_meta_with_its_constants():
     its constant is a meta copy an operator can read, its benchmark harness does not run."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from dtrlab.trace.inductor import _wrapper_call
+    from dtrlab.trace.torch_compile.inductor import _wrapper_call
 
     class Dispatched(TorchDispatchMode):
         def __init__(self):
@@ -274,7 +275,7 @@ def test_a_wrapper_runs_through_the_dispatcher_on_meta_with_its_constants():
 def test_lowering_leaves_the_partitioned_graph_as_it_was(mlp_joint):
     """Inductor's post-grad passes rewrite the graph they lower: the partition's own graphs, remembered and keyed
     by their content, must not change (fx's printout of them, before and after)."""
-    from dtrlab.trace.inductor import lower
+    from dtrlab.trace.torch_compile.inductor import lower
 
     (forward, backward), = partition(mlp_joint, 0.0, keep_graphs=True).graphs
     before = str(forward.graph), str(backward.graph)
@@ -288,7 +289,7 @@ def test_graph_key_tells_graphs_apart_by_every_node_field():
     arguments, another key (a pair's key decides whether a partition is lowered again)."""
     from torch import fx
 
-    from dtrlab.trace.inductor import graph_key
+    from dtrlab.trace.torch_compile.inductor import graph_key
 
     def graph(target=torch.add, name="out", alpha=1, other=2.0, op="call_function"):
         g = fx.Graph()
@@ -321,7 +322,7 @@ def test_a_graph_inductor_cannot_lower_is_named_in_one_line(mlp_joint, monkeypat
     """Inductor's failure, forward or backward, as one line naming the step, the graph and the cause's first line."""
     from torch._inductor import compile_fx
 
-    from dtrlab.trace.inductor import InductorLoweringError
+    from dtrlab.trace.torch_compile.inductor import InductorLoweringError
 
     def failing(message):
         def compile_graph(*args, **kwargs):
@@ -377,7 +378,7 @@ def test_a_step_with_graph_breaks_is_lowered_graph_by_graph(monkeypatch):
     pair of each graph is lowered once; the wrappers run graph by graph give the real Inductor step's peak
     (measured by the profiler in tests/test_user_corpus.py's slow test: 534,576 B above the constants at knob
     1.0, 469,040 B at 0.0)."""
-    from dtrlab.trace.inductor import graph_key
+    from dtrlab.trace.torch_compile.inductor import graph_key
 
     joint = _trace("tests.user_corpus:graph_break")
     assert len(joint.parts) == 3 and all(part.backend == "inductor" and part.inductor is not None
@@ -440,7 +441,7 @@ def test_prediction_is_the_real_inductor_peak(name):
 
 # ------------------------------------------------------------------ the lowerings kept on disk across runs
 def _entries(root) -> list:
-    from dtrlab.trace.lowering_cache import cache_entries
+    from dtrlab.trace.torch_compile.lowering_cache import cache_entries
 
     return cache_entries(root)
 
@@ -511,8 +512,8 @@ def test_the_disk_key_holds_the_target_device_torch_configurations_and_the_joint
     those but Inductor's configuration) and is what :func:`lowering_key` finds without lowering."""
     import dataclasses
 
-    import dtrlab.trace.inductor as inductor
-    from dtrlab.trace.inductor import disk_key, lowering_key
+    import dtrlab.trace.torch_compile.inductor as inductor
+    from dtrlab.trace.torch_compile.inductor import disk_key, lowering_key
 
     from dtrlab.trace.op_temporaries import device_key
 
@@ -559,7 +560,7 @@ _LOWER_IN_A_PROCESS = """
 import json, sys, warnings
 warnings.simplefilter("ignore")
 from dtrlab.memory.partitioned import knob_peaks
-from dtrlab.trace.partition import trace_joint
+from dtrlab.trace.torch_compile.tracing import trace_joint
 joint = trace_joint(sys.argv[1], backend="inductor")
 row = knob_peaks(joint, 1.0, cache=sys.argv[2])
 print(json.dumps({"lowered": len(joint.lowerings), "row": row}))

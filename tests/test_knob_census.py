@@ -601,7 +601,7 @@ def test_forked_workers_lower_each_partition_once_and_give_the_serial_census(tmp
 
     pytest.importorskip("torch")
     from dtrlab.analysis import knob_census
-    from dtrlab.trace.lowering_cache import cache_entries
+    from dtrlab.trace.torch_compile.lowering_cache import cache_entries
 
     phased = []
     split = knob_census._lowering_phases
@@ -1037,13 +1037,13 @@ def recorded_tracing(monkeypatch) -> list:
     import dtrlab.analysis.knob_census as knob_census
     import dtrlab.analysis.knob_solvers as knob_solvers
     import dtrlab.memory.partitioned as partitioned
-    import dtrlab.trace.inductor as inductor
-    import dtrlab.trace.partition as partition
+    import dtrlab.trace.torch_compile.inductor as inductor
+    import dtrlab.trace.torch_compile.tracing as tracing
 
     traced = []
     monkeypatch.setattr(knob_census, "_JOINT_MEMO", {})
     monkeypatch.setattr(knob_census, "_JOINT_TRACES", {})
-    monkeypatch.setattr(partition, "trace_joint",
+    monkeypatch.setattr(tracing, "trace_joint",
                         lambda source, **options: traced.append((source, options)) or f"joint of {source}")
     peaks = {accounting: 1 for accounting in ACCOUNTINGS}
     monkeypatch.setattr(partitioned, "knob_peaks",
@@ -1098,7 +1098,8 @@ def test_a_shipped_census_is_served_only_for_its_own_graph_torch_configuration_a
     from dtrlab.analysis.knob_census import shipped_census_for
     from dtrlab.integrity import write_manifest
     from dtrlab.memory.partitioned import knob_peaks
-    from dtrlab.trace.partition import joint_hash, trace_joint
+    from dtrlab.trace.torch_compile.joint import joint_hash
+    from dtrlab.trace.torch_compile.tracing import trace_joint
 
     joint = trace_joint("tests.test_partition:tiny_mlp")
     plan = KnobPlan(step=0.5, resolution=0.25, refine="against")

@@ -11,9 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import dtrlab.trace.op_temporaries as op_temporaries  # noqa: E402
-from dtrlab.trace.inductor import partition_lowered  # noqa: E402
+from dtrlab.trace.torch_compile.inductor import partition_lowered  # noqa: E402
 from dtrlab.trace.op_temporaries import OpTemporaries, Temporaries, device_key, measure  # noqa: E402
-from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
+from dtrlab.trace.torch_compile.partition import partition  # noqa: E402
+from dtrlab.trace.torch_compile.tracing import trace_joint  # noqa: E402
 from tests.compiled_steps import measure_compiled_run  # noqa: E402
 from tests.test_inductor import _prediction  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""torch.compile's activation_memory_budget per knob (dtrlab.trace.partition, dtrlab.memory.partitioned),
+"""torch.compile's activation_memory_budget per knob (dtrlab.trace.torch_compile.partition, dtrlab.memory.partitioned),
 checked against what torch.compile itself saves and allocates on the CPU."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from torch.nn import functional as F  # noqa: E402
 
 from dtrlab.memory.partitioned import (interventions, knob_peaks, peak_composition, step_peaks,  # noqa: E402
                                       step_record)
-from dtrlab.trace.partition import (PartitionedStep, StepLinks, fake_module, joint_hash, meta_module,  # noqa: E402
-                                    partition, trace_joint)
+from dtrlab.trace.torch_compile.joint import StepLinks, joint_hash  # noqa: E402
+from dtrlab.trace.torch_compile.partition import PartitionedStep, partition  # noqa: E402
+from dtrlab.trace.torch_compile.tracing import fake_module, meta_module, trace_joint  # noqa: E402
 from tests.compiled_steps import measure_compiled_run  # noqa: E402
 
 KNOBS = (1.0, 0.3, 0.0)
@@ -284,7 +285,7 @@ def test_proxy_runtime_is_the_estimate_summed_over_the_recomputed_operators(join
     the operators the backward recomputes (at knob 0: the MLP's pointwise operators and views)."""
     from torch._functorch.partitioners import estimate_runtime
 
-    from dtrlab.trace.partition import partitioner_config
+    from dtrlab.trace.torch_compile.partition import partitioner_config
 
     step = partition(joints[MLP], 0.0, keep_graphs=True)
     ((_, backward),) = step.graphs
@@ -414,7 +415,7 @@ def test_forcings_of_a_step_with_graph_breaks_go_to_their_graphs():
     nearest node; a one-graph step takes the names as they are."""
     from types import SimpleNamespace
 
-    from dtrlab.trace.partition import _forcings_by_graph
+    from dtrlab.trace.torch_compile.partition import _forcings_by_graph
 
     joint = SimpleNamespace(parts=("first", "second", "third"), forward_nodes=frozenset({"g0.mm", "g2.add"}))
     assert _forcings_by_graph(joint, {"g0.mm": "save", "g2.add": "recompute"}) == [{"mm": "save"}, {},
@@ -431,7 +432,7 @@ def test_signature_is_the_placeholders_kinds_and_shapes_and_the_forward_outputs(
     a tangent and its shape; the forward's output count."""
     from torch import fx
 
-    from dtrlab.trace.partition import _signature
+    from dtrlab.trace.torch_compile.graph_breaks import _signature
 
     graph = fx.Graph()
     primal, tangent = graph.placeholder("primals_1"), graph.placeholder("tangents_1")
@@ -446,7 +447,7 @@ def test_signature_is_the_placeholders_kinds_and_shapes_and_the_forward_outputs(
 def test_trace_step_of_a_live_module():
     """trace_step's own defaults (no description, no build options, aot_eager); one input tensor is a one-tuple;
     no loss: the sum of the outputs; a loss that is not one scalar is refused in words."""
-    from dtrlab.trace.partition import trace_step
+    from dtrlab.trace.torch_compile.tracing import trace_step
 
     model, x = nn.Linear(4, 3), torch.randn(2, 4)
     with warnings.catch_warnings():
@@ -463,7 +464,7 @@ def test_forward_nodes_are_those_no_tangent_reaches():
     """On a hand-built joint: y = x * x is forward; dy = t * x and dx = dy + y depend on the tangent t."""
     from torch import fx
 
-    from dtrlab.trace.partition import _forward_nodes
+    from dtrlab.trace.torch_compile.joint import _forward_nodes
 
     graph = fx.Graph()
     x, t = graph.placeholder("primals_1"), graph.placeholder("tangents_1")
@@ -481,7 +482,7 @@ def test_a_graph_constant_moves_to_the_run_device_unrecorded():
     its node."""
     from torch import fx
 
-    from dtrlab.trace.partition import _NodeInterpreter, _NodeNamingRecorder
+    from dtrlab.trace.torch_compile.record import _NodeInterpreter, _NodeNamingRecorder
 
     module = torch.nn.Module()
     module.register_buffer("constant", torch.arange(6, dtype=torch.float64).reshape(2, 3).t())
@@ -499,7 +500,7 @@ def test_a_graph_constant_moves_to_the_run_device_unrecorded():
 def test_every_operator_of_a_recording_is_named_by_its_node():
     """One node name per operator line: CALL and MUTATE (an in-place operator: none of the partitioned steps tried
     has one, functionalised as their graphs are) by the node that ran, CONSTANT by none."""
-    from dtrlab.trace.partition import _NodeNamingRecorder
+    from dtrlab.trace.torch_compile.record import _NodeNamingRecorder
 
     recorder = _NodeNamingRecorder("flops", 1)
     x = torch.ones(4, device="meta")
@@ -589,7 +590,7 @@ def test_untraceable_names_what_the_backend_raised():
     """The refusal names the exception the backend itself raised (dynamo wraps it as ``inner_exception``), else the
     one raised, or the one at the root of its chain (raised from, or while handling), by its class and its
     message's first line; an empty message leaves the class alone."""
-    from dtrlab.trace.partition import _untraceable
+    from dtrlab.trace.torch_compile.intercept import _untraceable
 
     class BackendFailed(Exception):
         def __init__(self, inner):
@@ -622,7 +623,7 @@ def test_a_graph_whose_tangents_do_not_match_its_outputs_is_refused():
     backward its tangents, and says so (not reached by any step tried: a safeguard)."""
     from torch import fx
 
-    from dtrlab.trace.partition import _step_links
+    from dtrlab.trace.torch_compile.graph_breaks import _step_links
 
     graph = fx.Graph()
     for name in ("primals_1", "tangents_1", "tangents_2"):
@@ -666,7 +667,7 @@ def test_graph_break_steps_whose_tensors_cross_graphs_peak_as_the_real_step(sour
     reassigned_activation peaks in the last graph's forward, where the first graph's h (8 KiB), which no graph reads
     any more, still counts: the Python frames dynamo resumes the step in hold it until the forward returns. Dropped
     after the last graph that reads it, the prediction would be 8 KiB below the real peak."""
-    from dtrlab.trace.inductor import partition_lowered
+    from dtrlab.trace.torch_compile.inductor import partition_lowered
 
     source = f"tests.test_partition:{source}"
     with warnings.catch_warnings():
@@ -682,7 +683,7 @@ def test_graph_break_steps_whose_tensors_cross_graphs_peak_as_the_real_step(sour
 def test_a_later_gradient_is_added_in_place_only_where_autograd_adds_in_place():
     """autograd's input buffer (grad mode off) adds a second gradient into the first in place when the first is dense
     and nothing else holds it or its storage; else into a new tensor, leaving the first as it was."""
-    from dtrlab.trace.partition import _add_gradients
+    from dtrlab.trace.torch_compile.record import _add_gradients
 
     def added(earlier, gradients=None):
         """Whether the sum is ``earlier`` itself (checking its value)."""
@@ -722,7 +723,7 @@ def test_tangents_are_the_loss_gradient_later_gradients_or_zeros():
     where no later graph produced one, the loss's gradient for the loss."""
     from torch import fx
 
-    from dtrlab.trace.partition import _tangents
+    from dtrlab.trace.torch_compile.record import _tangents
 
     graph = fx.Graph()
     outputs = [graph.placeholder(name) for name in ("used", "integer", "unused", "loss")]
@@ -764,7 +765,7 @@ def test_forcings_refused_in_words(joints):
 
 
 def test_unknown_source_and_node(joints):
-    from dtrlab.trace.partition import check_backend
+    from dtrlab.trace.torch_compile.joint import check_backend
 
     with pytest.raises(ValueError, match="unknown model 'resnet33'"):
         trace_joint("resnet33")
@@ -778,7 +779,7 @@ def test_unknown_source_and_node(joints):
 
 
 def test_torch_without_the_knob(joints, monkeypatch):
-    import dtrlab.trace.partition as module
+    import dtrlab.trace.torch_compile.joint as module
 
     monkeypatch.setattr(module, "KNOB", "activation_memory_budget_that_this_torch_lacks")
     with pytest.raises(ValueError) as info:

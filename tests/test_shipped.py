@@ -647,7 +647,7 @@ def test_notebook_14_census_is_served_for_its_default_model_and_recomputes():
     from dtrlab.analysis.knob_census import census_knob, shipped_census_for
     from dtrlab.memory.partitioned import knob_peaks
     from dtrlab.pipeline.ship_knob import NOTEBOOKS, build_options, capture_options, census_directory, notebook_plan
-    from dtrlab.trace.partition import trace_joint
+    from dtrlab.trace.torch_compile.tracing import trace_joint
 
     command, _ = NOTEBOOKS["14-fit-budget"]
     with warnings.catch_warnings():

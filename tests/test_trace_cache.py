@@ -180,7 +180,7 @@ def test_dtrlab_cache_lists_folders_and_cleans_inductor_lowerings(tmp_path, caps
     lowering folder of another version as never read; ``clean --inductor`` removes every lowering, any version,
     and nothing else."""
     from dtrlab.cli import main
-    from dtrlab.trace.lowering_cache import FOLDER
+    from dtrlab.trace.torch_compile.lowering_cache import FOLDER
 
     (tmp_path / FOLDER).mkdir()
     (tmp_path / FOLDER / ("a" * 64 + ".npz")).write_bytes(b"x" * 1024)

@@ -20,9 +20,10 @@ from dtrlab.analysis.fit_knob import fit_knob  # noqa: E402
 from dtrlab.analysis.knob_census import read_census  # noqa: E402
 from dtrlab.cli import main  # noqa: E402
 from dtrlab.memory.partitioned import interventions, step_peaks  # noqa: E402
-from dtrlab.trace.inductor import partition_lowered  # noqa: E402
-from dtrlab.trace import partition as partition_module  # noqa: E402
-from dtrlab.trace.partition import partition, trace_joint  # noqa: E402
+from dtrlab.trace.torch_compile.inductor import partition_lowered  # noqa: E402
+from dtrlab.trace.torch_compile.partition import partition  # noqa: E402
+from dtrlab.trace.torch_compile import tracing as tracing_module  # noqa: E402
+from dtrlab.trace.torch_compile.tracing import trace_joint  # noqa: E402
 from tests.compiled_steps import both_instruments, measure_compiled_run  # noqa: E402
 
 TINY_DECODER = ["--batch", "2", "--seq", "32", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
@@ -84,16 +85,16 @@ def _operator_counts(joint) -> Counter:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_the_cuda_joint_differs_from_the_cpu_joint_only_by_the_table(name):
-    """Every corpus source's joint traced for an H100 (dtrlab.trace.cuda_joint) against its CPU joint, operator by
-    operator (counted): the CPU's fused attention becomes CUDA's (SWAPPED), one for one; a math attention (dropout
-    in training) becomes a fused kernel's pair, one per ``_safe_softmax``; the CUDA joint's only other
+    """Every corpus source's joint traced for an H100 (dtrlab.trace.torch_compile.cuda_joint) against its CPU joint,
+    operator by operator (counted): the CPU's fused attention becomes CUDA's (SWAPPED), one for one; a math attention
+    (dropout in training) becomes a fused kernel's pair, one per ``_safe_softmax``; the CUDA joint's only other
     operators are those the fused kernels bring (CUDA_ATTENTION_EXTRAS), and only where one runs. A source without
     attention has the same operators on both devices. (That docs/compile.md's table names every one is checked
     once, in tests/test_cuda_lowering.py.)"""
     pytest.importorskip("triton")
     if name in NEEDS:
         pytest.importorskip(NEEDS[name])
-    from dtrlab.trace.cuda_joint import CUDA_ATTENTION_EXTRAS, MATH_ATTENTION, SWAPPED
+    from dtrlab.trace.torch_compile.cuda_joint import CUDA_ATTENTION_EXTRAS, MATH_ATTENTION, SWAPPED
 
     source, options = CORPUS[name][0], _build_options(CORPUS[name])
     with warnings.catch_warnings():
@@ -331,7 +332,7 @@ def test_the_api_and_the_cli_agree(capsys, tmp_path, monkeypatch, name):
     from dtrlab.memory import partitioned
 
     traces = _shared(trace_joint, _trace_key)
-    monkeypatch.setattr(partition_module, "trace_joint", traces)
+    monkeypatch.setattr(tracing_module, "trace_joint", traces)
     monkeypatch.setattr(partitioned, "knob_peaks", _shared(partitioned.knob_peaks, lambda joint, knob, **kw: (
         id(joint), knob, tuple(sorted(kw.items())))))
     source, options = CORPUS[name][0], _build_options(CORPUS[name])

@@ -84,7 +84,8 @@ def test_cuda_lowering_models_parse_and_wrappers_compare_line_by_line():
     assert args.sections == ["cuda-lowering"] and args.lowering_models == {"hf:gpt2": {"layers": 1}}
     assert len(script.parse_args([]).lowering_models) == 4 and "cuda-lowering" not in script.DEFAULT_SECTIONS
 
-    def joint(*sources):  # a joint graph's memo of lowered (forward, backward) wrappers, as dtrlab.trace.inductor's
+    # a joint graph's memo of lowered (forward, backward) wrappers, as dtrlab.trace.torch_compile.inductor's
+    def joint(*sources):
         return SimpleNamespace(parts=(), lowerings={"pair": tuple((source, {}, []) for source in sources)})
 
     same, other = "buf0 = empty_strided_cuda((4, ), (1, ), torch.float32)\ndel buf0", "del buf0"

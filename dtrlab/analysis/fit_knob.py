@@ -6,9 +6,9 @@
     print(fit.describe())      # the knob, its margin and recompute, what lies below it, the warnings
     fit.knob                   # None when no knob value fits
 
-:func:`fit_knob` traces the training step once (:func:`~dtrlab.trace.partition.trace_step`, the
+:func:`fit_knob` traces the training step once (:func:`~dtrlab.trace.torch_compile.tracing.trace_step`, the
 work behind ``dtrlab knob``: dynamo fakes the live model and inputs, no step runs and nothing is
-allocated; for another ``device``, a fake copy there, :func:`~dtrlab.trace.partition.fake_module`)
+allocated; for another ``device``, a fake copy there, :func:`~dtrlab.trace.torch_compile.tracing.fake_module`)
 and asks torch's own partitioner only what the budget needs (:func:`search_budget`), not a full census:
 
 1. knob 1.0 and 0.99 (the cliff: at 1.0 the partitioner skips its knapsack), and a coarse
@@ -39,10 +39,10 @@ hash it) and reads the answer. :func:`dtrlab.compile` also keeps the answer unde
 so that a second run of a training script reads it without tracing (:mod:`dtrlab.analysis.knob_compile`).
 
 Accounting: ``backend="inductor"`` (the default: Inductor's own lowering of each partition,
-:mod:`dtrlab.trace.inductor`) or ``"aot_eager"`` (the partitioned graphs run node by node), both through
+:mod:`dtrlab.trace.torch_compile.inductor`) or ``"aot_eager"`` (the partitioned graphs run node by node), both through
 :func:`dtrlab.memory.partitioned.knob_peaks` (a step with graph breaks graph by graph, under either).
 The lowering is the one ``dtrlab knob --device`` takes: a GPU preset as ``device`` (``"H100-80GB"``) traces the
-step for that GPU and lowers it with CUDA Inductor on fake tensors (:mod:`dtrlab.trace.cuda_joint`, no GPU
+step for that GPU and lowers it with CUDA Inductor on fake tensors (:mod:`dtrlab.trace.torch_compile.cuda_joint`, no GPU
 needed); anything else, the CPU's. The answer names it (:attr:`KnobFit.lowering`) and its cache key holds it.
 The accounting of the peak is flat,
 allocated or reserved bytes, reserved by default for a GPU preset (what the device
@@ -64,7 +64,8 @@ from ..integrity import IntegrityError, atomic_write_json, quarantine, read_json
 from ..memory.device import PEAK_ACCOUNTINGS, budget_bytes, gpu_preset, human_bytes
 from ..suggest import did_you_mean
 from ..trace import op_temporaries
-from ..trace.partition import BACKENDS, RECORDING_VERSION
+from ..trace.torch_compile.joint import BACKENDS
+from ..trace.torch_compile.record import RECORDING_VERSION
 from .knob_census import ACCOUNTINGS, KNOB_DECIMALS, KnobPlan, lowering_answer
 
 #: A cliff worth a warning: the peaks at 1.0 and 0.99 differ by more than this fraction.
@@ -315,7 +316,8 @@ def fit_knob(model, example_inputs=(), loss_fn=None, *, budget, device: str | No
 
 def _fit_joint(joint, workload, *, budget: int, column: str, backend: str, solver, runtime_estimator, cache,
                started: float) -> KnobFit:
-    from ..trace.partition import joint_hash, partitioner_config
+    from ..trace.torch_compile.joint import joint_hash
+    from ..trace.torch_compile.partition import partitioner_config
 
     key = {"graph": joint_hash(joint), "torch": joint.torch_version,
            **search_settings(budget=budget, column=column, backend=backend, solver=solver,
@@ -356,8 +358,9 @@ def search_settings(*, budget: int, column: str, backend: str, solver, runtime_e
 
 def _trace(model, example_inputs, loss_fn, device, backend: str):
     """The joint graph, and what the eager capture needs (a source's options, or the live step). For a GPU preset,
-    the step is traced on the CPU and re-traced for the GPU (:func:`dtrlab.trace.partition.trace_step`'s ``gpu``)."""
-    from ..trace.partition import fake_module, trace_joint, trace_step
+    the step is traced on the CPU and re-traced for the GPU (:func:`dtrlab.trace.torch_compile.tracing.trace_step`'s
+    ``gpu``)."""
+    from ..trace.torch_compile.tracing import fake_module, trace_joint, trace_step
 
     gpu = gpu_preset(device)
     lowered = {} if gpu is None else {"gpu": gpu}
@@ -399,7 +402,7 @@ def recomputed_random(joint, knob: float, solver: str | None = None) -> tuple[st
 
 
 def _partitioned(joint, knob: float, solver: str | None):
-    from ..trace.partition import partition
+    from ..trace.torch_compile.partition import partition
 
     return partition(joint, round(knob, KNOB_DECIMALS), solver=solver)
 
@@ -467,7 +470,7 @@ def _eager_trace(workload):
 
     from ..trace.capture import capture, record
     from ..trace.models import meta_patches
-    from ..trace.partition import meta_closure, meta_module
+    from ..trace.torch_compile.tracing import meta_closure, meta_module
     from ..trace.simrd_log import parse_lines
 
     kind, model, options = workload

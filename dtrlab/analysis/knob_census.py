@@ -26,7 +26,7 @@ evaluated knobs (nothing is interpolated), and every change between differing gr
 neighbours is bracketed to within the resolution (:meth:`KnobCensus.check_resolution`).
 
 The census takes an evaluation function ``knob -> dict`` (the capture's per-knob
-partition and replay, :func:`dtrlab.trace.partition.knob_peaks` bound to a joint
+partition and replay, :func:`dtrlab.memory.partitioned.knob_peaks` bound to a joint
 graph), so it runs on planted curves in the tests; :func:`analyse` recomputes every
 table from the samples alone, which is how shipped censuses are read back.
 """
@@ -282,8 +282,8 @@ CPU_INDUCTOR_ANSWER = (
 
 def gpu_answer(meta: dict) -> str | None:
     """The one line an Inductor census lowered for the CPU carries for a GPU user (:data:`CPU_INDUCTOR_ANSWER`),
-    None for an aot_eager census or one lowered for a GPU (``inductor_lowering``: its name, dtrlab.trace.cuda_joint).
-    A census that does not name its lowering device is the CPU's."""
+    None for an aot_eager census or one lowered for a GPU (``inductor_lowering``: its name,
+    dtrlab.trace.torch_compile.cuda_joint). A census that does not name its lowering device is the CPU's."""
     if "inductor" not in meta.get("backend", "") or meta.get("inductor_lowering", "cpu") != "cpu":
         return None
     return CPU_INDUCTOR_ANSWER
@@ -291,7 +291,7 @@ def gpu_answer(meta: dict) -> str | None:
 
 #: What an Inductor census lowered for a GPU (``{gpu}``) says of its lowering.
 CUDA_INDUCTOR_ANSWER = ("Inductor accounting: CUDA Inductor's lowering for {gpu}, on fake tensors without a GPU "
-                        "(dtrlab.trace.cuda_joint; not yet measured on a GPU)")
+                        "(dtrlab.trace.torch_compile.cuda_joint; not yet measured on a GPU)")
 
 
 def lowering_answer(meta: dict) -> str | None:
@@ -347,7 +347,7 @@ def _lowering_phases(workers, batch: list[float], lowered: set[str]) -> list[lis
 
 @dataclass(frozen=True)
 class KnobSource:
-    """A model source's knob evaluation as a small value: what :func:`~dtrlab.trace.partition.trace_joint`
+    """A model source's knob evaluation as a small value: what :func:`~dtrlab.trace.torch_compile.tracing.trace_joint`
     traces (``source`` and its keyword ``options`` as sorted pairs, ``backend``) and how each knob is
     evaluated (``solver`` and ``runtime_estimator``; ``watched``: count the knapsack's calls over its
     limit, :func:`dtrlab.analysis.knob_solvers.watched_peaks`). Calling it with a knob traces the joint
@@ -392,7 +392,7 @@ class KnobSource:
     def _joint(self):
         key = self.joint_key
         if _JOINT_MEMO.get("key") != key:
-            from ..trace.partition import trace_joint
+            from ..trace.torch_compile.tracing import trace_joint
 
             _JOINT_MEMO.clear()  # one joint at a time: a traced graph holds the whole step
             _JOINT_TRACES[key] = _JOINT_TRACES.get(key, 0) + 1
@@ -412,9 +412,10 @@ class KnobSource:
         return sum(len(part.lowerings) for part in joint.parts or (joint,))
 
     def lowering_key(self, knob: float) -> str:
-        """The disk key of this source's Inductor lowering at ``knob`` (:func:`dtrlab.trace.inductor.lowering_key`)."""
-        from ..trace.inductor import lowering_key
-        from ..trace.partition import partitioner_config
+        """The disk key of this source's Inductor lowering at ``knob``
+        (:func:`dtrlab.trace.torch_compile.inductor.lowering_key`)."""
+        from ..trace.torch_compile.inductor import lowering_key
+        from ..trace.torch_compile.partition import partitioner_config
 
         with _JOINT_LOCK, partitioner_config(None, runtime_estimator=self.runtime_estimator):
             return lowering_key(self._joint(), knob, solver=self.solver)
@@ -646,14 +647,14 @@ def shipped_census_for(path: str | os.PathLike, joint, plan: KnobPlan,
     in words, either way.
 
     It is ``joint``'s own when it was made by the aot_eager accounting of the same joint graph
-    (``meta["graph_hash"]``, :func:`dtrlab.trace.partition.joint_hash`: every node, shape, stride and dtype), by
-    this torch (``meta["torch_version"]``) and this partitioner configuration (each sample's solver and runtime
+    (``meta["graph_hash"]``, :func:`dtrlab.trace.torch_compile.joint.joint_hash`: every node, shape, stride and dtype),
+    by this torch (``meta["torch_version"]``) and this partitioner configuration (each sample's solver and runtime
     estimator, which ``torch._functorch.config`` sets), on an equal plan: the partitioner then answers every knob
     as it did. A file missing, damaged or not listed in ``manifest_dir``'s MANIFEST.json is not served."""
     import torch
     import torch._functorch.config as functorch_config
 
-    from ..trace.partition import joint_hash
+    from ..trace.torch_compile.joint import joint_hash
 
     path = Path(path)
     if not path.is_file():

@@ -20,11 +20,11 @@ reads the knob torch's partitioner sees). The patch is also in force when AOT au
 keys the compile on the functorch configuration.
 
 **A second run starts in seconds.** With a cache, the pick for a live model compiled by Inductor or
-aot_eager is also kept under the model's fingerprint (:func:`dtrlab.trace.fingerprint.step_fingerprint`: the
-model's classes, their source files, parameters, attributes, the inputs, the loss function's code, torch's
+aot_eager is also kept under the model's fingerprint (:func:`dtrlab.trace.torch_compile.fingerprint.step_fingerprint`:
+the model's classes, their source files, parameters, attributes, the inputs, the loss function's code, torch's
 version and configuration, hashed without tracing), together with the hash of every graph dynamo handed the
-backend when that run compiled (:func:`dtrlab.trace.fingerprint.dynamo_graph_hash`). A later run with the same
-fingerprint reads the pick without tracing, and when torch compiles, each graph must be one of those: a graph that
+backend when that run compiled (:func:`dtrlab.trace.torch_compile.fingerprint.dynamo_graph_hash`). A later run with the
+same fingerprint reads the pick without tracing, and when torch compiles, each graph must be one of those: a graph that
 is not (the model's code changed where the fingerprint does not look, say a helper in another file) gets a warning
 and the entry is dropped, so the next run picks afresh. A pick whose run never compiled is not read by
 fingerprint. The graph torch compiles is the model's alone when ``loss_fn`` is given (the loss runs eager): the
@@ -37,8 +37,9 @@ import dataclasses
 import time
 import warnings
 
-from ..trace.fingerprint import dynamo_graph_hash, step_fingerprint
-from ..trace.partition import BACKENDS, partitioner_config
+from ..trace.torch_compile.fingerprint import dynamo_graph_hash, step_fingerprint
+from ..trace.torch_compile.joint import BACKENDS
+from ..trace.torch_compile.partition import partitioner_config
 from ..memory.device import gpu_preset
 from .fit_knob import (KnobFit, accounting_column, budget_bytes, cache_path, fit_knob, from_dict, read_entry,
                        search_settings, write_entry)

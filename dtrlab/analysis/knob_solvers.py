@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from ..trace.partition import SOLVERS, partitioner_config
+from ..trace.torch_compile.partition import SOLVERS, partitioner_config
 
 
 @contextlib.contextmanager
@@ -64,7 +64,7 @@ def solver_limits(joint, knobs, solvers=SOLVERS) -> list[dict]:
     """One row per (solver, knob, knapsack call): its limit, the memory its choice saves, and ``over``
     (saved memory above the limit, beyond float rounding). A solver this torch lacks, or one that fails
     (``ilp`` needs scipy), is a row with ``error``."""
-    from ..trace.partition import partition
+    from ..trace.torch_compile.partition import partition
 
     rows = []
     for solver in solvers:

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from ..integrity import STALE_AGE_S, is_unfinished_write, remove_stale
 from ..trace.cache import default_cache_dir
-from ..trace.lowering_cache import FOLDER as LOWERING_FOLDER
+from ..trace.torch_compile.lowering_cache import FOLDER as LOWERING_FOLDER
 from ..memory.device import human_bytes
 from .common import finite_float
 
 #: What each cache folder under the root holds, by its name's prefix (the version follows it).
 FOLDERS = {"traces-v": "parsed traces (dtrlab.trace.cache)", "inductor-v": "Inductor's lowered steps "
-           "(dtrlab.trace.lowering_cache)", "sim-v": "simulation sweeps (dtrlab.sweep.cache)",
+           "(dtrlab.trace.torch_compile.lowering_cache)", "sim-v": "simulation sweeps (dtrlab.sweep.cache)",
            "fit_knob": "fit_knob answers", "errors": "error reports",
            "op-temporaries-v": "operators' measured temporaries (dtrlab.trace.op_temporaries)"}
 

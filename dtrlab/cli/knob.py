@@ -1,10 +1,10 @@
 """``dtrlab knob SOURCE --knobs 0:1:0.01 --budget 40GiB --out DIR``: census torch.compile's activation-memory knob.
 
 SOURCE is a model source as for ``dtrlab capture`` (traced once per process: here, and in each loky or
-Dask worker with ``--executor``; torch's own partitioner runs at every knob value, dtrlab.trace.partition; by
-default each partition is then lowered by Inductor, dtrlab.trace.inductor, for the CPU or for ``--device``'s GPU
-without one, dtrlab.trace.cuda_joint; ``--backend aot_eager`` runs the graphs node by node) or a census JSON
-written before (read back verified, no torch needed). See docs/compile.md.
+Dask worker with ``--executor``; torch's own partitioner runs at every knob value, dtrlab.trace.torch_compile.partition;
+by default each partition is then lowered by Inductor, dtrlab.trace.torch_compile.inductor, for the CPU or for
+``--device``'s GPU without one, dtrlab.trace.torch_compile.cuda_joint; ``--backend aot_eager`` runs the graphs node by
+node) or a census JSON written before (read back verified, no torch needed). See docs/compile.md.
 """
 
 from __future__ import annotations
@@ -73,14 +73,14 @@ def lowering_gpu(args) -> str | None:
 
 def solver_list(text: str) -> tuple[str, ...]:
     """``--solver dp,greedy``: knapsack solvers torch's partitioner knows."""
-    from ..trace.partition import SOLVERS
+    from ..trace.torch_compile.partition import SOLVERS
 
     return _names(text, SOLVERS, "solver")
 
 
 def estimator_list(text: str) -> tuple[str, ...]:
     """``--runtime-estimator flops,testing``: the partitioner's runtime estimators."""
-    from ..trace.partition import RUNTIME_ESTIMATORS
+    from ..trace.torch_compile.partition import RUNTIME_ESTIMATORS
 
     return _names(text, RUNTIME_ESTIMATORS, "runtime estimator")
 
@@ -221,7 +221,7 @@ def model_evaluations(args) -> list[tuple]:
         raise ValueError(f"dtrlab knob needs PyTorch ({exc}); install it with `pip install 'dtrlab[torch]'`") \
             from None
     from ..analysis.knob_census import KnobSource
-    from ..trace.partition import check_torch_has_knob
+    from ..trace.torch_compile.joint import check_torch_has_knob
     from ..trace.sizes import SIZE_KEYS
 
     check_torch_has_knob()
@@ -229,7 +229,7 @@ def model_evaluations(args) -> list[tuple]:
                **{key: getattr(args, key) for key in SIZE_KEYS}}
     gpu = lowering_gpu(args)
     if gpu is not None:
-        options["gpu"] = gpu  # dtrlab.trace.partition.trace_joint's: the step traced and lowered for it
+        options["gpu"] = gpu  # dtrlab.trace.torch_compile.tracing.trace_joint's: the step traced and lowered for it
     source = KnobSource(args.source, tuple(sorted(options.items())), getattr(args, "compile_backend", "inductor"))
     name = census_name(args.source, args)
     solvers, estimators = getattr(args, "solver", None), getattr(args, "runtime_estimator", None)

@@ -62,8 +62,9 @@ class DeviceCapacity:
 
 
 def gpu_preset(device) -> str | None:
-    """``device`` when it names a GPU preset (a step traced and lowered for that GPU: dtrlab.trace.cuda_joint), None
-    for any other device (the CPU's lowering): ``dtrlab knob --device``'s, ``check``'s and ``dtrlab.fit_knob``'s rule."""
+    """``device`` when it names a GPU preset (a step traced and lowered for that GPU:
+    dtrlab.trace.torch_compile.cuda_joint), None for any other device (the CPU's lowering): ``dtrlab knob --device``'s,
+    ``check``'s and ``dtrlab.fit_knob``'s rule."""
     return device if isinstance(device, str) and device in GPU_PRESETS else None
 
 

@@ -1,7 +1,7 @@
 """The peak a torch.compile user sees per ``activation_memory_budget`` knob value, under dtrlab's memory models.
 
 :func:`knob_peaks` partitions a traced joint graph at one knob value with torch's own
-partitioner (:func:`dtrlab.trace.partition.partition`) and replays the partitioned step's
+partitioner (:func:`dtrlab.trace.torch_compile.partition.partition`) and replays the partitioned step's
 allocation sequence (:func:`dtrlab.memory.replay.unbounded_events`: outputs allocated when
 an operator runs, storages freed once nothing references them) through two memory models:
 
@@ -24,7 +24,7 @@ Two accountings (``backend``): ``"aot_eager"``: the graphs torch's partitioner r
 the order it returns them, run as aot_eager runs them; ``"inductor"``: Inductor's lowering
 of the same partition (its joint-graph passes, fusion, buffer reuse, in-place buffers and
 memory-aware reordering), the allocations its generated wrapper makes
-(:mod:`dtrlab.trace.inductor`; tests/test_inductor.py compares it with real CPU Inductor
+(:mod:`dtrlab.trace.torch_compile.inductor`; tests/test_inductor.py compares it with real CPU Inductor
 steps). Kernels' internal temporaries: on a CPU target (the default) each call of an operator that allocates
 inside (convolutions, batch norm's backward) gets its temporaries, measured once per call on the CPU
 (:mod:`dtrlab.trace.op_temporaries`, ``temporaries=``); others' are not modelled (CPU ``native_dropout`` allocates a
@@ -43,8 +43,9 @@ from __future__ import annotations
 import contextlib
 import tempfile
 
-from ..trace.inductor import partition_lowered
-from ..trace.partition import JointGraph, PartitionedStep, check_backend, partition
+from ..trace.torch_compile.inductor import partition_lowered
+from ..trace.torch_compile.joint import JointGraph, check_backend
+from ..trace.torch_compile.partition import PartitionedStep, partition
 from .peaks import trace_peaks
 from .replay import unbounded_events
 
@@ -62,12 +63,13 @@ def knob_peaks(joint: JointGraph, knob: float, *, solver: str | None = None,
     Keys: ``knob, flat_peak, allocated_peak, reserved_peak, recorded_peak, proxy_saved_bytes,
     proxy_recompute_runtime, saved_count, recomputed_count, recompute_flops, forward_ops,
     backward_ops, torch_version, solver, runtime_estimator, source, backend``. Bytes are ints.
-    ``solver`` and ``force`` are :func:`~dtrlab.trace.partition.partition`'s.
+    ``solver`` and ``force`` are :func:`~dtrlab.trace.torch_compile.partition.partition`'s.
     ``backend``: whose step is accounted (None: the one ``joint`` was traced for):
-    ``"inductor"`` (Inductor's lowering of the partition, :mod:`dtrlab.trace.inductor`;
+    ``"inductor"`` (Inductor's lowering of the partition, :mod:`dtrlab.trace.torch_compile.inductor`;
     needs a joint traced with ``backend="inductor"``) or ``"aot_eager"`` (the partitioned
     graphs run node by node, on either joint). ``cache``: where Inductor's lowered steps are kept across runs
-    (:func:`~dtrlab.trace.inductor.partition_lowered`'s: True for ``$DTRLAB_CACHE``, a directory, or False).
+    (:func:`~dtrlab.trace.torch_compile.inductor.partition_lowered`'s: True for ``$DTRLAB_CACHE``, a directory, or
+    False).
     ``temporaries``: operators' measured temporaries in the step (:mod:`dtrlab.trace.op_temporaries`; None: on for
     a CPU target, off for a GPU's).
     """
@@ -99,7 +101,7 @@ def interventions(joint: JointGraph, knob: float, nodes: list[str] | None = None
 
     Each recomputed forward node is forced saved, each saved one forced recomputed
     (``nodes`` limits the candidates to those names), through the partitioner's own hooks
-    (:func:`~dtrlab.trace.partition.partition`'s ``force``). One row per (node, forcing):
+    (:func:`~dtrlab.trace.torch_compile.partition.partition`'s ``force``). One row per (node, forcing):
     ``node, forced, partitioned, flat_peak, peak_delta`` (against the unforced partition's
     flat peak), ``saved_count, recomputed_count, proxy_saved_bytes``. A negative
     ``peak_delta`` names a decision of the partitioner that raises the peak the user sees.

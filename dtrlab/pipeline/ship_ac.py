@@ -63,7 +63,7 @@ def ship_one(name: str, directory: Path, ratios: list[float], knobs: str, knob_r
     from ..solvers.side_by_side import side_by_side
     from ..trace import load_log
     from ..trace.checkpointing import capture_plans
-    from ..trace.partition import trace_joint
+    from ..trace.torch_compile.tracing import trace_joint
 
     source, options, title = MODELS[name]
     started = time.perf_counter()

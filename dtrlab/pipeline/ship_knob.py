@@ -8,7 +8,7 @@
 
 Each model is a ``dtrlab capture`` command (the zoo's as traces/manifest.json records them; the
 modern corpus two blocks deep, see MODELS). Its training step is traced once into the joint graph
-torch.compile partitions (:func:`dtrlab.trace.partition.trace_joint`), and
+torch.compile partitions (:func:`dtrlab.trace.torch_compile.tracing.trace_joint`), and
 :func:`dtrlab.analysis.knob_census.census_knob` calls torch's partitioner at every knob value
 (:func:`dtrlab.memory.partitioned.knob_peaks`). Each census is written as
 ``results/shipped/knob/<set>/<name>.json`` plus its parquet tables, beside the DTR trace of the same
@@ -19,8 +19,8 @@ corpus was computed with ``--resolution 1e-3`` (``--refine against`` but for the
 
 ``--backend`` names whose step is accounted (:func:`dtrlab.memory.partitioned.knob_peaks`): ``aot_eager``
 (the default here: the full-resolution censuses above) or ``inductor`` (Inductor's lowering of each distinct
-partition, dtrlab.trace.inductor; seconds per partition, so on a coarser plan). An Inductor census is written
-to ``results/shipped/knob/<set>/inductor/<name>.json``, beside the aot_eager one of the same name (its DTR
+partition, dtrlab.trace.torch_compile.inductor; seconds per partition, so on a coarser plan). An Inductor census is
+written to ``results/shipped/knob/<set>/inductor/<name>.json``, beside the aot_eager one of the same name (its DTR
 trace is the aot_eager folder's); notebook 13 draws the two side by side. The shipped Inductor censuses are
 on its own default plan (:data:`dtrlab.analysis.knob_census.DEFAULT_PLANS`; docs/results.md says which models).
 ``--device H100-80GB`` (Inductor only) lowers for that GPU instead, on fake tensors (dtrlab.trace.cuda_joint), into
@@ -125,7 +125,8 @@ def ship_one(set_name: str, name: str, command: str, title: str, plan: KnobPlan,
 
     from ..memory.partitioned import knob_peaks
     from ..trace.capture import capture
-    from ..trace.partition import joint_hash, trace_joint
+    from ..trace.torch_compile.joint import joint_hash
+    from ..trace.torch_compile.tracing import trace_joint
 
     source, options = capture_options(command).model, build_options(command)
     directory = census_directory(set_name, backend, gpu)
@@ -157,7 +158,7 @@ def ship_interventions(set_name: str, name: str, command: str, knob: float) -> P
 
     from ..integrity import atomic_write_bytes
     from ..memory.partitioned import interventions
-    from ..trace.partition import trace_joint
+    from ..trace.torch_compile.tracing import trace_joint
 
     started = time.perf_counter()
     joint = trace_joint(capture_options(command).model, **build_options(command))

@@ -216,7 +216,7 @@ def cast_floating(module: nn.Module, dtype: torch.dtype) -> None:
 
     ``Module.to`` swaps a fake tensor's contents in place (``torch.utils.swap_tensors``,
     torch/nn/modules/module.py:969-988), which fails on the fake tensors
-    :func:`dtrlab.trace.partition.trace_joint` builds with; replacing the module's entries
+    :func:`dtrlab.trace.torch_compile.tracing.trace_joint` builds with; replacing the module's entries
     is what ``Module.to`` does with ``torch.__future__.set_overwrite_module_params_on_conversion``.
     """
     cast: dict[int, torch.Tensor] = {}

@@ -1,14 +1,14 @@
 """Inductor's lowered steps kept on disk across runs: a partition lowered once is never lowered again.
 
-What is kept is what the accounting reads from a lowering (:func:`dtrlab.trace.inductor.record_lowered`): the
-step's trace (the allocations, views and calls the generated wrappers made under the recorder), the peak the
+What is kept is what the accounting reads from a lowering (:func:`dtrlab.trace.torch_compile.inductor.record_lowered`):
+the step's trace (the allocations, views and calls the generated wrappers made under the recorder), the peak the
 recorder counted, the forward's operator count and the trace's metadata. No Python object is pickled: the trace
 is stored as the parsed-trace cache stores one (:mod:`dtrlab.trace.cache`: flat int64 arrays and name blobs in a
 ``.npz``), beside a JSON member with the rest.
 
 Layout: ``ROOT/inductor-v{LOWERING_VERSION}/{key}.npz`` under the cache root shared by every dtrlab cache
-(``$DTRLAB_CACHE`` or ``~/.cache/dtrlab``). ``key`` (:func:`dtrlab.trace.inductor.disk_key`) is the sha256 of
-the partitioned graphs, the joint graph they come from, Inductor's and AOT autograd's configuration, torch's
+(``$DTRLAB_CACHE`` or ``~/.cache/dtrlab``). ``key`` (:func:`dtrlab.trace.torch_compile.inductor.disk_key`) is the sha256
+of the partitioned graphs, the joint graph they come from, Inductor's and AOT autograd's configuration, torch's
 version, the device Inductor lowers for and the rules a step is recorded by.
 
 An entry is used only if it reads back whole (:func:`dtrlab.trace.cache.read_sealed`: the zip's CRC-32s, a
@@ -26,10 +26,10 @@ import os
 import warnings
 from pathlib import Path
 
-from ..integrity import IntegrityError, atomic_write_bytes, quarantine, remove_stale
-from .cache import (damage_reason, default_cache_dir, json_from_member, json_member, read_sealed, sealed_archive,
-                    trace_from_members, trace_members)
-from .model import Trace
+from ...integrity import IntegrityError, atomic_write_bytes, quarantine, remove_stale
+from ..cache import (damage_reason, default_cache_dir, json_from_member, json_member, read_sealed, sealed_archive,
+                     trace_from_members, trace_members)
+from ..model import Trace
 
 #: The stored record's format; part of every key and of every entry's JSON.
 LOWERING_VERSION = 1

@@ -27,7 +27,7 @@ answer as :data:`GPU_TARGETS`' GPU, for the duration of the ``with`` block:
   torch/utils/_triton.py:208) and its neighbours', ``DeviceProperties.create``'s (hints.py:190),
   torch._inductor.utils' (``is_big_gpu``, ``get_max_num_sms``, ...) and the Worker's property list.
 
-The Triton kernels Inductor generates are never compiled (dtrlab.trace.inductor takes the wrapper's
+The Triton kernels Inductor generates are never compiled (dtrlab.trace.torch_compile.inductor takes the wrapper's
 source before its module loads them). Triton must be installed (a CUDA build of torch pulls it in):
 Inductor generates Triton kernels for CUDA only when ``has_triton()`` (torch/utils/_triton.py:209)
 finds the ``triton`` package with its ``nvidia`` backend.
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..suggest import did_you_mean
+from ...suggest import did_you_mean
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -8,12 +8,12 @@ API::
 
 Method, per knob value (:func:`partition_lowered`):
 
-1. The joint graph is the one Inductor partitions: :func:`dtrlab.trace.partition.trace_joint`
+1. The joint graph is the one Inductor partitions: :func:`dtrlab.trace.torch_compile.tracing.trace_joint`
    with ``backend="inductor"`` runs ``torch.compile(backend="inductor")`` on fake tensors up
    to Inductor's partition function (its decompositions and joint-graph passes applied,
    torch/_inductor/compile_fx.py:2484) and keeps what it hands
    ``min_cut_rematerialization_partition(..., compiler="inductor")`` (:2506);
-   :func:`~dtrlab.trace.partition.partition` calls that partitioner on a copy per knob.
+   :func:`~dtrlab.trace.torch_compile.partition.partition` calls that partitioner on a copy per knob.
 2. Each of the forward and backward graphs goes through Inductor's own
    ``compile_fx_forward`` / ``compile_fx_backward`` (compile_fx.py:2621, :2774; the functions
    ``compile_fx``'s ``fw_compiler`` and ``bw_compiler`` call), on the compile's fake tensors
@@ -33,7 +33,7 @@ Method, per knob value (:func:`partition_lowered`):
    temporaries depend on (:mod:`dtrlab.trace.op_temporaries`). Its ``call`` then runs
    the forward, then the backward on the forward's saved outputs (boxed: ``call`` clears its argument
    list, as AOT autograd's runtime calls it), under the capture's recorder
-   (:func:`dtrlab.trace.partition.record_partitioned`). What comes out is Inductor's allocation
+   (:func:`dtrlab.trace.torch_compile.record.record_partitioned`). What comes out is Inductor's allocation
    sequence exactly as its wrapper executes it: a buffer lives from its ``empty_strided``
    to its ``del`` (wrapper.py:4442) or its last Python reference; a reused buffer
    (``buf3 = buf0; del buf0  # reuse``, ``make_buffer_reuse``, wrapper.py:4460) is the same
@@ -46,14 +46,14 @@ Method, per knob value (:func:`partition_lowered`):
 
 A step with graph breaks (``joint.parts``, each graph's joint the one Inductor partitions, with its own
 compile's capture): each graph's partition is lowered with its own capture, and the wrappers run graph by
-graph as :func:`dtrlab.trace.partition.run_parts` runs aot_eager's graphs (the tensors handed from graph to
+graph as :func:`dtrlab.trace.torch_compile.record.run_parts` runs aot_eager's graphs (the tensors handed from graph to
 graph, the backwards in reverse order).
 
 Lowering is the cost (seconds per graph); many knob values give the same partition, so
 each distinct pair of graphs (by content, and the Inductor configuration) is lowered once
 per joint graph (``joint.lowerings``), and what the accounting reads from a lowered step (its
 trace, recorded peak and forward operator count) is kept on disk across runs
-(:mod:`dtrlab.trace.lowering_cache`, keyed by :func:`disk_key`; ``cache=False`` lowers afresh).
+(:mod:`dtrlab.trace.torch_compile.lowering_cache`, keyed by :func:`disk_key`; ``cache=False`` lowers afresh).
 
 The trace's operators are the wrapper's allocations, views and extern/fallback calls; the
 fused kernels are absent (they allocate nothing), so its FLOP costs are not a compute
@@ -74,10 +74,12 @@ import torch
 from torch import fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..op_temporaries import temporaries_setting
 from . import lowering_cache
-from .op_temporaries import temporaries_setting
-from .partition import (RECORDING_VERSION, JointGraph, PartitionedStep, joint_device, joint_hash, partition,
-                        record_partitioned, step_target)
+from .intercept import _first_line
+from .joint import JointGraph, joint_device, joint_hash, step_target
+from .partition import PartitionedStep, partition
+from .record import RECORDING_VERSION, record_partitioned
 
 
 class InductorLoweringError(ValueError):
@@ -90,9 +92,9 @@ def partition_lowered(joint: JointGraph, knob: float, *, solver: str | None = No
     """torch's partition of Inductor's joint graph at ``knob``, its trace the allocations of Inductor's wrapper.
 
     ``joint`` must come from ``trace_joint(..., backend="inductor")``; ``solver`` and
-    ``force`` are :func:`~dtrlab.trace.partition.partition`'s. ``cache``: where lowered steps are kept across
-    runs (:func:`dtrlab.trace.lowering_cache.lowering_directory`: True for ``$DTRLAB_CACHE``, a directory, or
-    False to lower afresh and keep nothing; the operators' measured temporaries are kept there too).
+    ``force`` are :func:`~dtrlab.trace.torch_compile.partition.partition`'s. ``cache``: where lowered steps are kept
+    across runs (:func:`dtrlab.trace.torch_compile.lowering_cache.lowering_directory`: True for ``$DTRLAB_CACHE``, a
+    directory, or False to lower afresh and keep nothing; the operators' measured temporaries are kept there too).
     ``temporaries``: the extern and fallback calls that allocate inside (convolutions) get their measured
     temporaries (:mod:`dtrlab.trace.op_temporaries`); None: on for a CPU target, off for a GPU's.
     """
@@ -109,13 +111,13 @@ def _check_inductor_joint(joint: JointGraph) -> None:
 
 
 def record_lowered(pairs: tuple, joint: JointGraph, cache=True, temporaries: str | None = None):
-    """:func:`~dtrlab.trace.partition.partition`'s ``record_with`` for Inductor: lower each graph's forward and
-    backward (:func:`_lowered_calls`), run the wrappers.
+    """:func:`~dtrlab.trace.torch_compile.partition.partition`'s ``record_with`` for Inductor: lower each graph's
+    forward and backward (:func:`_lowered_calls`), run the wrappers.
 
     Keyed by the graphs' content and Inductor's configuration: a partition met before (at
     another knob value) is not lowered or run again; one met in an earlier run is read from the
     disk cache (``cache``, :func:`partition_lowered`'s), which a new lowering writes. ``temporaries``:
-    :func:`~dtrlab.trace.partition.record_partitioned`'s, part of both keys.
+    :func:`~dtrlab.trace.torch_compile.record.record_partitioned`'s, part of both keys.
     """
     keys = _memo_keys(pairs, temporaries)
     if keys not in joint.lowered_records:
@@ -140,7 +142,7 @@ def _memo_keys(pairs: tuple, temporaries: str | None) -> tuple:
 
 
 class _Keyed(Exception):
-    """Stops :func:`~dtrlab.trace.partition.partition` once the partition's disk key is known."""
+    """Stops :func:`~dtrlab.trace.torch_compile.partition.partition` once the partition's disk key is known."""
 
 
 def lowering_key(joint: JointGraph, knob: float, *, solver: str | None = None,
@@ -162,8 +164,9 @@ def lowering_key(joint: JointGraph, knob: float, *, solver: str | None = None,
 
 def disk_key(joint: JointGraph, keys: tuple) -> str:
     """A lowered step's key across processes and runs: its graphs' keys (``keys``: :func:`_memo_keys`, which hold
-    Inductor's configuration), the joint graph they were partitioned from (:func:`~dtrlab.trace.partition.joint_hash`:
-    its nodes and placeholders' shapes, strides and dtypes, which the graphs' keys do not hold), AOT autograd's
+    Inductor's configuration), the joint graph they were partitioned from
+    (:func:`~dtrlab.trace.torch_compile.joint.joint_hash`: its nodes and placeholders' shapes, strides and dtypes,
+    which the graphs' keys do not hold), AOT autograd's
     configuration but the partitioner's knob settings (it decides which saved tensors the backward may reuse), the
     device Inductor lowers for (:func:`lowering_target`), torch's version, the rules a step is recorded by and the
     stored record's format."""
@@ -181,9 +184,9 @@ def lowering_target(joint: JointGraph) -> str:
     return joint_device(joint)
 
 
-#: :func:`~dtrlab.trace.partition.joint_hash` per joint graph object (id -> (weak reference, digest)): computed
-#: once per joint, not per knob. A frozen JointGraph compares by its source and options, not its graph, so it is
-#: not a key itself.
+#: :func:`~dtrlab.trace.torch_compile.joint.joint_hash` per joint graph object (id -> (weak reference, digest)):
+#: computed once per joint, not per knob. A frozen JointGraph compares by its source and options, not its graph, so it
+#: is not a key itself.
 _JOINT_DIGESTS: dict[int, tuple] = {}
 
 
@@ -308,11 +311,6 @@ def _restrided(value, stride, fake_mode):
         return value
     with fake_mode:
         return value.as_strided(value.size(), stride)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
 
 
 @contextlib.contextmanager

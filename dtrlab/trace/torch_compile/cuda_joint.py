@@ -1,6 +1,6 @@
 """A step's joint graph as torch.compile would partition it on a GPU, traced on a machine without one.
 
-API (through :func:`dtrlab.trace.partition.trace_joint`)::
+API (through :func:`dtrlab.trace.torch_compile.tracing.trace_joint`)::
 
     joint = trace_joint("hf:gpt2", backend="inductor", gpu="H100-80GB")   # the step for an H100
     partition_lowered(joint, 0.5)                 # torch's partitioner, then CUDA Inductor's lowering
@@ -16,7 +16,7 @@ choice of an attention kernel (``_fused_sdp_choice`` reads the device's properti
 2. :func:`retrace_on_cuda` copies the joint graph, makes every device argument naming the CPU
    (``full(..., device=cpu)``) name ``cuda:0``, and computes each node's fake value again on fake
    CUDA tensors (``FakeTensorProp``, under the target's answers:
-   :func:`dtrlab.trace.gpu_target.gpu_target`), so that shapes, strides and dtypes are CUDA's meta
+   :func:`dtrlab.trace.torch_compile.gpu_target.gpu_target`), so that shapes, strides and dtypes are CUDA's meta
    kernels' (an attention's log-sum-exp, a convolution's layout). Node names stay the CPU joint's.
 
 The RNG: Inductor's decompositions turn dropout into ``inductor_seeds`` / ``inductor_random`` on every
