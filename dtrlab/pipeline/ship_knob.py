@@ -23,8 +23,9 @@ partition, dtrlab.trace.torch_compile.inductor; seconds per partition, so on a c
 written to ``results/shipped/knob/<set>/inductor/<name>.json``, beside the aot_eager one of the same name (its DTR
 trace is the aot_eager folder's); notebook 13 draws the two side by side. The shipped Inductor censuses are
 on its own default plan (:data:`dtrlab.analysis.knob_census.DEFAULT_PLANS`; docs/results.md says which models).
-``--device H100-80GB`` (Inductor only) lowers for that GPU instead, on fake tensors (dtrlab.trace.cuda_joint), into
-``knob/<set>/inductor-H100-80GB/``; notebook 13 draws it beside the CPU's lowering.
+``--device H100-80GB`` (Inductor only) lowers for that GPU instead, on fake tensors
+(dtrlab.trace.torch_compile.cuda_joint), into ``knob/<set>/inductor-H100-80GB/``; notebook 13 draws it beside the
+CPU's lowering.
 """
 
 from __future__ import annotations

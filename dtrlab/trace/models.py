@@ -615,7 +615,7 @@ class _CudaOnBuildDevice(torch.overrides.TorchFunctionMode):
     """A user's function that puts its model or tensors on CUDA (``model.cuda()``, ``.to("cuda")``,
     ``device="cuda"``, ``with torch.device("cuda")``) gets them on the device the build is for (meta, CPU or fake
     CPU), and :attr:`asked` says so: such a step is its GPU's, traced on the CPU and re-traced for that GPU
-    (dtrlab.trace.cuda_joint), as for ``--device``, whether or not this machine has one."""
+    (dtrlab.trace.torch_compile.cuda_joint), as for ``--device``, whether or not this machine has one."""
 
     def __init__(self):
         super().__init__()

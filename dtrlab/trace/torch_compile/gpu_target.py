@@ -143,6 +143,20 @@ def matching_target(properties) -> str | None:
     return None
 
 
+def machine_gpu(source: str) -> str:
+    """The :data:`GPU_TARGETS` name of this machine's GPU (device 0, :func:`matching_target`), the target of a step
+    ``source`` put on CUDA itself (``model.cuda()``); a one-line ValueError where there is no GPU or no target
+    matches it."""
+    choose = f"name the GPU it trains on (--device, or device= in Python): {', '.join(GPU_TARGETS)}"
+    if not torch.cuda.is_available():
+        raise ValueError(f"{source} puts its step on CUDA and this machine has no GPU; {choose}")
+    properties = torch.cuda.get_device_properties(0)
+    name = matching_target(properties)
+    if name is None:
+        raise ValueError(f"{source} puts its step on CUDA, on a {properties.name} that no GPU target matches; {choose}")
+    return name
+
+
 def _no_op(*args, **kwargs) -> None:
     pass
 

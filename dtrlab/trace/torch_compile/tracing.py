@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from .cuda_joint import cuda_attention, retrace_on_cuda
+from .gpu_target import machine_gpu
 from .graph_breaks import _graph_parts
 from .intercept import _one_graph
 from .joint import JointGraph, _forward_nodes, _joint_graph, check_backend, check_torch_has_knob
@@ -49,7 +50,9 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
     compiler="inductor")`` at :2506) and keeps the graph it hands the partitioner.
     ``gpu``: a :data:`~dtrlab.trace.torch_compile.gpu_target.GPU_TARGETS` name: the step as torch.compile traces it for
     that GPU, without one (:mod:`dtrlab.trace.torch_compile.cuda_joint`: traced on the CPU with CUDA's attention
-    kernels, then re-traced on fake CUDA tensors); partitioned and lowered under the GPU's answers.
+    kernels, then re-traced on fake CUDA tensors); partitioned and lowered under the GPU's answers. A
+    ``module:function`` source that puts its step on CUDA itself (``model.cuda()``) is built on the CPU and takes
+    this machine's GPU when ``gpu`` is None (:func:`~dtrlab.trace.torch_compile.gpu_target.machine_gpu`).
     Raises ``ValueError`` (one line) for an unknown source or backend or a step dynamo cannot
     capture (graph breaks are followed under aot_eager: see ``parts``).
     """
@@ -59,6 +62,8 @@ def trace_joint(source: str, *, batch: int | None = None, seq: int | None = None
     options = {"batch": batch, "seq": seq, "image": image, "dtype": dtype, "autocast": autocast, **sizes}
     with fake_workload(source, device=device, **options) as workload:
         pass  # dynamo makes its own fake tensors from these: the step is compiled outside this mode
+    if workload.built_for_cuda and gpu is None:  # its function put the step on CUDA (built on the CPU here)
+        gpu = machine_gpu(source)
     named = {**options, "device": device, "gpu": gpu}
     build_options = tuple(sorted((k, _option_value(v)) for k, v in named.items() if v is not None))
     return trace_step(workload.module, workload.inputs, workload.loss_fn, source=source,

@@ -1,0 +1,76 @@
+"""A ``module:function`` source that puts its step on CUDA itself (``model.cuda()``, ``.to("cuda")``,
+``device="cuda"``, ``with torch.device("cuda")``; tests/user_cuda.py) is the step of a GPU: built on the CPU, then
+traced and lowered for the GPU named, or for this machine's own (issue 54 item 3)."""
+
+from __future__ import annotations
+
+import warnings
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dtrlab.trace.models import build, fake_workload  # noqa: E402
+from dtrlab.trace.torch_compile import gpu_target, tracing  # noqa: E402
+from dtrlab.trace.torch_compile.joint import joint_hash  # noqa: E402
+
+CUDA_SOURCES = ["tests.user_cuda:method", "tests.user_cuda:moved", "tests.user_cuda:context"]
+
+
+def _trace(source: str, **options):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tracing.trace_joint(source, backend="inductor", **options)
+
+
+@pytest.mark.parametrize("source", CUDA_SOURCES)
+def test_a_source_that_asks_for_cuda_is_built_on_the_build_device_and_says_so(source):
+    with fake_workload(source) as workload:
+        assert workload.built_for_cuda
+        tensors = [*workload.module.parameters(), *workload.inputs]
+        assert {t.device.type for t in tensors} == {"cpu"}
+    assert {p.device.type for p in build(source).module.parameters()} == {"meta"}  # dtrlab capture's build
+    with fake_workload("tests.user_cuda:on_cpu") as workload:
+        assert not workload.built_for_cuda
+
+
+def test_without_a_gpu_a_cuda_source_asks_for_its_gpu_in_one_line(capsys):
+    from dtrlab.cli import main
+
+    assert not torch.cuda.is_available()
+    assert main(["knob", "tests.user_cuda:method", "--knobs", "0,1"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "Traceback" not in error
+    assert "puts its step on CUDA and this machine has no GPU; name the GPU it trains on (--device" in error
+    assert "H100-80GB" in error
+
+
+def test_a_cuda_source_named_a_gpu_is_the_cpu_sources_step_for_that_gpu():
+    """The same step, whichever way its function asked for CUDA, and the one an on-CPU source gets with ``gpu``."""
+    expected = joint_hash(_trace("tests.user_cuda:on_cpu", gpu="H100-80GB"))
+    for source in CUDA_SOURCES:
+        joint = _trace(source, gpu="H100-80GB")
+        assert joint.gpu == "H100-80GB" and joint_hash(joint) == expected, source
+
+
+def test_on_a_gpu_machine_a_cuda_source_is_lowered_for_that_gpu(monkeypatch):
+    """With no GPU named, the machine's own (``machine_gpu``), and that GPU's step; a source on the CPU stays there."""
+    monkeypatch.setattr(tracing, "machine_gpu", lambda source: "A100-80GB")
+    joint = _trace("tests.user_cuda:method")
+    assert joint.gpu == "A100-80GB"
+    assert joint_hash(joint) == joint_hash(_trace("tests.user_cuda:on_cpu", gpu="A100-80GB"))
+    assert _trace("tests.user_cuda:on_cpu").gpu is None
+
+
+def test_the_machines_gpu_is_the_target_its_properties_match(monkeypatch):
+    h100 = gpu_target.GPU_TARGETS["H100-80GB"]
+    reported = SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0, multi_processor_count=132,
+                               total_memory=h100.total_memory - (1 << 30))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: reported)
+    assert gpu_target.machine_gpu("m:f") == "H100-80GB"
+    reported.name, reported.multi_processor_count = "NVIDIA T4", 40
+    with pytest.raises(ValueError, match=r"^m:f puts its step on CUDA, on a NVIDIA T4 that no GPU target matches; "
+                                         r"name the GPU it trains on \(--device, or device= in Python\): V100-16GB"):
+        gpu_target.machine_gpu("m:f")
