@@ -211,6 +211,29 @@ def test_an_mlp_step_is_partitioned_and_lowered_for_an_h100():
     assert row["flat_peak"] == knob_peaks(cpu, 0.5, cache=False)["flat_peak"]
 
 
+def test_the_lowering_sends_no_kernel_to_be_compiled_even_with_a_warm_worker_pool(monkeypatch):
+    """With Inductor's compile workers ready, Triton's define_kernel sends each kernel it generates to be compiled
+    (torch/_inductor/codegen/triton.py:8166-8170: ptxas for the GPU's architecture, minutes of CPU a large model): the
+    lowering keeps one compile thread, so none is sent (measured before: 1-5-minute ptxas runs behind the 12-layer
+    GPT-2's H100 lowering)."""
+    from concurrent.futures import Future
+
+    from torch._inductor import async_compile
+
+    from dtrlab.trace.torch_compile.inductor import partition_lowered
+
+    ready = Future()
+    ready.set_result(None)
+    monkeypatch.setattr(async_compile.AsyncCompile, "_ready_future", ready)
+    monkeypatch.setattr(async_compile, "_process_pool_allowed", lambda: True)
+    monkeypatch.setattr(torch._inductor.config, "compile_threads", 2)
+    sent = []
+    monkeypatch.setattr(async_compile.AsyncCompile, "triton", lambda self, name, *args, **kwargs: sent.append(name))
+    assert async_compile.AsyncCompile.use_process_pool()  # the pool this test stands for is ready
+    partition_lowered(_trace(MLP, gpu="H100-80GB"), 0.5)
+    assert sent == []
+
+
 def test_attention_becomes_cudas_kernel_in_the_gpu_joint():
     cpu, gpu = _trace(ATTENTION), _trace(ATTENTION, gpu="H100-80GB")
     assert {"aten._scaled_dot_product_flash_attention_for_cpu.default",

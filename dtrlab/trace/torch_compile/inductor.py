@@ -284,8 +284,12 @@ def lower(graph_module: fx.GraphModule, joint: JointGraph, *, backward: bool,
 
     # Inductor takes its fake mode from the tracing context (torch/_guards.py's detect_fake_mode). The real compile
     # shares one CompilerConfigExtra between forward and backward; what its boxes carry across is CUDA graphs'.
+    # One compile thread: with a warm worker pool, Triton's define_kernel sends each kernel to be compiled as it is
+    # generated (torch/_inductor/codegen/triton.py:8166-8170, AsyncCompile.use_process_pool), ptxas included, though
+    # nothing here ever runs it; the thread count decides nothing else in the lowering (async_compile.py:379-394).
     extra = compile_fx.create_compiler_config_extra(capture.dynamo_graph)
-    with config.patch(fx_graph_cache=False), _patched(GraphLowering, "compile_to_module", source_only), \
+    with config.patch(fx_graph_cache=False, compile_threads=1), \
+            _patched(GraphLowering, "compile_to_module", source_only), \
             torch._guards.tracing(capture.tracing_context), \
             _patched(capture.tracing_context, "fw_metadata", capture.fw_metadata):
         try:
