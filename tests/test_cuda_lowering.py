@@ -214,7 +214,7 @@ def test_an_mlp_step_is_partitioned_and_lowered_for_an_h100():
 def test_the_lowering_sends_no_kernel_to_be_compiled_even_with_a_warm_worker_pool(monkeypatch):
     """With Inductor's compile workers ready, Triton's define_kernel sends each kernel it generates to be compiled
     (torch/_inductor/codegen/triton.py:8166-8170: ptxas for the GPU's architecture, minutes of CPU a large model): the
-    lowering keeps one compile thread, so none is sent (measured before: 1-5-minute ptxas runs behind the 12-layer
+    lowering keeps one compile thread, so none is sent (before: ptxas processes minutes old behind the 12-layer
     GPT-2's H100 lowering)."""
     from concurrent.futures import Future
 

@@ -429,14 +429,15 @@ def test_prediction_is_the_real_inductor_peak(name):
     """
     source, options = FAMILIES[name]
     joint = _trace(source, **options)
-    peaks = set()
+    predicted, profiled = {}, {}
     for knob in KNOBS:
-        predicted, largest = _prediction(partition_lowered(joint, knob))
-        rss, profiled = both_instruments(source, knob, "inductor", **options)
-        assert abs(profiled - predicted) <= largest, (knob, profiled, predicted, largest)
-        assert abs(rss - predicted) <= largest, (knob, rss, predicted, largest)
-        peaks.add(predicted)
-    assert len(peaks) > 1  # the knob reached Inductor's partitioner
+        predicted[knob], largest = _prediction(partition_lowered(joint, knob))
+        rss, profiled[knob] = both_instruments(source, knob, "inductor", **options)
+        assert abs(profiled[knob] - predicted[knob]) <= largest, (knob, profiled[knob], predicted[knob], largest)
+        assert abs(rss - predicted[knob]) <= largest, (knob, rss, predicted[knob], largest)
+    assert len(set(predicted.values())) > 1  # the knob reached Inductor's partitioner
+    if name.startswith("resnet"):  # issue 56: a CNN's predicted best knob is its real one (the profiler's)
+        assert min(KNOBS, key=predicted.get) == min(KNOBS, key=profiled.get), (predicted, profiled)
 
 
 # ------------------------------------------------------------------ the lowerings kept on disk across runs
