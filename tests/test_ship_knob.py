@@ -106,6 +106,28 @@ def test_shipped_inductor_censuses_verify_and_sit_beside_their_aot_eager_census(
     assert beside.meta.get("backend", "aot_eager") == "aot_eager" and beside.name == census.name
 
 
+SHIPPED_GPU = sorted((SHIPPED / "knob").glob("*/inductor-*/*.json"))
+
+
+@pytest.mark.parametrize("path", SHIPPED_GPU, ids=[f"{p.parents[1].name}/{p.parent.name}/{p.stem}" for p in SHIPPED_GPU])
+def test_shipped_gpu_censuses_verify_name_their_gpu_and_sit_beside_the_cpu_lowerings(path):
+    """Each shipped census lowered for a GPU (``knob/<set>/inductor-<GPU>/``) reads through the manifest, names
+    that GPU as its lowering (the one line a reader gets says CUDA Inductor's), is complete on Inductor's default
+    plan, and the CPU lowering's census of the same step is shipped beside it."""
+    from dtrlab.analysis.knob_census import lowering_answer
+
+    gpu = path.parent.name.removeprefix("inductor-")
+    census = read_census(path, SHIPPED)
+    assert census.meta["backend"] == "inductor" and census.meta["inductor_lowering"] == gpu
+    assert census.meta["gpu_answer"] is None and f"CUDA Inductor's lowering for {gpu}" in lowering_answer(census.meta)
+    assert census.meta["refinement_complete"] and set(census.plan.grid()) <= set(census.samples.knob)
+    assert census.plan == KnobPlan(**parse_knobs(DEFAULT_PLANS["inductor"]["knobs"]),
+                                   resolution=DEFAULT_PLANS["inductor"]["resolution"],
+                                   refine=DEFAULT_PLANS["inductor"]["refine"])
+    beside = read_census(path.parents[1] / "inductor" / path.name, SHIPPED)
+    assert beside.meta.get("inductor_lowering", "cpu") == "cpu" and beside.name == census.name
+
+
 def test_the_backends_plot_draws_each_census_under_the_accounting():
     import matplotlib
 

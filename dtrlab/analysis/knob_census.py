@@ -264,10 +264,16 @@ def census_knob(evaluate: Callable[[float], dict], plan: KnobPlan = KnobPlan(), 
         census.meta["backend"] = ",".join(sorted(set(samples["backend"])))
     if "inductor" in census.meta.get("backend", ""):
         options = dict(evaluate.options) if isinstance(evaluate, KnobSource) else {}
-        lowered_for = options.get("gpu") or options.get("device", "cpu")  # a GPU's name: CUDA Inductor's lowering
-        census.meta["inductor_lowering"] = str(lowered_for)
-        census.meta["gpu_answer"] = gpu_answer(census.meta)
+        note_lowering(census.meta, options.get("gpu") or options.get("device", "cpu"))
     return census
+
+
+def note_lowering(meta: dict, lowered_for: str) -> None:
+    """An Inductor census's lowering in its ``meta``: ``inductor_lowering`` (``cpu``, or the GPU's name: CUDA
+    Inductor's lowering) and the one line a GPU user reads with it (``gpu_answer``). :func:`census_knob` notes it
+    for a :class:`KnobSource`; a caller evaluating a traced joint itself (``dtrlab ship knob``) notes its own."""
+    meta["inductor_lowering"] = str(lowered_for)
+    meta["gpu_answer"] = gpu_answer(meta)
 
 
 #: What an Inductor census lowered for the CPU is worth for a GPU step, with the uncertainty measured on CPU

@@ -36,7 +36,8 @@ import shlex
 import time
 from pathlib import Path
 
-from ..analysis.knob_census import DEFAULT_PLANS, REFINE_MODES, KnobPlan, census_knob, parse_knobs, write_census
+from ..analysis.knob_census import (DEFAULT_PLANS, REFINE_MODES, KnobPlan, census_knob, note_lowering, parse_knobs,
+                                    write_census)
 from ..integrity import read_json, write_manifest
 from ..memory.device import GPU_PRESETS, gpu_preset
 from ..suggest import did_you_mean
@@ -140,6 +141,8 @@ def ship_one(set_name: str, name: str, command: str, title: str, plan: KnobPlan,
                          execution=Execution(jobs=jobs, backend="fork"))  # the traced joint inherited, not pickled
     census.meta.update(trace_seconds=round(traced, 1), command=command, title=title, desc=joint.desc,
                        nodes=joint.node_count, graph_hash=joint_hash(joint), torch_version=torch.__version__)
+    if backend == "inductor":
+        note_lowering(census.meta, gpu or "cpu")
     print(f"dtrlab ship knob: {set_name}/{name} ({backend}): {len(census.samples)} knobs in {census.seconds:.0f} s"
           + (f", {sum(len(part.lowerings) for part in joint.parts or (joint,))} distinct partitions lowered here"
              if backend == "inductor" else ""), flush=True)
