@@ -240,7 +240,7 @@ def test_notebook_13_reads_a_census_dtrlab_knob_wrote(tmp_path, monkeypatch):
         make_figures.run_notebook(notebook, tmp_path / "executed", parameters)
 
 
-def test_notebook_13_draws_inductor_beside_aot_eager(tmp_path, monkeypatch):
+def test_notebook_13_draws_inductor_beside_aot_eager_and_a_gpus_lowering_beside_the_cpus(tmp_path, monkeypatch):
     """Notebook 13 with a census under each backend of the same step (``DIR/NAME.json`` and
     ``DIR/inductor/NAME.json``, as ``dtrlab ship knob --backend inductor`` lays them out): the side-by-side
     figure, and the table's ratios of the two peaks on the knobs both evaluated; a census with no Inductor
@@ -261,16 +261,24 @@ def test_notebook_13_draws_inductor_beside_aot_eager(tmp_path, monkeypatch):
     write_census(census([300, 200], KnobPlan(step=0.05, resolution=0.05), "both", "aot_eager"), out)
     write_census(census([150, 200], KnobPlan(step=0.1, resolution=0.1), "both", "inductor"), out / "inductor")
     write_census(census([100, 50], KnobPlan(step=0.1, resolution=0.1), "alone", "aot_eager"), out)
+    write_census(census([120, 180], KnobPlan(step=0.1, resolution=0.1), "both", "inductor"), out / "inductor-H100-80GB")
     parameters = {**make_figures.notebook_parameters(ROOT / "traces", tmp_path / "figures", tmp_path / "cache",
                                                      quick=True, jobs=1, reference=None), "results_dir": str(out)}
     executed = make_figures.run_notebook(make_figures.notebook_paths(["13"])[0], tmp_path / "executed", parameters)
     assert (tmp_path / "figures" / "13-knob-backends.png").stat().st_size > 5000
     cells = json.loads(executed.read_text())["cells"]
-    [cell] = [cell for cell in cells if "plot_knob_backends, titles" in "".join(cell["source"])]
+    [cell] = [cell for cell in cells if "pairs = {name" in "".join(cell["source"])]
     [table] = ["".join(output["data"]["text/plain"]) for output in cell["outputs"] if "data" in output]
     assert "alone" not in table  # it has no Inductor census
     row = next(line.split() for line in table.splitlines() if line.startswith("both"))
     assert row[1:5] == ["11", "0.5", "1.0", "1.0"]  # knobs both evaluated; Inductor / aot_eager: min, max, at 1.0
+    # A GPU's lowering beside the CPU's (DIR/inductor-H100-80GB/): its figure, and the GPU over the CPU on the knobs
+    # both evaluated (min, max) and each side's best knob.
+    assert (tmp_path / "figures" / "13-knob-H100-80GB.png").stat().st_size > 5000
+    [cell] = [cell for cell in cells if "gpu_lowerings = {" in "".join(cell["source"])]
+    [table] = ["".join(output["data"]["text/plain"]) for output in cell["outputs"] if "data" in output]
+    cells_of_both = [value for line in table.splitlines() if line.startswith("both") for value in line.split()[1:]]
+    assert cells_of_both[:7] == ["11", "0.8", "0.9", "0.4", "0.4", "150.0", "120.0"], table  # pandas wraps the columns
 
 
 # ------------------------------------------------------------------ dtrlab figures: limits and quiet kernels
