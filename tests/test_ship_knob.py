@@ -109,7 +109,8 @@ def test_shipped_inductor_censuses_verify_and_sit_beside_their_aot_eager_census(
 SHIPPED_GPU = sorted((SHIPPED / "knob").glob("*/inductor-*/*.json"))
 
 
-@pytest.mark.parametrize("path", SHIPPED_GPU, ids=[f"{p.parents[1].name}/{p.parent.name}/{p.stem}" for p in SHIPPED_GPU])
+@pytest.mark.parametrize("path", SHIPPED_GPU,
+                         ids=[f"{p.parents[1].name}/{p.parent.name}/{p.stem}" for p in SHIPPED_GPU])
 def test_shipped_gpu_censuses_verify_name_their_gpu_and_sit_beside_the_cpu_lowerings(path):
     """Each shipped census lowered for a GPU (``knob/<set>/inductor-<GPU>/``) reads through the manifest, names
     that GPU as its lowering (the one line a reader gets says CUDA Inductor's), is complete on Inductor's default

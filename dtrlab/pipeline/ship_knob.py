@@ -75,6 +75,7 @@ NOTEBOOKS = {"14-fit-budget": ("dtrlab capture hf:llama --layers 2 --hidden 256 
                                "Notebook 14's default model: a 2-layer Llama-style decoder (4x256)")}
 NOTEBOOK_PLAN = {"knobs": "0:1:0.02", "resolution": 0.01, "refine": "against"}
 
+
 def census_directory(set_name: str, backend: str, gpu: str | None = None) -> Path:
     """Where a trace set's censuses under ``backend`` are shipped: aot_eager's in ``knob/<set>/``, beside the DTR
     traces of the same steps; Inductor's in ``knob/<set>/inductor/``, or ``knob/<set>/inductor-<gpu>/`` when lowered
