@@ -149,8 +149,9 @@ def test_bundle_is_in_the_repository_for_every_shipped_trace(shipped_traces):
     total = sum(p.stat().st_size for p in DEFAULT_SHIPPED_DIR.rglob("*.parquet"))
     # 6.9 MB on 1 December 2026, after notebook 10's sweeps of the five searched policies joined
     # traces/ (0.002) and traces/models (0.005, eight policies); 8.3 MB on 2 December, after the
-    # allocator census of traces/models (notebook 08, 14 configurations, 1.2 MB).
-    assert total < 10e6, f"the bundle is {total / 1e6:.1f} MB; keep it a few MB"
+    # allocator census of traces/models (notebook 08, 14 configurations, 1.2 MB); 10.1 MB on 6 December, after the
+    # nine Inductor censuses lowered for an H100 (knob/*/inductor-H100-80GB/, 0.28 MB).
+    assert total < 11e6, f"the bundle is {total / 1e6:.1f} MB; keep it a few MB"
 
 
 @pytest.mark.parametrize("path", TRACES_BUNDLE + LOGS_BUNDLE + MODELS_BUNDLE, ids=lambda p: f"{p.parent.name}/{p.stem}")
