@@ -577,6 +577,7 @@ def measured_against(torch, step, predicted: dict, model: str, options: dict, kn
     hooks)."""
     from dtrlab.trace.models import build
     from dtrlab.trace.torch_compile.tracing import LossStep
+    import torch._functorch.config  # noqa: F401 - the knob's home, patched below
 
     constants = sum(-(-op.total_size // 512) * 512 for op in step.trace.operators if op.is_constant)
     tangent = 512  # the loss's gradient, allocated by autograd during the real step

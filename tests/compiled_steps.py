@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torch._functorch.config  # the knob's home: _fresh_main patches it in a process of its own
 from torch import nn
 from torch.nn import functional as F
 
