@@ -181,9 +181,10 @@ def test_a_cnn_prediction_is_its_real_peak_and_its_best_knob(family, backend, re
     """A CNN family at the knobs of ``--cnn-knobs`` (default 1.0 and 0.5, where the MobileNet's order flipped
     without the temporaries; a real Inductor step compiles its kernels), a real torch.compile CPU step each: with
     the measured temporaries the prediction is the real step's profiler peak within the step's largest tensor
-    (measured at six knobs in docs/compile.md's table: the MobileNet to the byte under Inductor and up to 26 kB
-    above under aot_eager, the ShuffleNet within 32 kB), and the knob with the lowest predicted peak has the lowest
-    real one (without the temporaries, the MobileNet's does not under Inductor)."""
+    (docs/compile.md's table: the MobileNet at three knobs to the byte under Inductor and up to 26 kB above under
+    aot_eager; the ShuffleNet at six knobs under aot_eager within 32 kB, to the byte under Inductor at 1.0), and
+    the knob with the lowest predicted peak has the lowest real one (without the temporaries, the MobileNet's
+    does not under Inductor)."""
     knobs = tuple(float(k) for k in request.config.getoption("cnn_knobs").split(","))
     source, options = CNN_FAMILIES[family]
     joint = _joint(source, backend, **options)
