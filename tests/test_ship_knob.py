@@ -9,6 +9,9 @@ from dtrlab.analysis.knob_census import DEFAULT_PLANS, KnobPlan, census_knob, pa
 from dtrlab.pipeline import ship_knob
 
 SHIPPED = ROOT / "results" / "shipped"
+#: Inductor's default plan, every shipped Inductor census's (CPU or GPU lowering)
+INDUCTOR_PLAN = KnobPlan(**parse_knobs(DEFAULT_PLANS["inductor"]["knobs"]),
+                         resolution=DEFAULT_PLANS["inductor"]["resolution"], refine=DEFAULT_PLANS["inductor"]["refine"])
 
 
 @pytest.fixture
@@ -98,9 +101,7 @@ def test_shipped_inductor_censuses_verify_and_sit_beside_their_aot_eager_census(
     default plan (every grid knob evaluated), and the aot_eager census of the same step is shipped beside it."""
     census = read_census(path, SHIPPED)
     assert census.meta["backend"] == "inductor" and census.meta["refinement_complete"]
-    assert census.plan == KnobPlan(**parse_knobs(DEFAULT_PLANS["inductor"]["knobs"]),
-                                   resolution=DEFAULT_PLANS["inductor"]["resolution"],
-                                   refine=DEFAULT_PLANS["inductor"]["refine"])
+    assert census.plan == INDUCTOR_PLAN
     assert set(census.plan.grid()) <= set(census.samples.knob)
     beside = read_census(path.parents[1] / path.name, SHIPPED)
     assert beside.meta.get("backend", "aot_eager") == "aot_eager" and beside.name == census.name
@@ -122,9 +123,7 @@ def test_shipped_gpu_censuses_verify_name_their_gpu_and_sit_beside_the_cpu_lower
     assert census.meta["backend"] == "inductor" and census.meta["inductor_lowering"] == gpu
     assert census.meta["gpu_answer"] is None and f"CUDA Inductor's lowering for {gpu}" in lowering_answer(census.meta)
     assert census.meta["refinement_complete"] and set(census.plan.grid()) <= set(census.samples.knob)
-    assert census.plan == KnobPlan(**parse_knobs(DEFAULT_PLANS["inductor"]["knobs"]),
-                                   resolution=DEFAULT_PLANS["inductor"]["resolution"],
-                                   refine=DEFAULT_PLANS["inductor"]["refine"])
+    assert census.plan == INDUCTOR_PLAN
     beside = read_census(path.parents[1] / "inductor" / path.name, SHIPPED)
     assert beside.meta.get("inductor_lowering", "cpu") == "cpu" and beside.name == census.name
 

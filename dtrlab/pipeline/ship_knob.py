@@ -39,8 +39,6 @@ from pathlib import Path
 from ..analysis.knob_census import (DEFAULT_PLANS, REFINE_MODES, KnobPlan, census_knob, note_lowering, parse_knobs,
                                     write_census)
 from ..integrity import read_json, write_manifest
-from ..memory.device import GPU_PRESETS, gpu_preset
-from ..suggest import did_you_mean
 from ..sweep.execution import Execution
 from ..sweep.shipped import DEFAULT_SHIPPED_DIR as SHIPPED
 from ..trace.sizes import SIZE_KEYS
@@ -218,9 +216,13 @@ def run(args, parser) -> int:
         parser.error("--interventions: the single-node interventions are aot_eager's only (--backend aot_eager)")
     if args.device is not None and (args.backend != "inductor" or "notebooks" in args.sets):
         parser.error("--device: a GPU lowering is Inductor's, for the traces and models sets (--backend inductor)")
-    if args.device is not None and gpu_preset(args.device) is None:
-        parser.error(f"--device: unknown GPU {args.device!r}{did_you_mean(args.device, list(GPU_PRESETS))}; "
-                     f"known: {', '.join(GPU_PRESETS)}")
+    if args.device is not None:
+        from ..trace.torch_compile.gpu_target import gpu_target_named
+
+        try:
+            gpu_target_named(args.device)
+        except ValueError as exc:
+            parser.error(f"--device: {exc}")
     written = []
     for set_name in args.sets:
         for name, (command, title) in corpus(set_name).items():
