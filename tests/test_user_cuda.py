@@ -74,3 +74,51 @@ def test_the_machines_gpu_is_the_target_its_properties_match(monkeypatch):
     with pytest.raises(ValueError, match=r"^m:f puts its step on CUDA, on a NVIDIA T4 that no GPU target matches; "
                                          r"name the GPU it trains on \(--device, or device= in Python\): V100-16GB"):
         gpu_target.machine_gpu("m:f")
+
+
+def _on_fake_cuda(model, *tensors):
+    """``model`` and ``tensors`` as a GPU machine's user holds them after ``.cuda()``, without a GPU: fake tensors
+    on ``cuda:0`` (made from meta twins; no CUDA call)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+    def on_cuda(tensor):
+        return mode.fake_tensor_converter.from_meta_and_device(mode, tensor.to("meta"), torch.device("cuda", 0))
+
+    for module in model.modules():
+        for name, parameter in list(module.named_parameters(recurse=False)):
+            setattr(module, name, torch.nn.Parameter(on_cuda(parameter.detach()), parameter.requires_grad))
+    return model, [on_cuda(t) for t in tensors]
+
+
+def test_a_live_model_on_cuda_is_fitted_for_its_machines_gpu(monkeypatch):
+    """``dtrlab.fit_knob`` on a live model the user put on CUDA (faked here, as is the machine's GPU): the step of
+    that GPU, traced from a CPU copy (the loss's CUDA labels twinned there), lowered and labelled for it: the same
+    answer as the CPU model's with that GPU named. With ``device="cpu"`` it is the CPU's lowering."""
+    from dtrlab.analysis.fit_knob import fit_knob, lowering_for
+
+    asked = []
+    monkeypatch.setattr(tracing, "machine_gpu", lambda source: asked.append(source) or "A100-80GB")
+
+    def mlp():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 10))
+
+    x, labels = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    fit = dict(budget=1 << 30, accounting="allocated", backend="inductor", cache=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = fit_knob(mlp(), (x,), lambda out: torch.nn.functional.cross_entropy(out, labels),
+                            device="A100-80GB", **fit)
+        model, (cuda_x, cuda_labels) = _on_fake_cuda(mlp(), x, labels)
+        answered = fit_knob(model, (cuda_x,), lambda out: torch.nn.functional.cross_entropy(out, cuda_labels), **fit)
+        assert asked == ["Sequential"]
+        on_cpu = fit_knob(model, (cuda_x,), lambda out: torch.nn.functional.cross_entropy(out, cuda_labels),
+                          device="cpu", **fit)
+    assert expected.lowering == answered.lowering == "A100-80GB" and on_cpu.lowering == "cpu"
+    assert answered.graph_hash == expected.graph_hash != on_cpu.graph_hash
+    assert (answered.knob, answered.peak, answered.evaluated) == (expected.knob, expected.peak, expected.evaluated)
+    assert cuda_labels.device.type == "cuda"  # the loss's labels restored after the trace
+    assert lowering_for(model, None) == lowering_for(model, "cuda:0") == "A100-80GB"  # dtrlab.compile's cache key
+    assert lowering_for(model, "cpu") == lowering_for(mlp(), None) == lowering_for(mlp(), "cuda") == "cpu"

@@ -43,7 +43,8 @@ Accounting: ``backend="inductor"`` (the default: Inductor's own lowering of each
 :func:`dtrlab.memory.partitioned.knob_peaks` (a step with graph breaks graph by graph, under either).
 The lowering is the one ``dtrlab knob --device`` takes: a GPU preset as ``device`` (``"H100-80GB"``) traces the
 step for that GPU and lowers it with CUDA Inductor on fake tensors (:mod:`dtrlab.trace.torch_compile.cuda_joint`, no GPU
-needed); anything else, the CPU's. The answer names it (:attr:`KnobFit.lowering`) and its cache key holds it.
+needed); a live model on CUDA with no other device named, the same for this machine's GPU (the target its
+properties match); anything else, the CPU's. The answer names it (:attr:`KnobFit.lowering`) and its cache key holds it.
 The accounting of the peak is flat,
 allocated or reserved bytes, reserved by default for a GPU preset (what the device
 enforces), allocated otherwise.
@@ -299,7 +300,8 @@ def fit_knob(model, example_inputs=(), loss_fn=None, *, budget, device: str | No
     returning the scalar loss; None sums the outputs) or a ``dtrlab capture`` source string (then
     ``example_inputs`` is a dict of its build options: ``{"batch": 8, "seq": 1024}``). ``device``: a GPU preset
     (:data:`dtrlab.memory.device.GPU_PRESETS`, ``"H100-80GB"``: the step traced for it and lowered by CUDA
-    Inductor, no GPU needed), or the device the fake tensors claim (default: the model's; the CPU lowering).
+    Inductor, no GPU needed), or the device the fake tensors claim (default: the model's; the CPU lowering, but for
+    a model on CUDA: this machine's GPU's, :func:`lowering_for`).
     ``budget``: int bytes, a size
     (``"40GiB"``) or a GPU preset (:data:`dtrlab.memory.device.GPU_PRESETS`). ``cache``: True
     (``$DTRLAB_CACHE``), a directory, or False."""
@@ -357,35 +359,60 @@ def search_settings(*, budget: int, column: str, backend: str, solver, runtime_e
 
 
 def _trace(model, example_inputs, loss_fn, device, backend: str):
-    """The joint graph, and what the eager capture needs (a source's options, or the live step). For a GPU preset,
-    the step is traced on the CPU and re-traced for the GPU (:func:`dtrlab.trace.torch_compile.tracing.trace_step`'s
-    ``gpu``)."""
-    from ..trace.torch_compile.tracing import fake_module, trace_joint, trace_step
+    """The joint graph, and what the eager capture needs (a source's options, or the live step). For a GPU (a preset,
+    or the one a live model sits on), the step is traced on the CPU and re-traced for the GPU
+    (:func:`dtrlab.trace.torch_compile.tracing.trace_step`'s ``gpu``)."""
+    from ..trace.torch_compile.tracing import closure_on, fake_module, trace_joint, trace_step
 
-    gpu = gpu_preset(device)
-    lowered = {} if gpu is None else {"gpu": gpu}
-    device = "cpu" if gpu is not None else device
     if isinstance(model, str):
         if not isinstance(example_inputs or {}, dict) or loss_fn is not None:
             raise ValueError("a model source takes its build options as a dict (example_inputs={'batch': 8}) and "
                              "its own loss (loss_fn=None)")
         options = dict(example_inputs or {})
-        joint = trace_joint(model, device=device or "cpu", backend=backend, **lowered, **options)
+        gpu = gpu_preset(device)
+        lowered = {} if gpu is None else {"gpu": gpu}
+        joint = trace_joint(model, device="cpu" if gpu else device or "cpu", backend=backend, **lowered, **options)
         return joint, ("source", model, options)
+    inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    gpu, own = lowering_for(model, device), _own_device(model)
+    lowered = {} if gpu == "cpu" else {"gpu": gpu}
+    device = "cpu" if lowered else device
+    name = type(model).__name__
+    if device is None or _same_device(device, own):
+        # dynamo fakes the live model and inputs itself (no step runs, nothing is allocated), keeping what they
+        # share with the loss (a closure's labels that are the inputs, tied weights) shared, as the real step does.
+        joint = trace_step(model, inputs, loss_fn, source=name, backend=backend, **lowered)
+    else:  # another device: a fake copy there, and the tensors the loss reads from its closure twinned there too
+        with closure_on(loss_fn, device):
+            joint = trace_step(*fake_module(model, inputs, device), loss_fn, source=name, backend=backend, **lowered)
+    return joint, ("module", model, (inputs, loss_fn))
+
+
+def _own_device(model):
     import torch
 
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"model must be a torch.nn.Module or a dtrlab capture source, got {type(model).__name__}")
-    inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
-    own = next((t.device for t in model.parameters()), torch.device("cpu"))
-    name = type(model).__name__
-    if device is None or torch.device(device) == own:
-        # dynamo fakes the live model and inputs itself (no step runs, nothing is allocated), keeping what they
-        # share with the loss (a closure's labels that are the inputs, tied weights) shared, as the real step does.
-        joint = trace_step(model, inputs, loss_fn, source=name, backend=backend, **lowered)
-    else:  # another device: a fake copy there (tensors a loss closes over must then not be on the model's device)
-        joint = trace_step(*fake_module(model, inputs, device), loss_fn, source=name, backend=backend, **lowered)
-    return joint, ("module", model, (inputs, loss_fn))
+    return next((t.device for t in model.parameters()), torch.device("cpu"))
+
+
+def lowering_for(model, device: str | None) -> str:
+    """Whose Inductor lowering answers for a live ``model`` asked about on ``device``: a GPU preset's; for a model on
+    CUDA asked about on its own device (or none named), this machine's GPU
+    (:func:`~dtrlab.trace.torch_compile.tracing.gpu_of`: one line asking for a preset where none matches); else the
+    CPU's ("cpu")."""
+    from ..trace.torch_compile.tracing import gpu_of
+
+    gpu, own = gpu_preset(device), _own_device(model)
+    if gpu is None and (device is None or _same_device(device, own)):
+        gpu = gpu_of(own, type(model).__name__)
+    return gpu or "cpu"
+
+
+def _same_device(device, own) -> bool:
+    import torch
+
+    return torch.device(device) == own
 
 
 def _evaluator(joint, solver) -> Callable[[float], dict]:
@@ -470,7 +497,7 @@ def _eager_trace(workload):
 
     from ..trace.capture import capture, record
     from ..trace.models import meta_patches
-    from ..trace.torch_compile.tracing import meta_closure, meta_module
+    from ..trace.torch_compile.tracing import closure_on, meta_module
     from ..trace.simrd_log import parse_lines
 
     kind, model, options = workload
@@ -480,7 +507,7 @@ def _eager_trace(workload):
         inputs, loss_fn = options
         meta_inputs = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: torch.empty_like(
             t, device="meta").requires_grad_(t.requires_grad), inputs)
-        with torch.device("meta"), meta_patches(), meta_closure(loss_fn):
+        with torch.device("meta"), meta_patches(), closure_on(loss_fn, "meta"):
             recording = record(meta_module(model), meta_inputs, loss_fn=loss_fn, cost="flops")
     trace = parse_lines((), source="<fit_knob capture>", name=str(recording.meta.get("source", "model")),
                         records=list(enumerate(recording.lines, 1)))

@@ -40,9 +40,8 @@ import warnings
 from ..trace.torch_compile.fingerprint import dynamo_graph_hash, step_fingerprint
 from ..trace.torch_compile.joint import BACKENDS
 from ..trace.torch_compile.partition import partitioner_config
-from ..memory.device import gpu_preset
-from .fit_knob import (KnobFit, accounting_column, budget_bytes, cache_path, fit_knob, from_dict, read_entry,
-                       search_settings, write_entry)
+from .fit_knob import (KnobFit, accounting_column, budget_bytes, cache_path, fit_knob, from_dict, lowering_for,
+                       read_entry, search_settings, write_entry)
 
 #: What a fingerprint entry's checksum covers: the pick, and the graphs its run compiled.
 ENTRY_FIELDS = ("record", "compiled")
@@ -79,7 +78,8 @@ def compile(model, *, budget, example_inputs=(), loss_fn=None, device: str | Non
     ``budget``, ``example_inputs``, ``loss_fn``, ``device``, ``accounting`` and ``cache`` are
     :func:`~dtrlab.analysis.fit_knob.fit_knob`'s (``example_inputs`` are needed: the knob is
     chosen before the first call; a GPU preset as ``device``, ``"H100-80GB"``, picks under CUDA Inductor's
-    lowering for it, any other device under the CPU's, and ``knob_fit`` says which). ``backend``: torch.compile's (a name or a callable; the pick uses the
+    lowering for it, a model on CUDA under its GPU's, any other device under the CPU's, and ``knob_fit`` says
+    which). ``backend``: torch.compile's (a name or a callable; the pick uses the
     Inductor accounting for ``"inductor"``, the aot_eager one for any other),
     ``solver``: ``activation_memory_budget_solver`` for the pick and the compile; the rest goes
     to torch.compile. The choice record is the result's ``knob_fit``. When no knob value fits,
@@ -140,7 +140,7 @@ def _fit_by_fingerprint(model, example_inputs, loss_fn, pick: dict) -> tuple[Kno
     key = {"fingerprint": step_fingerprint(model, inputs, loss_fn), "device": pick["device"],
            **search_settings(budget=budget, column=accounting_column(pick["accounting"], preset),
                              backend=pick["backend"], solver=pick["solver"], runtime_estimator=None,
-                             lowering=gpu_preset(pick["device"]) or "cpu")}
+                             lowering=lowering_for(model, pick["device"]))}
     path = cache_path(pick["cache"], key, "by-fingerprint")
     document = read_entry(path, key, ENTRY_FIELDS)
     if document is not None and document["compiled"]:

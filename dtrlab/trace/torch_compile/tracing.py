@@ -118,6 +118,12 @@ class LossStep(nn.Module):  # pragma: no mutate block (dynamo traces forward: mu
         return self.loss_fn(output)
 
 
+def gpu_of(device, source: str) -> str | None:
+    """The GPU target a step on ``device`` is lowered for: this machine's GPU (:func:`machine_gpu`) for a CUDA
+    device, None (the CPU's lowering) for any other."""
+    return machine_gpu(source) if torch.device(device).type == "cuda" else None
+
+
 def _option_value(value):
     return str(value) if isinstance(value, torch.dtype) else value
 
@@ -160,27 +166,32 @@ def meta_module(module: nn.Module) -> nn.Module:
     for name, tensor in [*module.named_parameters(remove_duplicate=True), *module.named_buffers()]:
         if id(tensor) in memo:
             continue
-        twin = torch.empty_like(tensor, device="meta")
+        # from its sizes, not the tensor: a fake tensor's (a model dynamo or a test faked) twin is a real meta one
+        twin = torch.empty_strided(tuple(tensor.shape), tuple(tensor.stride()), dtype=tensor.dtype, device="meta")
         memo[id(tensor)] = nn.Parameter(twin, requires_grad=tensor.requires_grad) \
             if isinstance(tensor, nn.Parameter) else twin
     return copy.deepcopy(module, memo)
 
 
 @contextlib.contextmanager
-def meta_closure(function) -> Iterator[None]:
-    """The tensors ``function`` reads from its closure or its module's globals (a loss's labels) replaced by their
-    meta twins while the context runs, then restored: a step run on a :func:`meta_module` copy must not meet the
-    live tensors a loss refers to. Tensors inside containers, or reached through other functions, are not."""
-    def live(value) -> bool:
-        return isinstance(value, torch.Tensor) and not value.is_meta
+def closure_on(function, device) -> Iterator[None]:
+    """The tensors ``function`` reads from its closure or its module's globals (a loss's labels) replaced by empty
+    twins on ``device`` (made from their sizes, as :func:`meta_module`'s) while the context runs, then restored: a step run on a :func:`meta_module` or
+    :func:`fake_module` copy must not meet the live tensors a loss refers to on another device. Tensors inside
+    containers, or reached through other functions, are not."""
+    device = torch.device(device)
+
+    def elsewhere(value) -> bool:
+        return isinstance(value, torch.Tensor) and value.device != device
 
     slots = [(functools.partial(setattr, cell, "cell_contents"), cell.cell_contents)
-             for cell in getattr(function, "__closure__", None) or () if live(cell.cell_contents)]
+             for cell in getattr(function, "__closure__", None) or () if elsewhere(cell.cell_contents)]
     code, namespace = getattr(function, "__code__", None), getattr(function, "__globals__", {})
     slots += [(functools.partial(namespace.__setitem__, name), namespace[name])
-              for name in (code.co_names if code else ()) if live(namespace.get(name))]
+              for name in (code.co_names if code else ()) if elsewhere(namespace.get(name))]
     for write, tensor in slots:
-        write(torch.empty_like(tensor, device="meta").requires_grad_(tensor.requires_grad))
+        write(torch.empty_strided(tuple(tensor.shape), tuple(tensor.stride()), dtype=tensor.dtype, device=device)
+              .requires_grad_(tensor.requires_grad))
     try:
         yield
     finally:
