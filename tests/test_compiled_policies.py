@@ -385,3 +385,13 @@ def test_twophase_matches_thoroughly(trace, fraction, phase1, phase2, big):
     if big:
         trace = scaled(trace, 2**40 + 7, 2**45 + 3)
     same_replay_or_same_error(trace, TwoPhase(phase1=phase1, phase2=phase2), *budgets(trace, fraction, 1.0))
+
+
+def test_powers_are_recomputed_for_each_exponent(small_resnet):
+    """The core memoises pow() by base and exponent: policies that raise the same sizes, costs and stalenesses to
+    other exponents, one after the other in one process, each decide as the Python simulator does."""
+    exponents = [(0.5, 1.5, 2.0), (1.5, 2.0, 0.5), (2.0, 0.5, 1.5), (0.5, 1.5, 2.0)]
+    for a, b, c in exponents:
+        policy = ScoreSearch(a=a, b=b, c=c, d=0.5, cost="local", arithmetic="float64")
+        fast = simulate(small_resnet, policy, ratio=0.4, engine="compiled")
+        assert fast == simulate(small_resnet, policy, ratio=0.4, engine="python"), (a, b, c)

@@ -60,12 +60,21 @@ def _passes_or_names_its_limit(code: int, err: str) -> bool:
     return code == 0 or (code == 2 and len(lines) == 1 and "Traceback" not in err)
 
 
+@pytest.fixture(scope="module")
+def shared_traces():
+    """``trace_joint`` memoised for this file's corpus-wide tests: ``dtrlab knob`` on a source, its CUDA joint's
+    CPU side and ``fit_knob`` on it trace the same step once (each test traces on its own when run alone).
+    Not for a test whose lowering is under test: a shared joint keeps the lowerings an earlier test made."""
+    return _shared(tracing_module.trace_joint, _trace_key)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CORPUS))
-def test_source_passes_capture_and_knob(capsys, tmp_path, monkeypatch, name):
+def test_source_passes_capture_and_knob(capsys, tmp_path, monkeypatch, shared_traces, name):
     if name in NEEDS:
         pytest.importorskip(NEEDS[name])
     monkeypatch.setenv("DTRLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(tracing_module, "trace_joint", shared_traces)
     source = CORPUS[name]
     code, out, err = _run(capsys, ["capture", *source, "--out", str(tmp_path / "step.jsonl"), "--quiet"])
     assert code == 0, err
@@ -84,7 +93,7 @@ def _operator_counts(joint) -> Counter:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CORPUS))
-def test_the_cuda_joint_differs_from_the_cpu_joint_only_by_the_table(name):
+def test_the_cuda_joint_differs_from_the_cpu_joint_only_by_the_table(shared_traces, name):
     """Every corpus source's joint traced for an H100 (dtrlab.trace.torch_compile.cuda_joint) against its CPU joint,
     operator by operator (counted): the CPU's fused attention becomes CUDA's (SWAPPED), one for one; a math attention
     (dropout in training) becomes a fused kernel's pair, one per ``_safe_softmax``; the CUDA joint's only other
@@ -99,7 +108,8 @@ def test_the_cuda_joint_differs_from_the_cpu_joint_only_by_the_table(name):
     source, options = CORPUS[name][0], _build_options(CORPUS[name])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cpu, gpu = (trace_joint(source, backend="inductor", **options, **extra) for extra in ({}, {"gpu": "H100-80GB"}))
+        cpu, gpu = (shared_traces(source, backend="inductor", **options, **extra)
+                    for extra in ({}, {"gpu": "H100-80GB"}))
     assert {node.meta["val"].device.type for node in gpu.graph_module.graph.find_nodes(op="placeholder")} == {"cuda"}
     assert not [node.name for node in gpu.graph_module.graph.nodes
                 if torch.device("cpu") in (*node.args, *node.kwargs.values())]
@@ -317,7 +327,7 @@ def _cli_choice(capsys, tmp_path, source: list[str], budget: int, knobs) -> tupl
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CORPUS))
-def test_the_api_and_the_cli_agree(capsys, tmp_path, monkeypatch, name):
+def test_the_api_and_the_cli_agree(capsys, tmp_path, monkeypatch, shared_traces, name):
     """``dtrlab.fit_knob`` and ``dtrlab knob --budget`` on every corpus source, at two budgets between its smallest
     and largest evaluated peak (a third and two thirds up; one budget when the knob does not move the peak):
     the same knob, the same peak, the same verdict on lowering it, under the allocated accounting of the
@@ -326,12 +336,13 @@ def test_the_api_and_the_cli_agree(capsys, tmp_path, monkeypatch, name):
     The CLI is given the knob values the API evaluated (``--knobs``, no refinement): the two answer from the
     same evaluations, each through its own path (build options, trace, accounting, backend, choice). Whether
     the API's search finds a full census's answer is measured apart (docs/compile.md, "Budget in bytes").
-    The trace and each evaluation are shared when both ask with the same arguments (a memo in this test)."""
+    The trace and each evaluation are shared when both ask with the same arguments (a memo in this test, over
+    the file's shared traces)."""
     if name in NEEDS:
         pytest.importorskip(NEEDS[name])
     from dtrlab.memory import partitioned
 
-    traces = _shared(trace_joint, _trace_key)
+    traces = _shared(shared_traces, _trace_key)
     monkeypatch.setattr(tracing_module, "trace_joint", traces)
     monkeypatch.setattr(partitioned, "knob_peaks", _shared(partitioned.knob_peaks, lambda joint, knob, **kw: (
         id(joint), knob, tuple(sorted(kw.items())))))

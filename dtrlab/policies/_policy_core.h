@@ -115,6 +115,15 @@ static int int_power(__int128 base, int64_t exponent, __int128 *out) {
     return 0;
 }
 
+/* pow()'s answers by (base, exponent), direct-mapped: a sweep raises the same sizes, costs and stalenesses to
+ * the same few exponents millions of times (perf: pow() was 39% of the shipped recompute's CPU). A pure
+ * function memoised, so every answer is pow()'s own. Zeroed slots never match: base 0 returns before the lookup.
+ * No lock: the core holds the GIL throughout and calls no Python between the lookup and the store. */
+typedef struct {
+    double base, exponent, result;
+} PowMemo;
+static PowMemo pow_memo[4096];
+
 /* Python's float ** for a base >= 0 (or inf) and a finite exponent >= 0 (what the spec admits):
  * CPython's special cases, then pow(); 1 when Python would raise or the result is subnormal or 0
  * through pow() (errno cases), so that Python computes it. */
@@ -125,7 +134,21 @@ static int float_power(double base, double exponent, double *out) {
     if (isinf(base)) { *out = INFINITY; return 0; }
     if (base == 0) { *out = 0.0; return 0; }
     if (base == 1) { *out = 1.0; return 0; }
-    double result = pow(base, exponent);
+    double result;
+    if (exponent == 1.0) {
+        result = base; /* x ** 1.0 is x: pow() errs by under 0.52 ULP (glibc) and x is a double, so it returns x */
+    } else {
+        uint64_t bits[2];
+        memcpy(&bits[0], &base, sizeof base);
+        memcpy(&bits[1], &exponent, sizeof exponent);
+        PowMemo *slot = &pow_memo[((bits[0] ^ (bits[1] * 0x9E3779B97F4A7C15u)) * 0x9E3779B97F4A7C15u) >> 52];
+        if (slot->base != base || slot->exponent != exponent) {
+            slot->base = base;
+            slot->exponent = exponent;
+            slot->result = pow(base, exponent);
+        }
+        result = slot->result;
+    }
     if (isinf(result) || result < DBL_MIN) return 1;
     *out = result;
     return 0;
