@@ -176,9 +176,9 @@ def meta_module(module: nn.Module) -> nn.Module:
 @contextlib.contextmanager
 def closure_on(function, device) -> Iterator[None]:
     """The tensors ``function`` reads from its closure or its module's globals (a loss's labels) replaced by empty
-    twins on ``device`` (made from their sizes, as :func:`meta_module`'s) while the context runs, then restored: a step run on a :func:`meta_module` or
-    :func:`fake_module` copy must not meet the live tensors a loss refers to on another device. Tensors inside
-    containers, or reached through other functions, are not."""
+    twins on ``device`` (made from their sizes, as :func:`meta_module`'s) while the context runs, then restored:
+    a step run on a :func:`meta_module` or :func:`fake_module` copy must not meet the live tensors a loss refers to
+    on another device. Tensors inside containers, or reached through other functions, are not."""
     device = torch.device(device)
 
     def elsewhere(value) -> bool:
