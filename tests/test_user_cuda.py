@@ -120,5 +120,5 @@ def test_a_live_model_on_cuda_is_fitted_for_its_machines_gpu(monkeypatch):
     assert answered.graph_hash == expected.graph_hash != on_cpu.graph_hash
     assert (answered.knob, answered.peak, answered.evaluated) == (expected.knob, expected.peak, expected.evaluated)
     assert cuda_labels.device.type == "cuda"  # the loss's labels restored after the trace
-    assert lowering_for(model, None) == lowering_for(model, "cuda:0") == "A100-80GB"  # dtrlab.compile's cache key
+    assert lowering_for(model, None) == lowering_for(model, "cuda:0") == lowering_for(model, "cuda") == "A100-80GB"
     assert lowering_for(model, "cpu") == lowering_for(mlp(), None) == lowering_for(mlp(), "cuda") == "cpu"

@@ -410,9 +410,11 @@ def lowering_for(model, device: str | None) -> str:
 
 
 def _same_device(device, own) -> bool:
+    """``device`` names the model's own (``"cuda"``, with no index, names whichever GPU the model is on)."""
     import torch
 
-    return torch.device(device) == own
+    device = torch.device(device)
+    return device == own or (device.index is None and device.type == own.type)
 
 
 def _evaluator(joint, solver) -> Callable[[float], dict]:
