@@ -20,6 +20,7 @@ import argparse
 import importlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -101,8 +102,11 @@ def forked_runs(files: list[Path], options: list[str], jobs: int, logs: Path):
 
 def _run_in_child(path: Path, options: list[str], log: Path) -> None:
     """The child: its output to ``log``, pytest on the file (pyproject.toml's ``pythonpath`` puts the repository's
-    root first on sys.path, as ``python -m pytest`` puts the working directory); never returns."""
+    root first on sys.path, as ``python -m pytest`` puts the working directory); never returns. ``os._exit`` runs no
+    ``atexit`` handler, so the cache folder tests/conftest.py makes for its run (and removes at exit) is removed here:
+    a file-alone run left one in the temporary folder for each test file."""
     code = 70  # EX_SOFTWARE: pytest itself raised
+    inherited_cache = os.environ.get("DTRLAB_CACHE")
     try:
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, 1)
@@ -115,6 +119,8 @@ def _run_in_child(path: Path, options: list[str], log: Path) -> None:
 
         traceback.print_exc()
     finally:
+        if os.environ.get("DTRLAB_CACHE") != inherited_cache:
+            shutil.rmtree(os.environ["DTRLAB_CACHE"], ignore_errors=True)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -3,6 +3,7 @@ workers by ``--heaviest-files-first``, the file-alone run by scripts/tests_alone
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,14 @@ def test_the_slow_run_collects_the_longest_file_first_each_files_tests_in_order(
     assert sorted(heaviest) == sorted(plain)
     for name in ("test_sweep.py", "test_inductor.py"):  # each file's own order kept
         assert [item for item in heaviest if name in item] == [item for item in plain if name in item]
+
+
+def test_the_file_alone_run_leaves_no_cache_folder_behind(tmp_path):
+    """Each file's child ends by ``os._exit``, which skips tests/conftest.py's ``atexit`` removal of its cache
+    folder: 79 such folders were left in the temporary folder by each ``make test-all``."""
+    environment = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "scripts/tests_alone.py", "tests/test_layers.py"],
+                          capture_output=True, text=True, cwd=ROOT, env=environment)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "each passed alone" in done.stdout
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith("dtrlab-tests-cache-")) == []
