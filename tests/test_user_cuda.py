@@ -116,9 +116,35 @@ def test_a_live_model_on_cuda_is_fitted_for_its_machines_gpu(monkeypatch):
         assert asked == ["Sequential"]
         on_cpu = fit_knob(model, (cuda_x,), lambda out: torch.nn.functional.cross_entropy(out, cuda_labels),
                           device="cpu", **fit)
-    assert expected.lowering == answered.lowering == "A100-80GB" and on_cpu.lowering == "cpu"
-    assert answered.graph_hash == expected.graph_hash != on_cpu.graph_hash
-    assert (answered.knob, answered.peak, answered.evaluated) == (expected.knob, expected.peak, expected.evaluated)
+        # a CPU model asked about on "cuda": this machine's GPU too
+        cpu_model_on_cuda = fit_knob(mlp(), (x,), lambda out: torch.nn.functional.cross_entropy(out, labels),
+                                     device="cuda", **fit)
+    assert expected.lowering == answered.lowering == cpu_model_on_cuda.lowering == "A100-80GB"
+    assert on_cpu.lowering == "cpu"
+    assert answered.graph_hash == expected.graph_hash == cpu_model_on_cuda.graph_hash != on_cpu.graph_hash
+    for fitted in (answered, cpu_model_on_cuda):
+        assert (fitted.knob, fitted.peak, fitted.evaluated) == (expected.knob, expected.peak, expected.evaluated)
     assert cuda_labels.device.type == "cuda"  # the loss's labels restored after the trace
     assert lowering_for(model, None) == lowering_for(model, "cuda:0") == lowering_for(model, "cuda") == "A100-80GB"
-    assert lowering_for(model, "cpu") == lowering_for(mlp(), None) == lowering_for(mlp(), "cuda") == "cpu"
+    assert lowering_for(mlp(), "cuda") == lowering_for(mlp(), "cuda:1") == "A100-80GB"
+    assert lowering_for(model, "cpu") == lowering_for(mlp(), None) == lowering_for(mlp(), "cpu") == "cpu"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="asks a machine without a GPU")
+@pytest.mark.parametrize("what", ["module", "source"])
+def test_cuda_asked_on_a_machine_without_a_gpu_is_one_line_naming_the_presets(what):
+    """``device="cuda"`` means this machine's GPU: without one, the line that names the GPU presets (the trace
+    on fake CUDA tensors would stop in the autograd engine's device guard: "hasPrimaryContext expects a valid
+    device index")."""
+    from dtrlab.analysis.fit_knob import fit_knob
+
+    if what == "module":
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8))
+        arguments, name = (model, (torch.randn(4, 8),)), "Sequential"
+    else:
+        arguments, name = ("tests.test_partition:tiny_mlp",), "tests.test_partition:tiny_mlp"
+    with pytest.raises(ValueError) as raised:
+        fit_knob(*arguments, budget=1 << 30, device="cuda", cache=False)
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith(f"{name} puts its step on CUDA and this machine has no GPU; ")
+    assert "H100-80GB" in message

@@ -300,8 +300,8 @@ def fit_knob(model, example_inputs=(), loss_fn=None, *, budget, device: str | No
     returning the scalar loss; None sums the outputs) or a ``dtrlab capture`` source string (then
     ``example_inputs`` is a dict of its build options: ``{"batch": 8, "seq": 1024}``). ``device``: a GPU preset
     (:data:`dtrlab.memory.device.GPU_PRESETS`, ``"H100-80GB"``: the step traced for it and lowered by CUDA
-    Inductor, no GPU needed), or the device the fake tensors claim (default: the model's; the CPU lowering, but for
-    a model on CUDA: this machine's GPU's, :func:`lowering_for`).
+    Inductor, no GPU needed), ``"cuda"`` (this machine's GPU's preset, :func:`lowering_for`) or ``"cpu"``
+    (default: the model's device; a model on CUDA is fitted for this machine's GPU).
     ``budget``: int bytes, a size
     (``"40GiB"``) or a GPU preset (:data:`dtrlab.memory.device.GPU_PRESETS`). ``cache``: True
     (``$DTRLAB_CACHE``), a directory, or False."""
@@ -362,14 +362,14 @@ def _trace(model, example_inputs, loss_fn, device, backend: str):
     """The joint graph, and what the eager capture needs (a source's options, or the live step). For a GPU (a preset,
     or the one a live model sits on), the step is traced on the CPU and re-traced for the GPU
     (:func:`dtrlab.trace.torch_compile.tracing.trace_step`'s ``gpu``)."""
-    from ..trace.torch_compile.tracing import closure_on, fake_module, trace_joint, trace_step
+    from ..trace.torch_compile.tracing import closure_on, fake_module, gpu_of, trace_joint, trace_step
 
     if isinstance(model, str):
         if not isinstance(example_inputs or {}, dict) or loss_fn is not None:
             raise ValueError("a model source takes its build options as a dict (example_inputs={'batch': 8}) and "
                              "its own loss (loss_fn=None)")
         options = dict(example_inputs or {})
-        gpu = gpu_preset(device)
+        gpu = gpu_preset(device) or (gpu_of(device, model) if device else None)
         lowered = {} if gpu is None else {"gpu": gpu}
         joint = trace_joint(model, device="cpu" if gpu else device or "cpu", backend=backend, **lowered, **options)
         return joint, ("source", model, options)
@@ -397,15 +397,14 @@ def _own_device(model):
 
 
 def lowering_for(model, device: str | None) -> str:
-    """Whose Inductor lowering answers for a live ``model`` asked about on ``device``: a GPU preset's; for a model on
-    CUDA asked about on its own device (or none named), this machine's GPU
-    (:func:`~dtrlab.trace.torch_compile.tracing.gpu_of`: one line asking for a preset where none matches); else the
-    CPU's ("cpu")."""
+    """Whose Inductor lowering answers for a live ``model`` asked about on ``device`` (None: the model's own): a GPU
+    preset's; for a CUDA device, this machine's GPU, wherever the model sits
+    (:func:`~dtrlab.trace.torch_compile.tracing.gpu_of`: one line asking for a preset where there is no GPU or none
+    matches; the engine's device guard would otherwise stop the trace with an internal error); else the CPU's
+    ("cpu")."""
     from ..trace.torch_compile.tracing import gpu_of
 
-    gpu, own = gpu_preset(device), _own_device(model)
-    if gpu is None and (device is None or _same_device(device, own)):
-        gpu = gpu_of(own, type(model).__name__)
+    gpu = gpu_preset(device) or gpu_of(_own_device(model) if device is None else device, type(model).__name__)
     return gpu or "cpu"
 
 

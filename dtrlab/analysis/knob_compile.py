@@ -78,8 +78,8 @@ def compile(model, *, budget, example_inputs=(), loss_fn=None, device: str | Non
     ``budget``, ``example_inputs``, ``loss_fn``, ``device``, ``accounting`` and ``cache`` are
     :func:`~dtrlab.analysis.fit_knob.fit_knob`'s (``example_inputs`` are needed: the knob is
     chosen before the first call; a GPU preset as ``device``, ``"H100-80GB"``, picks under CUDA Inductor's
-    lowering for it, a model on CUDA under its GPU's, any other device under the CPU's, and ``knob_fit`` says
-    which). ``backend``: torch.compile's (a name or a callable; the pick uses the
+    lowering for it, ``"cuda"`` or a model on CUDA under this machine's GPU's, the CPU under the CPU's, and
+    ``knob_fit`` says which). ``backend``: torch.compile's (a name or a callable; the pick uses the
     Inductor accounting for ``"inductor"``, the aot_eager one for any other),
     ``solver``: ``activation_memory_budget_solver`` for the pick and the compile; the rest goes
     to torch.compile. The choice record is the result's ``knob_fit``. When no knob value fits,
