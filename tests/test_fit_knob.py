@@ -346,8 +346,9 @@ def test_the_cache_key_holds_every_setting_of_the_search(monkeypatch):
 
 
 def test_the_step_is_traced_where_it_is_asked(mlp, monkeypatch):
-    """The live model and inputs on their own device (none given, or theirs), a fake copy on another; a source
-    built on the CPU unless told, with its options; the backend and the model's name passed on (trace stubbed)."""
+    """The live model and inputs on their own device (none given, or theirs), a fake copy on another; "cuda": the
+    live CPU model, for this machine's GPU (faked here); a source built on the CPU unless told, with its options;
+    the backend and the model's name passed on (trace stubbed)."""
     import dtrlab.trace.torch_compile.tracing as tracing
 
     model, x = mlp
@@ -366,21 +367,25 @@ def test_the_step_is_traced_where_it_is_asked(mlp, monkeypatch):
 
     monkeypatch.setattr(tracing, "trace_step", trace_step)
     monkeypatch.setattr(tracing, "trace_joint", trace_joint)
+    monkeypatch.setattr(tracing, "machine_gpu", lambda source: "A100-80GB")
     loss = lambda out: out.sum()  # noqa: E731
-    for device, inputs in ((None, (x,)), ("cpu", x), ("cuda", (x,))):
+    for device, inputs in ((None, (x,)), ("cpu", x), ("meta", (x,)), ("cuda", (x,))):
         with pytest.raises(Traced):
             fit_knob(model, inputs, loss, budget=1 << 30, device=device, backend="aot_eager", cache=False)
     model = nn.GELU()  # no parameters: on the CPU
     with pytest.raises(Traced):
         fit_knob(model, (x,), loss, budget=1 << 30, device="cpu", backend="aot_eager", cache=False)
-    for device in (None, "meta"):
+    for device in (None, "meta", "cuda"):
         with pytest.raises(Traced):
             fit_knob("tests.test_partition:tiny_mlp", {"batch": 4}, budget=1 << 30, device=device, cache=False)
     named = {"source": "DropoutMLP", "backend": "aot_eager"}
     assert traced == [(True, "cpu", True, loss, named), (True, "cpu", True, loss, named),
-                      (False, "cuda", False, loss, named), (True, "cpu", True, loss, {**named, "source": "GELU"}),
+                      (False, "meta", False, loss, named), (True, "cpu", True, loss, {**named, "gpu": "A100-80GB"}),
+                      (True, "cpu", True, loss, {**named, "source": "GELU"}),
                       ("tests.test_partition:tiny_mlp", {"device": "cpu", "backend": "inductor", "batch": 4}),
-                      ("tests.test_partition:tiny_mlp", {"device": "meta", "backend": "inductor", "batch": 4})]
+                      ("tests.test_partition:tiny_mlp", {"device": "meta", "backend": "inductor", "batch": 4}),
+                      ("tests.test_partition:tiny_mlp", {"device": "cpu", "backend": "inductor", "batch": 4,
+                                                         "gpu": "A100-80GB"})]
 
 
 def test_accounting_names_and_defaults():
@@ -886,7 +891,7 @@ def test_a_fingerprint_entry_answers_only_the_settings_it_was_searched_for(tmp_p
     loss = lambda out: out.square().mean()  # noqa: E731
     searched = {"another budget": dict(budget=a100 - 1), "the preset (reserved bytes)": dict(budget="A100-80GB"),
                 "another accounting": dict(accounting="flat"), "another backend": dict(backend="inductor"),
-                "another solver": dict(solver="greedy"), "another device": dict(device="cuda"),
+                "another solver": dict(solver="greedy"), "another device": dict(device="H100-80GB"),
                 "another input shape": dict(example_inputs=(torch.randn(128, 64),)), "a loss": dict(loss_fn=loss)}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a miss must not move the entry aside as damaged
