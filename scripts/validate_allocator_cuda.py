@@ -81,6 +81,15 @@ PYTORCH_CUDA_ALLOC_CONF is read once, when torch's allocator starts):
   predicted allocated and reserved peaks are set against the step compiled at the knob and run once:
   ``torch.cuda.max_memory_allocated`` above the bytes allocated before it (within the step's largest tensor: else a
   mismatch) and ``max_memory_reserved`` (reported beside).
+* ``op-temporaries`` (only when named: ``--sections op-temporaries``): what convolutions allocate inside on the GPU
+  (cuDNN's workspaces; dtrlab.trace.op_temporaries). For each of ``--temporaries-models`` (default three CNN
+  families, two with depthwise convolutions: :data:`TEMPORARIES_MODELS`) under ``--compile-backend`` at each of
+  ``--knob-values``: the step traced on this GPU (``trace_joint(device="cuda")``) and partitioned twice, without
+  and with each distinct call's temporaries measured on this GPU (``temporaries=True``: run once on real tensors,
+  the caching allocator's peak above its inputs and outputs). Both predictions are set against the step compiled at
+  the knob and run once (``max_memory_allocated`` above the bytes before it); the one with the temporaries must be
+  within the step's largest tensor (else a mismatch); the one without is reported beside, with the temporaries
+  the step's trace carries per operator (count, largest, held).
 
 Results are printed and written as JSON to ``--out``, else to ``$OUT/validate_allocator_cuda.json``
 when ``$OUT`` is set.
@@ -109,7 +118,7 @@ from dtrlab.trace import load
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = ROOT / "traces" / "resnet32-b8.jsonl.gz"
-SECTIONS = ("layout", "expandable-limit", "semantics", "execute", "knob", "compile", "cuda-lowering")
+SECTIONS = ("layout", "expandable-limit", "semantics", "execute", "knob", "compile", "cuda-lowering", "op-temporaries")
 DEFAULT_SECTIONS = SECTIONS[:3]  # the others run a model's step on the GPU: asked for by name
 #: The compile section's default models: source -> build options (dtrlab.trace.models.build).
 COMPILE_MODELS = {"transformer": {}, "hf:llama": {"layers": 2, "hidden": 256, "heads": 4, "kv_heads": 2,
@@ -118,6 +127,10 @@ COMPILE_MODELS = {"transformer": {}, "hf:llama": {"layers": 2, "hidden": 256, "h
 #: Llama decoder (CUDA's fused attention, the Philox RNG), a CNN (convolutions).
 LOWERING_MODELS = {"transformer": {}, "hf:gpt2": {"layers": 2, "batch": 4, "seq": 256},
                    "hf:llama": COMPILE_MODELS["hf:llama"], "torchvision:resnet18": {"batch": 8, "image": 64}}
+#: The op-temporaries section's default models: CNN families, a ResNet and two with depthwise convolutions.
+TEMPORARIES_MODELS = {"torchvision:resnet18": {"batch": 8, "image": 64},
+                      "torchvision:shufflenet_v2_x0_5": {"batch": 8, "image": 64},
+                      "torchvision:mobilenet_v3_small": {"batch": 8, "image": 64}}
 NO_CUDA = 3  # exit status without torch or a CUDA device
 
 
@@ -146,7 +159,7 @@ def parse_args(argv=None):
                         help="a dtrlab trace or simrd log (default traces/resnet32-b8.jsonl.gz)")
     parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
                         help=f"comma-separated sections (default {', '.join(DEFAULT_SECTIONS)}; also execute, knob, "
-                             "compile, cuda-lowering)")
+                             "compile, cuda-lowering, op-temporaries)")
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON results file (default $OUT/validate_allocator_cuda.json when $OUT is set)")
     parser.add_argument("--checkpoints", type=int, default=20, help="layout: snapshots evenly spaced over the events")
@@ -172,8 +185,12 @@ def parse_args(argv=None):
     parser.add_argument("--lowering-models", type=compile_models, default=LOWERING_MODELS,
                         help="cuda-lowering: a JSON object of model sources and their build options (default "
                              + json.dumps(LOWERING_MODELS) + ")")
+    parser.add_argument("--temporaries-models", type=compile_models, default=TEMPORARIES_MODELS,
+                        help="op-temporaries: a JSON object of model sources and their build options (default "
+                             + json.dumps(TEMPORARIES_MODELS) + ")")
     parser.add_argument("--compile-backend", choices=("inductor", "aot_eager"), default="inductor",
-                        help="compile: the torch.compile backend, and the accounting of the pick (default inductor)")
+                        help="compile, op-temporaries: the torch.compile backend, and the accounting of the pick "
+                             "(default inductor)")
     parser.add_argument("--worker", choices=SECTIONS, help=argparse.SUPPRESS)  # a section in its own process
     parser.add_argument("--worker-spec", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -530,6 +547,8 @@ def worker(args) -> int:
         result = compile_section(spec, torch)
     elif args.worker == "cuda-lowering":
         result = cuda_lowering_section(spec, torch)
+    elif args.worker == "op-temporaries":
+        result = op_temporaries_section(spec, torch)
     else:
         result = semantics_replay(spec, torch)
     print(json.dumps(result))
@@ -639,6 +658,47 @@ def cuda_lowering_section(spec: dict, torch) -> dict:
     mismatches = sum(not run["within_tolerance"] for run in runs) + sum(w["differing_lines"] > 0 for w in wrappers)
     return {"model": spec["model"], "options": spec["options"], "gpu": gpu, "device": torch.cuda.get_device_name(0),
             "runs": runs, "wrappers": wrappers, "mismatches": mismatches}
+
+
+def op_temporaries_section(spec: dict, torch) -> dict:
+    """Convolutions' temporaries on the GPU: the step's prediction without and with each distinct call measured on
+    this GPU, against the real step (see the module docstring)."""
+    from dtrlab.memory.partitioned import step_peaks
+    from dtrlab.trace.op_temporaries import device_key
+    from dtrlab.trace.torch_compile.inductor import partition_lowered
+    from dtrlab.trace.torch_compile.partition import partition
+    from dtrlab.trace.torch_compile.tracing import trace_joint
+
+    backend = spec["backend"]
+    joint = trace_joint(spec["model"], device="cuda", backend=backend, **spec["options"])
+    runs = []
+    for knob in spec["knobs"]:
+        steps = [partition_lowered(joint, knob, cache=False, temporaries=counted) if backend == "inductor"
+                 else partition(joint, knob, temporaries=counted) for counted in (False, True)]
+        without, counted = (step_peaks(step)["allocated_peak"] for step in steps)
+        run = {"knob": knob, **measured_against(torch, steps[1], step_peaks(steps[1]), spec["model"],
+                                                spec["options"], knob, backend)}
+        run["predicted_without_temporaries"] = run["predicted_allocated_above_start"] - (counted - without)
+        run["temporaries"] = temporaries_by_operator(steps[1].trace)
+        print(f"  {spec['model']} ({backend}) at knob {knob}: allocated above start {run['real_allocated_above_start']:,}"
+              f" B real, {run['predicted_allocated_above_start']:,} B predicted with the temporaries, "
+              f"{run['predicted_without_temporaries']:,} B without")
+        runs.append(run)
+    return {"model": spec["model"], "options": spec["options"], "backend": backend, "device": device_key("cuda"),
+            "runs": runs, "mismatches": sum(not run["within_tolerance"] for run in runs)}
+
+
+def temporaries_by_operator(trace) -> dict:
+    """The measured temporaries a step's trace carries (dtrlab.trace.capture's ``<op>_temporary`` and ``<op>_held``
+    allocations), per name: how many calls, the largest, and the bytes in all."""
+    kinds: dict[str, dict] = {}
+    for op in trace.operators:
+        if op.name.endswith(("_temporary", "_held")):
+            entry = kinds.setdefault(op.name, {"calls": 0, "largest": 0, "bytes": 0})
+            entry["calls"] += 1
+            entry["largest"] = max(entry["largest"], op.total_size)
+            entry["bytes"] += op.total_size
+    return kinds
 
 
 def compared_wrappers(real, fake) -> list[dict]:
@@ -788,6 +848,12 @@ def main(argv=None) -> int:
                                                                                        "options": options,
                                                                                        "knobs": knobs})
                                                 for model, options in args.lowering_models.items()]
+    if "op-temporaries" in args.sections:
+        knobs = [float(v) for v in args.knob_values.split(",")]
+        results["sections"]["op-temporaries"] = [
+            run_worker(args, "op-temporaries", "", {"model": model, "options": options, "knobs": knobs,
+                                                    "backend": args.compile_backend})
+            for model, options in args.temporaries_models.items()]
     mismatches = sum(part.get("mismatches", 0) for parts in results["sections"].values() for part in parts)
     results["mismatches"] = mismatches
     results["status"] = "match" if mismatches == 0 else "mismatch"

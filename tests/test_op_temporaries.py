@@ -157,13 +157,42 @@ def test_a_damaged_measurement_is_measured_again_never_served(monkeypatch, tmp_p
         answer.transient
 
 
-def test_a_gpu_target_refuses_measured_temporaries():
-    """Temporaries are measured on the CPU: asked for a GPU target, one line naming the option."""
-    with pytest.raises(ValueError, match="^temporaries: .*CPU only.*H100"):
+def test_a_gpu_target_refuses_measured_temporaries(monkeypatch):
+    """Temporaries are measured where the step runs: a GPU preset's step (lowered without its GPU) is refused in one
+    line naming it; a step on CUDA tensors is measured on this machine's GPU when asked, refused where there is
+    none; its key names the GPU and the cuDNN settings that choose a convolution's algorithm."""
+    with pytest.raises(ValueError, match="^temporaries: .*the CPU, or this machine's GPU.*not for H100-80GB, "):
         op_temporaries.temporaries_setting(True, "H100-80GB")
     assert op_temporaries.temporaries_setting(None, "H100-80GB") is None
-    assert op_temporaries.temporaries_setting(None, "cuda") is None  # a step traced on CUDA tensors
+    assert op_temporaries.temporaries_setting(None, "cuda") is None  # a step traced on CUDA tensors: off unless asked
     assert op_temporaries.temporaries_setting(None, "cpu") == device_key()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="^temporaries: a step on CUDA .*this machine's GPU, and it has none$"):
+        op_temporaries.temporaries_setting(True, "cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # an H100's answers
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91002)
+    key = op_temporaries.temporaries_setting(True, "cuda")
+    assert key == (f"cuda/NVIDIA H100 80GB HBM3/sm 90/torch {torch.__version__}/cudnn 91002/benchmark "
+                   f"{torch.backends.cudnn.benchmark}/deterministic {torch.backends.cudnn.deterministic}/tf32 "
+                   f"{torch.backends.cudnn.allow_tf32}")
+
+
+def test_a_call_on_a_gpu_is_measured_by_the_caching_allocators_rounded_bytes(monkeypatch):
+    """On a GPU (its tensors and allocator statistics stood in for here: no GPU on this machine) a call is run on
+    the device its key names and its outputs count as the caching allocator counts them, rounded up to 512 bytes:
+    a pooling's 8,200-byte output and 16,400-byte indices are 8,704 and 16,896 bytes of the measured peak."""
+    made_on, profiled = [], []
+    real_like = op_temporaries._real_like
+    monkeypatch.setattr(op_temporaries, "_real_like",
+                        lambda value, device: made_on.append(device) or real_like(value, "cpu"))
+    monkeypatch.setattr(op_temporaries, "cuda_memory_profile",
+                        lambda work: profiled.append(work()) or (8704 + 16896 + 1000, 8704 + 16896 + 24))
+    x = torch.empty(1, 1, 82, 100, device="meta")  # pooled 2x2: 41 x 50 = 2,050 elements, 8,200 bytes
+    measured = measure(aten.max_pool2d_with_indices.default, (x, [2, 2], [2, 2]), {}, "cuda")
+    assert set(made_on) == {"cuda"} and len(profiled) == 1
+    assert measured == Temporaries(transient=1000, held=24)
 
 
 MOBILENET = "tests.test_op_temporaries:mobilenet"

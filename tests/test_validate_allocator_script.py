@@ -46,7 +46,7 @@ def test_bad_input_is_one_line():
     done = run_script("--sections", "layout,bogus")
     assert done.returncode == 2
     assert done.stderr == "validate_allocator_cuda: error: unknown section(s) bogus; valid: layout, " \
-                          "expandable-limit, semantics, execute, knob, compile, cuda-lowering\n"
+                          "expandable-limit, semantics, execute, knob, compile, cuda-lowering, op-temporaries\n"
 
 
 @pytest.mark.parametrize("models, message", [
@@ -95,7 +95,27 @@ def test_cuda_lowering_models_parse_and_wrappers_compare_line_by_line():
     assert script.compared_wrappers(joint(same, same), joint(same))[1]["differing_lines"] == -1
 
 
-@pytest.mark.parametrize("sections", [[], ["--sections", "compile,knob,cuda-lowering"]])
+def test_op_temporaries_models_parse_and_a_steps_temporaries_are_summed_by_operator():
+    """The op-temporaries section's options, and its per-operator summary of a step's measured temporaries, on a
+    CPU step (a convolution's oneDNN temporaries, where the GPU's would be cuDNN's): one per convolution call."""
+    pytest.importorskip("torch")
+    from dtrlab.trace.torch_compile.partition import partition
+    from dtrlab.trace.torch_compile.tracing import trace_joint
+
+    script = _script()
+    args = script.parse_args(["--sections", "op-temporaries", "--temporaries-models", '{"torchvision:resnet18": {}}'])
+    assert args.sections == ["op-temporaries"] and args.temporaries_models == {"torchvision:resnet18": {}}
+    assert script.parse_args([]).temporaries_models == script.TEMPORARIES_MODELS
+    assert "op-temporaries" not in script.DEFAULT_SECTIONS
+    trace = partition(trace_joint("tests.test_inductor:tiny_cnn", backend="aot_eager"), 1.0).trace
+    summary = script.temporaries_by_operator(trace)
+    convolutions = sum(op.name == "convolution" for op in trace.operators)
+    assert convolutions and summary["convolution_temporary"]["calls"] == convolutions
+    for entry in summary.values():
+        assert 0 < entry["largest"] <= entry["bytes"] <= entry["calls"] * entry["largest"]
+
+
+@pytest.mark.parametrize("sections", [[], ["--sections", "compile,knob,cuda-lowering,op-temporaries"]])
 def test_without_cuda_one_line_and_status_3(tmp_path, sections):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

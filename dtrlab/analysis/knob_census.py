@@ -297,7 +297,8 @@ def gpu_answer(meta: dict) -> str | None:
 
 #: What an Inductor census lowered for a GPU (``{gpu}``) says of its lowering.
 CUDA_INDUCTOR_ANSWER = ("Inductor accounting: CUDA Inductor's lowering for {gpu}, on fake tensors without a GPU "
-                        "(dtrlab.trace.torch_compile.cuda_joint; not yet measured on a GPU)")
+                        "(dtrlab.trace.torch_compile.cuda_joint; not yet measured on a GPU; what a convolution's "
+                        "cuDNN workspace takes is not counted)")
 
 
 def lowering_answer(meta: dict) -> str | None:

@@ -1,4 +1,4 @@
-"""What an operator allocates inside: each distinct call measured once on real CPU tensors, kept on disk.
+"""What an operator allocates inside: each distinct call measured once on real tensors of its device, kept on disk.
 
 A meta-device run sees an operator's outputs, not what its kernel allocates while it runs: an ATen
 convolution on the CPU reorders its input, weight and gradients into oneDNN's blocked layouts in buffers
@@ -26,6 +26,12 @@ channels-last) and batch norm's backward allocate inside; max pooling, adaptive 
 not (0 bytes). No call held anything after it returned. ``native_dropout`` allocates its mask's float
 noise (not measured here: transformer steps would pay measurement runs; docs/compile.md says so).
 
+On a GPU the same holds for cuDNN's workspaces, which go through CUDA's caching allocator. A step traced on CUDA
+tensors on a machine with a GPU (``trace_joint(device="cuda")``) can be recorded with ``temporaries=True``: each call
+is then run on that GPU and measured by the caching allocator's statistics (off by default: not yet measured on a
+GPU; ``scripts/validate_allocator_cuda.py --sections op-temporaries`` is the check a lent GPU runs). A GPU preset's
+step, lowered without its GPU, measures none; the GPU answer says so.
+
 Answers are kept one JSON file per call and device under ``ROOT/op-temporaries-v{VERSION}/`` (the cache
 root every dtrlab cache shares), named by the sha256 of the call's key and :func:`device_key` (torch's
 version, the CPU's capability, the thread count oneDNN's scratch buffers depend on). A file is used only if
@@ -49,7 +55,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ..integrity import IntegrityError, atomic_write_json, quarantine, read_json, remove_stale
 from .cache import default_cache_dir
-from .profiled import cpu_memory_profile
+from .profiled import cpu_memory_profile, cuda_memory_profile
 
 VERSION = 1
 FORMAT = "dtrlab-op-temporaries"
@@ -76,24 +82,38 @@ class Temporaries:
 
 def temporaries_setting(temporaries: bool | None, target: str) -> str | None:
     """The measurements a step is recorded with: :func:`device_key` (on), or None (off). ``target``: the device the
-    step runs on (``cpu``, ``cuda``, a GPU preset's name). ``temporaries`` None: on for the CPU, off for a GPU (its
-    cuDNN workspaces are not measured: no GPU here)."""
+    step runs on (``cpu``, ``cuda``, a GPU preset's name). ``temporaries`` None: on for the CPU, off for a GPU (not
+    yet measured on one: ``True`` measures a step traced on CUDA tensors on this machine's GPU, cuDNN's workspaces
+    included). A GPU preset's step, lowered without its GPU, cannot be measured: one line says so."""
     if temporaries is None:
         temporaries = target == "cpu"
-    if temporaries and target != "cpu":
-        raise ValueError(f"temporaries: operators' temporaries are measured on the CPU only, not for {target}")
-    return device_key() if temporaries else None
+    if not temporaries:
+        return None
+    if target == "cuda" and not torch.cuda.is_available():
+        raise ValueError("temporaries: a step on CUDA has its operators' temporaries measured on this machine's GPU, "
+                         "and it has none")
+    if target not in ("cpu", "cuda"):
+        raise ValueError(f"temporaries: operators' temporaries are measured on the device a step runs on (the CPU, "
+                         f"or this machine's GPU for a step traced on CUDA), not for {target}, lowered without it")
+    return device_key(target)
 
 
-def device_key() -> str:
-    """What a measurement depends on besides the call: torch's version, the CPU, the threads its kernels use."""
+def device_key(device: str = "cpu") -> str:
+    """What a measurement depends on besides the call: torch's version, and the CPU and the threads its kernels use,
+    or the GPU and the cuDNN settings that choose a convolution's algorithm (and so its workspace)."""
+    if device == "cuda":
+        cudnn = torch.backends.cudnn
+        major, minor = torch.cuda.get_device_capability(0)
+        return (f"cuda/{torch.cuda.get_device_name(0)}/sm {major}{minor}/torch {torch.__version__}/cudnn "
+                f"{cudnn.version()}/benchmark {cudnn.benchmark}/deterministic {cudnn.deterministic}/tf32 "
+                f"{cudnn.allow_tf32}")
     return (f"cpu/{platform.machine()}/{torch.backends.cpu.get_cpu_capability()}/torch {torch.__version__}/"
             f"threads {torch.get_num_threads()}/mkldnn {torch.backends.mkldnn.is_available()}")
 
 
 def call_key(func, args, kwargs) -> str:
     """A call's identity: the operator, every tensor's shape, strides, storage offset and dtype, every other
-    argument's value (devices aside: the call is measured on the CPU)."""
+    argument's value (devices aside: the call is measured on the device its :func:`device_key` names)."""
     def described(value):
         if isinstance(value, torch.Tensor):
             return ("tensor", tuple(value.shape), tuple(value.stride()), value.storage_offset(), str(value.dtype))
@@ -108,7 +128,8 @@ class OpTemporaries:
     """The temporaries of the calls a recording meets, measured once per call and machine.
 
     ``cache``: True for the default root (``$DTRLAB_CACHE`` or ``~/.cache/dtrlab``), a directory (its root), or
-    False to keep nothing on disk. ``device``: :func:`device_key`'s answer the measurements belong to.
+    False to keep nothing on disk. ``device``: :func:`device_key`'s answer the measurements belong to (its first
+    part, ``cpu`` or ``cuda``, is where the calls run).
     ``measured`` and ``seconds``: the calls this object measured and what it cost.
     """
 
@@ -130,7 +151,7 @@ class OpTemporaries:
             known = self._read(digest, key)
         if known is None:
             start = time.perf_counter()
-            known = measure(func, args, kwargs)
+            known = measure(func, args, kwargs, self.device.split("/")[0])
             self.seconds += time.perf_counter() - start
             self.measured += 1
             self._write(digest, key, known)
@@ -142,8 +163,9 @@ class OpTemporaries:
         if self.measured:
             where = f"kept in {self.directory}: once per machine" if self.directory is not None else \
                 "not kept on disk"
+            on = "the CPU" if self.device.startswith("cpu/") else "this machine's GPU"
             print(f"dtrlab: measured the internal temporaries of {self.measured} operator call"
-                  f"{'s' if self.measured > 1 else ''} on the CPU in {self.seconds:.1f} s ({where})", file=sys.stderr)
+                  f"{'s' if self.measured > 1 else ''} on {on} in {self.seconds:.1f} s ({where})", file=sys.stderr)
 
     def _path(self, digest: str) -> Path | None:
         return None if self.directory is None else self.directory / f"{digest}.json"
@@ -196,31 +218,36 @@ def _body_digest(body: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def measure(func, args, kwargs) -> Temporaries:
-    """Run the call once on real CPU tensors of its arguments' layouts, outside every dispatch mode, under the
-    profiler's allocator events: its peak and end above its start, less its outputs' fresh storages."""
+def measure(func, args, kwargs, device: str = "cpu") -> Temporaries:
+    """Run the call once on real tensors of its arguments' layouts on ``device`` (``cpu`` or ``cuda``), outside
+    every dispatch mode, under its allocator's accounting (the profiler's allocator events on the CPU, the caching
+    allocator's statistics on a GPU, :mod:`dtrlab.trace.profiled`): its peak and end above its start, less its
+    outputs' fresh storages (on a GPU as the caching allocator counts them, rounded up to 512 bytes)."""
     with _disable_current_modes():
-        real_args, real_kwargs = tree_map(_real_like, (tuple(args), dict(kwargs or {})))
+        real_args, real_kwargs = tree_map(lambda value: _real_like(value, device), (tuple(args), dict(kwargs or {})))
         inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((real_args, real_kwargs))[0]
                   if isinstance(t, torch.Tensor)}
         results = []
-        peak, end = cpu_memory_profile(lambda: results.append(func(*real_args, **real_kwargs)))
+        profile = cuda_memory_profile if device == "cuda" else cpu_memory_profile
+        peak, end = profile(lambda: results.append(func(*real_args, **real_kwargs)))
         outputs = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
                    for t in tree_flatten(results)[0] if isinstance(t, torch.Tensor)}
+        if device == "cuda":
+            outputs = {pointer: -(-size // 512) * 512 for pointer, size in outputs.items()}
         fresh = sum(size for pointer, size in outputs.items() if pointer not in inputs)
     return Temporaries(transient=max(0, peak - fresh), held=max(0, end - fresh))
 
 
-def _real_like(value):
-    """A CPU tensor of ``value``'s shape, strides, storage offset and dtype (random floats, zero integers: valid
-    indices and masks); a device becomes the CPU."""
+def _real_like(value, device: str = "cpu"):
+    """A tensor on ``device`` of ``value``'s shape, strides, storage offset and dtype (random floats, zero integers:
+    valid indices and masks); a device argument becomes ``device``."""
     if isinstance(value, torch.device):
-        return torch.device("cpu")
+        return torch.device(device)
     if not isinstance(value, torch.Tensor):
         return value
     extent = value.storage_offset() + 1 + sum((size - 1) * stride for size, stride in zip(value.shape, value.stride())
                                               if size > 0)
-    base = torch.empty(extent if value.numel() else 0, dtype=value.dtype)
+    base = torch.empty(extent if value.numel() else 0, dtype=value.dtype, device=device)
     if base.is_floating_point():
         base.normal_()
     else:

@@ -7,7 +7,8 @@ one free, negative; frees of storages allocated before ``work`` count against th
 sum, so the peak is relative to the start). This is what the traces' predicted peaks are
 checked against (tests/test_partition.py for torch.compile's partitioned step,
 tests/test_checkpointing.py for checkpointing plans): the prediction minus the bytes live
-before the step.
+before the step. :func:`cuda_memory_profile` is the same question asked of CUDA's caching allocator, for a call
+run on a GPU (dtrlab.trace.op_temporaries).
 """
 
 from __future__ import annotations
@@ -36,3 +37,16 @@ def cpu_memory_profile(work: Callable[[], object]) -> tuple[int, int]:
         live += nbytes
         peak = max(peak, live)
     return peak, live
+
+
+def cuda_memory_profile(work: Callable[[], object]) -> tuple[int, int]:
+    """CUDA caching allocator bytes during ``work()`` above those allocated when it starts: (the peak, at its end),
+    as ``torch.cuda.max_memory_allocated`` counts them (each block rounded up to 512 bytes; what cuDNN's workspaces
+    take goes through this allocator). The device is synchronised before and after, so that the kernels ``work``
+    queued have run."""
+    torch.cuda.synchronize()
+    start = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    work()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - start, torch.cuda.memory_allocated() - start
