@@ -680,9 +680,9 @@ def op_temporaries_section(spec: dict, torch) -> dict:
                                                 spec["options"], knob, backend)}
         run["predicted_without_temporaries"] = run["predicted_allocated_above_start"] - (counted - without)
         run["temporaries"] = temporaries_by_operator(steps[1].trace)
-        print(f"  {spec['model']} ({backend}) at knob {knob}: allocated above start {run['real_allocated_above_start']:,}"
-              f" B real, {run['predicted_allocated_above_start']:,} B predicted with the temporaries, "
-              f"{run['predicted_without_temporaries']:,} B without")
+        print(f"  {spec['model']} ({backend}) at knob {knob}: allocated above start "
+              f"{run['real_allocated_above_start']:,} B real, {run['predicted_allocated_above_start']:,} B predicted "
+              f"with the temporaries, {run['predicted_without_temporaries']:,} B without")
         runs.append(run)
     return {"model": spec["model"], "options": spec["options"], "backend": backend, "device": device_key("cuda"),
             "runs": runs, "mismatches": sum(not run["within_tolerance"] for run in runs)}

@@ -566,7 +566,8 @@ def test_every_execution_backend_gives_the_same_census_each_worker_tracing_once(
     for backend, census in censuses.items():
         # each knob's peaks side by side first: the shapes alone would not say which evaluation differed
         side_by_side = census.samples.merge(serial, on="knob", how="outer", suffixes=(f" {backend}", " serial"))
-        columns = ["knob", *(f"{peak} {who}" for peak in ("flat_peak", "allocated_peak") for who in (backend, "serial"))]
+        columns = ["knob", *(f"{peak} {who}" for peak in ("flat_peak", "allocated_peak")
+                             for who in (backend, "serial"))]
         assert len(census.samples) == len(serial), side_by_side[columns].to_string()
         pd.testing.assert_frame_equal(census.samples, serial, obj=backend)
 
