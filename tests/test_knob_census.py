@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 
 import pandas as pd
@@ -558,8 +559,9 @@ def test_every_execution_backend_gives_the_same_census_each_worker_tracing_once(
                                                                                         progress=False)), "dask")
     assert TINY.traces_here() == 0  # the workers traced; this process did not
     censuses["sequential"] = traced_once_each(census_knob(TINY, plan), "sequential", processes=1)
-    censuses["fork"] = traced_once_each(census_knob(TINY, plan, execution=Execution(jobs=2, backend="fork",
-                                                                                    progress=False)), "fork")
+    with torch_on_one_thread():
+        censuses["fork"] = traced_once_each(census_knob(TINY, plan, execution=Execution(jobs=2, backend="fork",
+                                                                                        progress=False)), "fork")
     assert TINY.traces_here() == 1  # here, once, before the fork: forked workers inherit the joint
     serial = censuses["sequential"].samples
     assert len(serial) > len(plan.grid()) and serial.flat_peak.nunique() > 1  # refined: several rounds
@@ -597,6 +599,23 @@ def test_lowering_phases_send_each_new_partition_to_one_worker_first():
     assert _lowering_phases(workers, [0.45], lowered) == [[0.45]]
 
 
+@contextlib.contextmanager
+def torch_on_one_thread():
+    """torch on one intra-op thread while workers are forked that run it (the partitioner's knapsack on real
+    tensors): a child forked after this process ran a parallel kernel can hang in its first parallel region on the
+    copied OpenMP pool (docs/compile.md "Executors"), and on one thread torch enters none. By then a test process
+    has run other tests' kernels (one forked census test stopped for 13 minutes in a file-alone run on 7 December,
+    not located)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_forked_workers_lower_each_partition_once_and_give_the_serial_census(tmp_path, monkeypatch):
     """Under Inductor with the disk cache, two forked workers share the census's lowerings: each distinct partition
     (by disk key) is lowered by one worker only, the others read it, and the samples are the serial census's (its
@@ -623,8 +642,9 @@ def test_forked_workers_lower_each_partition_once_and_give_the_serial_census(tmp
         for part in joint.parts or (joint,):
             part.lowerings.clear()
             part.lowered_records.clear()
-        forked = census_knob(dataclasses.replace(source, cache=str(tmp_path / "forked")), plan,
-                             execution=Execution(jobs=2, backend="fork", progress=False))
+        with torch_on_one_thread():
+            forked = census_knob(dataclasses.replace(source, cache=str(tmp_path / "forked")), plan,
+                                 execution=Execution(jobs=2, backend="fork", progress=False))
     assert forked.meta["execution"] == "fork" and phased == [1]
     assert sum(forked.meta["lowered_per_process"]) == distinct == len(cache_entries(tmp_path / "forked"))
     pd.testing.assert_frame_equal(forked.samples, serial.samples)
