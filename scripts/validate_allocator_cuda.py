@@ -675,10 +675,11 @@ def op_temporaries_section(spec: dict, torch) -> dict:
     for knob in spec["knobs"]:
         steps = [partition_lowered(joint, knob, cache=False, temporaries=counted) if backend == "inductor"
                  else partition(joint, knob, temporaries=counted) for counted in (False, True)]
-        without, counted = (step_peaks(step)["allocated_peak"] for step in steps)
-        run = {"knob": knob, **measured_against(torch, steps[1], step_peaks(steps[1]), spec["model"],
-                                                spec["options"], knob, backend)}
-        run["predicted_without_temporaries"] = run["predicted_allocated_above_start"] - (counted - without)
+        without, counted = (step_peaks(step) for step in steps)
+        run = {"knob": knob, **measured_against(torch, steps[1], counted, spec["model"], spec["options"], knob,
+                                                backend)}
+        run["predicted_without_temporaries"] = (run["predicted_allocated_above_start"]
+                                                - (counted["allocated_peak"] - without["allocated_peak"]))
         run["temporaries"] = temporaries_by_operator(steps[1].trace)
         print(f"  {spec['model']} ({backend}) at knob {knob}: allocated above start "
               f"{run['real_allocated_above_start']:,} B real, {run['predicted_allocated_above_start']:,} B predicted "

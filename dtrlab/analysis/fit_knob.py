@@ -362,14 +362,14 @@ def _trace(model, example_inputs, loss_fn, device, backend: str):
     """The joint graph, and what the eager capture needs (a source's options, or the live step). For a GPU (a preset,
     or the one a live model sits on), the step is traced on the CPU and re-traced for the GPU
     (:func:`dtrlab.trace.torch_compile.tracing.trace_step`'s ``gpu``)."""
-    from ..trace.torch_compile.tracing import closure_on, fake_module, gpu_of, trace_joint, trace_step
+    from ..trace.torch_compile.tracing import closure_on, fake_module, trace_joint, trace_step
 
     if isinstance(model, str):
         if not isinstance(example_inputs or {}, dict) or loss_fn is not None:
             raise ValueError("a model source takes its build options as a dict (example_inputs={'batch': 8}) and "
                              "its own loss (loss_fn=None)")
         options = dict(example_inputs or {})
-        gpu = gpu_preset(device) or (gpu_of(device, model) if device else None)
+        gpu = _asked_gpu(device, model) if device else None
         lowered = {} if gpu is None else {"gpu": gpu}
         joint = trace_joint(model, device="cpu" if gpu else device or "cpu", backend=backend, **lowered, **options)
         return joint, ("source", model, options)
@@ -402,18 +402,20 @@ def lowering_for(model, device: str | None) -> str:
     (:func:`~dtrlab.trace.torch_compile.tracing.gpu_of`: one line asking for a preset where there is no GPU or none
     matches; the engine's device guard would otherwise stop the trace with an internal error); else the CPU's
     ("cpu")."""
+    return _asked_gpu(_own_device(model) if device is None else device, type(model).__name__) or "cpu"
+
+
+def _asked_gpu(device, name: str) -> str | None:
+    """The GPU target ``device`` asks for: a preset's name, or this machine's GPU for a CUDA device; else None."""
     from ..trace.torch_compile.tracing import gpu_of
 
-    gpu = gpu_preset(device) or gpu_of(_own_device(model) if device is None else device, type(model).__name__)
-    return gpu or "cpu"
+    return gpu_preset(device) or gpu_of(device, name)
 
 
 def _same_device(device, own) -> bool:
-    """``device`` names the model's own (``"cuda"``, with no index, names whichever GPU the model is on)."""
     import torch
 
-    device = torch.device(device)
-    return device == own or (device.index is None and device.type == own.type)
+    return torch.device(device) == own  # a CUDA device never gets here: it is lowered for a GPU, traced on the CPU
 
 
 def _evaluator(joint, solver) -> Callable[[float], dict]:

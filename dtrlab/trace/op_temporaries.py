@@ -135,6 +135,7 @@ class OpTemporaries:
 
     def __init__(self, device: str, cache=True):
         self.device = device
+        self.runs_on = device.split("/")[0]  # cpu or cuda
         self.directory = None if cache is False or cache is None else \
             (default_cache_dir() if cache is True else Path(cache)) / FOLDER
         self.measured = 0
@@ -151,7 +152,7 @@ class OpTemporaries:
             known = self._read(digest, key)
         if known is None:
             start = time.perf_counter()
-            known = measure(func, args, kwargs, self.device.split("/")[0])
+            known = measure(func, args, kwargs, self.runs_on)
             self.seconds += time.perf_counter() - start
             self.measured += 1
             self._write(digest, key, known)
@@ -163,7 +164,7 @@ class OpTemporaries:
         if self.measured:
             where = f"kept in {self.directory}: once per machine" if self.directory is not None else \
                 "not kept on disk"
-            on = "the CPU" if self.device.startswith("cpu/") else "this machine's GPU"
+            on = "the CPU" if self.runs_on == "cpu" else "this machine's GPU"
             print(f"dtrlab: measured the internal temporaries of {self.measured} operator call"
                   f"{'s' if self.measured > 1 else ''} on {on} in {self.seconds:.1f} s ({where})", file=sys.stderr)
 
