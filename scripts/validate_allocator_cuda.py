@@ -618,7 +618,8 @@ def measured_against(torch, step, predicted: dict, model: str, options: dict, kn
         torch.cuda.synchronize()
     real = torch.cuda.max_memory_allocated() - start
     expected = predicted["allocated_peak"] - constants + tangent
-    largest = max(op.total_size for op in step.trace.operators)
+    # the tolerance is the step's largest tensor, not a measured workspace (tests/test_inductor.py's _prediction)
+    largest = max(op.total_size for op in step.trace.operators if not op.name.endswith(("_temporary", "_held")))
     measured = {"real_allocated_above_start": real, "predicted_allocated_above_start": expected,
                 "real_max_reserved": torch.cuda.max_memory_reserved(), "reserved_at_start": start_reserved,
                 "predicted_reserved_peak": predicted["reserved_peak"], "real_saved": len(saved),
