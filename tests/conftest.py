@@ -172,10 +172,9 @@ def pytest_addoption(parser):
     parser.addoption("--heaviest-files-first", action="store_true",
                      help="run the test files in the order of their measured slow-test seconds, longest first "
                           "(tests/file_seconds.json): with xdist's --dist loadfile, no long file starts last")
-    parser.addoption("--cnn-knobs", default="1.0,0.5", metavar="KNOBS",
-                     help="the knobs tests/test_op_temporaries.py's CNN families are compiled at for real (default "
-                          "1.0,0.5: a real step per knob costs a compile; the six of docs/compile.md's table: "
-                          "1.0,0.7,0.5,0.3,0.1,0.0)")
+    parser.addoption("--cnn-knobs", default="1.0,0.7,0.5,0.3,0.1,0.0", metavar="KNOBS",
+                     help="the knobs tests/test_op_temporaries.py's CNN families are compiled at for real (default: "
+                          "the six of tests/test_inductor.py; a real step per knob costs a compile)")
 
 
 def pytest_collection_modifyitems(config, items):
