@@ -566,9 +566,12 @@ def test_every_execution_backend_gives_the_same_census_each_worker_tracing_once(
     serial = censuses["sequential"].samples
     assert len(serial) > len(plan.grid()) and serial.flat_peak.nunique() > 1  # refined: several rounds
     for backend, census in censuses.items():
-        # each knob's peaks side by side first: the shapes alone would not say which evaluation differed
+        # each knob's peaks and partition side by side first: the shapes alone would not say which evaluation
+        # differed, nor whether its partition or the partition's recording did (docs/compile.md, "Executors")
         side_by_side = census.samples.merge(serial, on="knob", how="outer", suffixes=(f" {backend}", " serial"))
-        columns = ["knob", *(f"{peak} {who}" for peak in ("flat_peak", "allocated_peak")
+        columns = ["knob", *(f"{field} {who}" for field in ("flat_peak", "allocated_peak", "saved_count",
+                                                            "recomputed_count", "proxy_saved_bytes", "solver",
+                                                            "runtime_estimator")
                              for who in (backend, "serial"))]
         assert len(census.samples) == len(serial), side_by_side[columns].to_string()
         pd.testing.assert_frame_equal(census.samples, serial, obj=backend)
