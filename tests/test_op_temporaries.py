@@ -205,7 +205,7 @@ CNN_FAMILIES = {"mobilenetv3": (MOBILENET, {}),
                 "shufflenetv2": ("torchvision:shufflenet_v2_x0_5", {"batch": 8, "image": 64}),
                 "squeezenet": ("torchvision:squeezenet1_1", {"batch": 8, "image": 64}),
                 "resnet18": ("torchvision:resnet18", {"batch": 8, "image": 32})}
-#: Each family under both backends, but not under Inductor: ResNet-18, whose six Inductor knobs are
+#: Each family under both backends, except two under Inductor: ResNet-18, whose six Inductor knobs are
 #: tests/test_inductor.py's (at 32 and 224 px, two instruments), and ShuffleNetV2, whose real Inductor step costs
 #: about two minutes of compile a knob on 2 cores (docs/compile.md's table has it at six knobs, run by hand).
 CNN_CASES = [(family, backend) for family in CNN_FAMILIES for backend in ("inductor", "aot_eager")
