@@ -594,6 +594,7 @@ def measured_against(torch, step, predicted: dict, model: str, options: dict, kn
     partitioned ``step``'s ``predicted`` peaks: allocated bytes above those allocated before the step (the prediction
     less the step's constants, plus the loss's gradient), reserved bytes, saved tensors (autograd's saved-tensor
     hooks)."""
+    from dtrlab.trace.capture import is_measured_temporary
     from dtrlab.trace.models import build
     from dtrlab.trace.torch_compile.tracing import LossStep
     import torch._functorch.config  # noqa: F401 - the knob's home, patched below
@@ -619,7 +620,7 @@ def measured_against(torch, step, predicted: dict, model: str, options: dict, kn
     real = torch.cuda.max_memory_allocated() - start
     expected = predicted["allocated_peak"] - constants + tangent
     # the tolerance is the step's largest tensor, not a measured workspace (tests/test_inductor.py's _prediction)
-    largest = max(op.total_size for op in step.trace.operators if not op.name.endswith(("_temporary", "_held")))
+    largest = max(op.total_size for op in step.trace.operators if not is_measured_temporary(op.name))
     measured = {"real_allocated_above_start": real, "predicted_allocated_above_start": expected,
                 "real_max_reserved": torch.cuda.max_memory_reserved(), "reserved_at_start": start_reserved,
                 "predicted_reserved_peak": predicted["reserved_peak"], "real_saved": len(saved),
@@ -693,9 +694,11 @@ def op_temporaries_section(spec: dict, torch) -> dict:
 def temporaries_by_operator(trace) -> dict:
     """The measured temporaries a step's trace carries (dtrlab.trace.capture's ``<op>_temporary`` and ``<op>_held``
     allocations), per name: how many calls, the largest, and the bytes in all."""
+    from dtrlab.trace.capture import is_measured_temporary
+
     kinds: dict[str, dict] = {}
     for op in trace.operators:
-        if op.name.endswith(("_temporary", "_held")):
+        if is_measured_temporary(op.name):
             entry = kinds.setdefault(op.name, {"calls": 0, "largest": 0, "bytes": 0})
             entry["calls"] += 1
             entry["largest"] = max(entry["largest"], op.total_size)

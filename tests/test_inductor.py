@@ -13,6 +13,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from dtrlab.memory.partitioned import knob_peaks, step_peaks, step_record  # noqa: E402
+from dtrlab.trace.capture import is_measured_temporary  # noqa: E402
 from dtrlab.trace.torch_compile.inductor import partition_lowered  # noqa: E402
 from dtrlab.trace.torch_compile.partition import partition  # noqa: E402
 from dtrlab.trace.torch_compile.tracing import trace_joint  # noqa: E402
@@ -100,7 +101,7 @@ def _prediction(step) -> tuple[int, int]:
     constants = [op for op in step.trace.operators if op.is_constant]
     tangent = constants[-1].total_size  # declared last (dtrlab.trace.torch_compile.record.run_graphs)
     return peaks["flat_peak"] - sum(op.total_size for op in constants) + tangent, \
-        max(op.total_size for op in step.trace.operators if not op.name.endswith(("_temporary", "_held")))
+        max(op.total_size for op in step.trace.operators if not is_measured_temporary(op.name))
 
 
 def test_inductor_row_and_backend_checks(mlp_joint):

@@ -145,6 +145,17 @@ def _storage_key(t: torch.Tensor) -> int:
 #: ResNet-32; more for attention and recurrent models).
 BACKWARD_ESTIMATE = 1.5
 
+
+#: The kinds of allocation a recording gives a call's measured temporaries, each named ``<op>_<kind>``: ``held``
+#: (kept to the step's end) and ``temporary`` (freed once the call has run).
+TEMPORARY_KINDS = ("held", "temporary")
+
+
+def is_measured_temporary(op_name: str) -> bool:
+    """Whether an operator of a recorded trace is a call's measured temporary rather than a tensor of the step."""
+    return op_name.endswith(tuple(f"_{kind}" for kind in TEMPORARY_KINDS))
+
+
 class Recorder(TorchDispatchMode):
     """Dispatch mode that turns every ATen call into log instructions."""
 
@@ -311,7 +322,7 @@ class Recorder(TorchDispatchMode):
         if measured is None:
             return None
         made = {}
-        for kind, size in (("held", measured.held), ("temporary", measured.transient)):
+        for kind, size in zip(TEMPORARY_KINDS, (measured.held, measured.transient)):
             if size:
                 made[kind] = torch.empty(size, dtype=torch.uint8, device="meta")
                 self._emit_call(f"{func.overloadpacket.__name__}_{kind}", arg_tensors, arg_names, [made[kind]], 0)
